@@ -1,0 +1,122 @@
+// Command spoolcast is the notification pipeline's one binary: the relay
+// sidecar, the central deployment and their tools, as subcommands.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+// runFunc runs a subcommand once its flags are parsed. args are the words
+// between the subcommand and its first flag (`spool stats --spool X`).
+type runFunc func(ctx context.Context, args []string) error
+
+// command is one subcommand. flags builds its flag set and the function that
+// runs with the values parsed into it.
+type command struct {
+	name    string
+	summary string
+	flags   func() (*flag.FlagSet, runFunc)
+}
+
+func commands() []command {
+	return []command{
+		{"relay", "run the producer-facing sidecar: spool events durably and forward them", relayCommand},
+		{"spool", "inspect a spool file: `spool stats` or `spool ls`", spoolCommand},
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		fs, runFn := c.flags()
+		fs.SetOutput(stderr)
+		words, flagArgs := leadingWords(args[1:])
+		if err := parseFlags(fs, flagArgs); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			fmt.Fprintf(stderr, "spoolcast %s: %v\n", c.name, err)
+			return 2
+		}
+		ctx, stop := signalContext(stderr)
+		defer stop()
+		if err := runFn(ctx, words); err != nil {
+			fmt.Fprintf(stderr, "spoolcast %s: %v\n", c.name, err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "spoolcast: unknown command %q; run spoolcast --help\n", args[0])
+	return 2
+}
+
+func leadingWords(args []string) (words, rest []string) {
+	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		words, args = append(words, args[0]), args[1:]
+	}
+	return words, args
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, "spoolcast — a notification pipeline: a durable relay beside each producer, Postgres as the source of truth.\n\n")
+	fmt.Fprint(w, "Usage: spoolcast <command> [flags]\n\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\nEvery flag also reads the environment variable shown beside it; a flag on the command line wins.\n")
+	for _, c := range commands() {
+		fs, _ := c.flags()
+		fmt.Fprintf(w, "\nspoolcast %s flags:\n", c.name)
+		printFlags(w, fs)
+	}
+}
+
+// signalContext is cancelled by the first SIGINT or SIGTERM, which starts a
+// graceful shutdown; a second signal exits at once.
+func signalContext(stderr io.Writer) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			fmt.Fprintln(stderr, "spoolcast: shutting down; send the signal again to exit at once")
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case <-sigs:
+			fmt.Fprintln(stderr, "spoolcast: second signal, exiting now")
+			os.Exit(130)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
+}

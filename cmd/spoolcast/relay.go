@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/relay"
+	"github.com/spoolcast/spoolcast/spool"
+)
+
+// relayOptions are the relay's flags.
+type relayOptions struct {
+	listen          string
+	spoolPath       string
+	producer        string
+	maxBody         byteSize
+	spoolMaxBytes   byteSize
+	syncMode        string
+	keyTTL          time.Duration
+	jwtSecretFile   string
+	shutdownTimeout time.Duration
+	log             logFlags
+}
+
+func (o *relayOptions) register(fs *flag.FlagSet) {
+	o.maxBody = 64 << 10
+	o.spoolMaxBytes = 1 << 30
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:7070", "address to serve producers on; a non-loopback address needs --service-jwt-secret-file")
+	fs.StringVar(&o.spoolPath, "spool", "./data/spool.db", "path of the SQLite spool file (created if missing)")
+	fs.StringVar(&o.producer, "producer", "", "logical producing service that scopes idempotency keys, the same on every replica (required)")
+	fs.Var(&o.maxBody, "max-body", "largest request body accepted (413 above it)")
+	fs.Var(&o.spoolMaxBytes, "spool-max-bytes", "live data the spool may hold; past it new events get 503 + Retry-After")
+	fs.StringVar(&o.syncMode, "sync", "full", "SQLite synchronous mode: full (survives power loss) or normal (survives a crash of the relay)")
+	fs.DurationVar(&o.keyTTL, "key-ttl", 24*time.Hour, "how long forwarded keys are kept to answer retries as duplicates")
+	fs.StringVar(&o.jwtSecretFile, "service-jwt-secret-file", "", "file holding the HS256 secret of service tokens; when set, every event needs a bearer token with scope push:emit")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight")
+	o.log.register(fs)
+}
+
+func relayCommand() (*flag.FlagSet, runFunc) {
+	var o relayOptions
+	fs := newFlagSet("relay", "spoolcast relay --producer NAME [flags]")
+	o.register(fs)
+	return fs, func(ctx context.Context, _ []string) error {
+		logger, err := o.log.logger(os.Stderr)
+		if err != nil {
+			return err
+		}
+		r, err := startRelay(ctx, o, logger)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "\nrelay ready on http://%s — try:\n  %s\n\n", r.addr, sampleCurl(r.addr))
+		<-ctx.Done()
+		return r.shutdown(o.shutdownTimeout)
+	}
+}
+
+// runningRelay is a started relay: its spool, server and listener.
+type runningRelay struct {
+	addr   string
+	log    *slog.Logger
+	spool  *spool.Spool
+	server *http.Server
+	served chan error
+}
+
+func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runningRelay, error) {
+	if o.producer == "" {
+		return nil, errors.New("--producer is required: name the logical service this relay serves (for example --producer billing); it scopes idempotency keys and must be the same on every replica")
+	}
+	var verifier *auth.ServiceVerifier
+	if o.jwtSecretFile != "" {
+		secret, err := auth.ReadSecretFile(o.jwtSecretFile)
+		if err != nil {
+			return nil, err
+		}
+		if verifier, err = auth.NewServiceVerifier(secret); err != nil {
+			return nil, err
+		}
+	} else if !isLoopback(o.listen) {
+		return nil, fmt.Errorf("--listen %s is not a loopback address: set --service-jwt-secret-file so that callers must authenticate, or listen on 127.0.0.1", o.listen)
+	}
+	reg := relay.NewRegistry()
+	spoolMetrics := relay.NewSpoolMetrics(reg, logger)
+	sp, err := spool.Open(ctx, spool.Config{
+		Path:     o.spoolPath,
+		Sync:     spool.SyncMode(o.syncMode),
+		MaxBytes: int64(o.spoolMaxBytes),
+		KeyTTL:   o.keyTTL,
+		Logger:   logger,
+		OnCommit: spoolMetrics.ObserveCommit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	spoolMetrics.SetSpool(sp)
+	handler, err := relay.New(relay.Config{
+		Producer: o.producer,
+		Spool:    sp,
+		MaxBody:  int64(o.maxBody),
+		Verifier: verifier,
+		Registry: reg,
+		Logger:   logger,
+	})
+	if err != nil {
+		sp.Close(ctx)
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		sp.Close(ctx)
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	r := &runningRelay{
+		addr:  ln.Addr().String(),
+		log:   logger.With("component", "relay"),
+		spool: sp,
+		server: &http.Server{
+			Handler:           handler,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		},
+		served: make(chan error, 1),
+	}
+	go func() { r.served <- r.server.Serve(ln) }()
+	r.log.Info("relay listening", "addr", r.addr, "producer", o.producer, "spool", o.spoolPath, "sync", o.syncMode, "auth", verifier != nil)
+	return r, nil
+}
+
+// shutdown stops accepting, answers what is in flight, then closes the spool.
+func (r *runningRelay) shutdown(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	r.log.Info("relay shutting down")
+	errShutdown := r.server.Shutdown(ctx)
+	if err := <-r.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		errShutdown = errors.Join(errShutdown, err)
+	}
+	errSpool := r.spool.Close(ctx)
+	if err := errors.Join(errShutdown, errSpool); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	r.log.Info("relay stopped cleanly")
+	return nil
+}
+
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func sampleCurl(addr string) string {
+	return fmt.Sprintf(`curl -si http://%s/v1/events -H 'Content-Type: application/json' -d '{"idempotency_key":"demo:1","type":"demo.hello","recipients":["u_123"],"title":"Hello from spoolcast"}'`, addr)
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spoolcast/spoolcast/spool"
+)
+
+// spoolCommand is `spoolcast spool stats|ls`: it reads a spool file read-only,
+// safe beside a running relay.
+func spoolCommand() (*flag.FlagSet, runFunc) {
+	var path string
+	var asJSON, pendingOnly bool
+	var limit int
+	fs := newFlagSet("spool", "spoolcast spool stats|ls --spool PATH [--json] [--pending] [--limit N]")
+	fs.StringVar(&path, "spool", "./data/spool.db", "path of the spool file to read (opened read-only)")
+	fs.BoolVar(&asJSON, "json", false, "print JSON (one object per row for ls)")
+	fs.BoolVar(&pendingOnly, "pending", false, "ls: only rows not yet forwarded")
+	fs.IntVar(&limit, "limit", 0, "ls: at most this many rows, oldest first (0 lists all)")
+	flagUsage := fs.Usage
+	fs.Usage = func() {
+		flagUsage()
+		fmt.Fprint(fs.Output(), "\nSubcommands:\n  stats  depth, oldest pending age, rows and bytes\n  ls     rows: key, producer, received_at, forwarded_at, attempts\n")
+	}
+	return fs, func(ctx context.Context, args []string) error {
+		if len(args) != 1 {
+			return errors.New("want one subcommand: spool stats or spool ls")
+		}
+		sub := args[0]
+		r, err := spool.OpenReadOnly(path)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		switch sub {
+		case "stats":
+			return printStats(ctx, r, asJSON)
+		case "ls":
+			return printList(ctx, r, pendingOnly, limit, asJSON)
+		}
+		return fmt.Errorf("unknown subcommand %q: want stats or ls", sub)
+	}
+}
+
+func printStats(ctx context.Context, r *spool.Reader, asJSON bool) error {
+	st, err := r.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(struct {
+			spool.Stats
+			OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+		}{st, st.OldestPendingAge.Seconds()})
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "pending\t%d\n", st.Pending)
+	if st.Pending > 0 {
+		fmt.Fprintf(tw, "oldest pending age\t%s (received %s)\n", st.OldestPendingAge.Round(time.Millisecond), st.OldestPending.UTC().Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(tw, "oldest pending age\t0s\n")
+	}
+	fmt.Fprintf(tw, "rows\t%d\n", st.Rows)
+	fmt.Fprintf(tw, "file bytes\t%d\n", st.FileBytes)
+	fmt.Fprintf(tw, "used bytes\t%d\n", st.UsedBytes)
+	return tw.Flush()
+}
+
+type listedRow struct {
+	Seq         int64      `json:"seq"`
+	Key         string     `json:"key"`
+	Producer    string     `json:"producer"`
+	ReceivedAt  time.Time  `json:"received_at"`
+	ForwardedAt *time.Time `json:"forwarded_at"`
+	Attempts    int        `json:"attempts"`
+}
+
+func printList(ctx context.Context, r *spool.Reader, pendingOnly bool, limit int, asJSON bool) error {
+	rows, err := r.List(ctx, pendingOnly, limit)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		for _, rec := range rows {
+			row := listedRow{Seq: rec.Seq, Key: rec.Key, Producer: rec.Producer, ReceivedAt: rec.ReceivedAt.UTC(), Attempts: rec.Attempts}
+			if !rec.Pending() {
+				t := rec.ForwardedAt.UTC()
+				row.ForwardedAt = &t
+			}
+			if err := enc.Encode(row); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tKEY\tPRODUCER\tRECEIVED_AT\tFORWARDED_AT\tATTEMPTS")
+	for _, rec := range rows {
+		fwd := "-"
+		if !rec.Pending() {
+			fwd = rec.ForwardedAt.UTC().Format(time.RFC3339Nano)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\n", rec.Seq, rec.Key, rec.Producer, rec.ReceivedAt.UTC().Format(time.RFC3339Nano), fwd, rec.Attempts)
+	}
+	return tw.Flush()
+}

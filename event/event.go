@@ -1,0 +1,252 @@
+// Package event is the producer's event: how it is decoded from JSON, what makes
+// it valid, and its canonical form. The canonical form is what the relay hashes
+// to tell a retry (same key, same request) from a conflict (same key, other
+// request), and what it spools for forwarding, so two encodings of the same
+// request always hash alike.
+package event
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits on an event's fields. They keep a notification small enough for a push
+// payload and a feed row, and reject obvious mistakes (a whole user list).
+const (
+	MaxKeyLen        = 256
+	MaxRecipients    = 1000
+	MaxRecipientLen  = 256
+	MaxTypeLen       = 128
+	MaxCategoryLen   = 128
+	MaxTitleLen      = 1024
+	MaxBodyLen       = 4096
+	MaxRunIDLen      = 256
+	DefaultCategory  = "general"
+	maxDataNestLevel = 32
+)
+
+// ErrMalformed is returned for a body that is not one JSON object of the event's shape.
+var ErrMalformed = errors.New("malformed event")
+
+// ErrInvalid is returned for a well-formed event that breaks a rule (missing key, no recipients, …).
+var ErrInvalid = errors.New("invalid event")
+
+// Error tells which field is wrong and why. It wraps ErrMalformed or ErrInvalid.
+type Error struct {
+	Field  string
+	Reason string
+	kind   error
+}
+
+func (e *Error) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%v: %s", e.kind, e.Reason)
+	}
+	return fmt.Sprintf("%v: %s: %s", e.kind, e.Field, e.Reason)
+}
+
+func (e *Error) Unwrap() error { return e.kind }
+
+func malformed(reason string) error { return &Error{Reason: reason, kind: ErrMalformed} }
+
+func invalid(field, reason string) error { return &Error{Field: field, Reason: reason, kind: ErrInvalid} }
+
+// Event is one producer event. Each recipient becomes its own notification.
+type Event struct {
+	IdempotencyKey string          `json:"idempotency_key"`
+	Type           string          `json:"type"`
+	Category       string          `json:"category"`
+	Recipients     []string        `json:"recipients"`
+	Title          string          `json:"title,omitempty"`
+	Body           string          `json:"body,omitempty"`
+	Data           json.RawMessage `json:"data,omitempty"`
+	RunID          string          `json:"run_id,omitempty"`
+}
+
+// Decode reads one event from body. headerKey is the Idempotency-Key header's
+// value, already unquoted ("" when absent); it fills a missing key in the body and
+// must agree with a present one. The event comes back validated and canonical:
+// recipients sorted and unique, data re-encoded with sorted keys, the default
+// category filled in.
+func Decode(body []byte, headerKey string) (Event, error) {
+	var ev Event
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ev); err != nil {
+		return Event{}, malformed(describeJSONError(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Event{}, malformed("body holds more than one JSON value")
+	}
+	switch {
+	case headerKey != "" && ev.IdempotencyKey == "":
+		ev.IdempotencyKey = headerKey
+	case headerKey != "" && headerKey != ev.IdempotencyKey:
+		return Event{}, invalid("idempotency_key", "the Idempotency-Key header and the body's idempotency_key differ")
+	}
+	if err := ev.canonicalize(); err != nil {
+		return Event{}, err
+	}
+	return ev, nil
+}
+
+func describeJSONError(err error) string {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Sprintf("invalid JSON at byte %d: %v", syntax.Offset, syntax)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("field %q must be %s, not JSON %s", typ.Field, typ.Type, typ.Value)
+	case errors.Is(err, io.EOF):
+		return "empty body"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "truncated JSON"
+	default:
+		return err.Error()
+	}
+}
+
+func (ev *Event) canonicalize() error {
+	if err := checkText("idempotency_key", ev.IdempotencyKey, MaxKeyLen, true); err != nil {
+		return err
+	}
+	if err := checkText("type", ev.Type, MaxTypeLen, true); err != nil {
+		return err
+	}
+	ev.Category = strings.TrimSpace(ev.Category)
+	if ev.Category == "" {
+		ev.Category = DefaultCategory
+	}
+	if err := checkText("category", ev.Category, MaxCategoryLen, false); err != nil {
+		return err
+	}
+	if err := checkText("title", ev.Title, MaxTitleLen, false); err != nil {
+		return err
+	}
+	if err := checkText("body", ev.Body, MaxBodyLen, false); err != nil {
+		return err
+	}
+	if err := checkText("run_id", ev.RunID, MaxRunIDLen, false); err != nil {
+		return err
+	}
+	if len(ev.Recipients) == 0 {
+		return invalid("recipients", "at least one recipient is required")
+	}
+	recipients := slices.Clone(ev.Recipients)
+	slices.Sort(recipients)
+	recipients = slices.Compact(recipients)
+	if len(recipients) > MaxRecipients {
+		return invalid("recipients", fmt.Sprintf("at most %d recipients per event", MaxRecipients))
+	}
+	for _, r := range recipients {
+		if err := checkText("recipients", r, MaxRecipientLen, true); err != nil {
+			return err
+		}
+	}
+	ev.Recipients = recipients
+	data, err := canonicalData(ev.Data)
+	if err != nil {
+		return err
+	}
+	ev.Data = data
+	return nil
+}
+
+func checkText(field, v string, max int, required bool) error {
+	switch {
+	case required && strings.TrimSpace(v) == "":
+		return invalid(field, "is required")
+	case len(v) > max:
+		return invalid(field, fmt.Sprintf("is longer than %d bytes", max))
+	case !utf8.ValidString(v):
+		return invalid(field, "is not valid UTF-8")
+	case strings.ContainsRune(v, 0):
+		return invalid(field, "contains a NUL character")
+	}
+	return nil
+}
+
+// canonicalData re-encodes data as an object with sorted keys and numbers kept
+// exactly as written. null and absent both become absent.
+func canonicalData(raw json.RawMessage) (json.RawMessage, error) {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		return nil, nil
+	}
+	if trimmed[0] != '{' {
+		return nil, invalid("data", "must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.UseNumber()
+	var v map[string]any
+	if err := dec.Decode(&v); err != nil {
+		return nil, malformed("data: " + err.Error())
+	}
+	if depth(v, 0) > maxDataNestLevel {
+		return nil, invalid("data", fmt.Sprintf("nests deeper than %d levels", maxDataNestLevel))
+	}
+	out, err := marshal(v)
+	if err != nil {
+		return nil, invalid("data", err.Error())
+	}
+	return out, nil
+}
+
+func depth(v any, d int) int {
+	best := d
+	switch t := v.(type) {
+	case map[string]any:
+		for _, x := range t {
+			best = max(best, depth(x, d+1))
+		}
+	case []any:
+		for _, x := range t {
+			best = max(best, depth(x, d+1))
+		}
+	}
+	return best
+}
+
+// Canonical returns the event's canonical JSON encoding. For a decoded event it
+// is stable: the same request always yields the same bytes.
+func (ev Event) Canonical() []byte {
+	b, err := marshal(ev)
+	if err != nil {
+		// Every field of a decoded event is plain text or already-valid JSON.
+		panic(fmt.Sprintf("event: canonical encoding: %v", err))
+	}
+	return b
+}
+
+// Hash is the SHA-256 of the canonical encoding: equal for retries of the same request.
+func (ev Event) Hash() []byte {
+	sum := sha256.Sum256(ev.Canonical())
+	return sum[:]
+}
+
+// Parse reads an event back from its canonical encoding, as spooled.
+func Parse(canonical []byte) (Event, error) {
+	var ev Event
+	if err := json.Unmarshal(canonical, &ev); err != nil {
+		return Event{}, fmt.Errorf("parse spooled event: %w", err)
+	}
+	return ev, nil
+}
+
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

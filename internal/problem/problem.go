@@ -1,0 +1,42 @@
+// Package problem writes RFC 9457 problem details (application/problem+json),
+// the one error shape every spoolcast HTTP API answers with.
+package problem
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// ContentType is the media type of a problem document.
+const ContentType = "application/problem+json"
+
+// Problem is an RFC 9457 problem document. Type is a stable URI clients branch
+// on; Title is its short human summary; Detail explains this occurrence.
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	// Field names the request field at fault, where there is one.
+	Field string `json:"field,omitempty"`
+}
+
+// TypeURI returns the problem type URI for a short slug such as "invalid-event".
+func TypeURI(slug string) string { return "urn:spoolcast:problem:" + slug }
+
+// New returns a problem of the given slug and status.
+func New(status int, slug, title, detail string) Problem {
+	return Problem{Type: TypeURI(slug), Title: title, Status: status, Detail: detail}
+}
+
+// Write sends p with its status. The request path becomes the instance when none is set.
+func Write(w http.ResponseWriter, r *http.Request, p Problem) {
+	if p.Instance == "" && r != nil {
+		p.Instance = r.URL.Path
+	}
+	w.Header().Set("Content-Type", ContentType)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}

@@ -1,0 +1,114 @@
+package spool
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Record is one spooled row.
+type Record struct {
+	Seq         int64
+	Producer    string
+	Key         string
+	Payload     []byte
+	ReceivedAt  time.Time
+	ForwardedAt time.Time // zero while pending
+	Attempts    int
+}
+
+// Pending reports whether the row still waits for the forwarder.
+func (r Record) Pending() bool { return r.ForwardedAt.IsZero() }
+
+// NextBatch returns up to limit pending rows in the order they were accepted.
+// Rows stay pending until MarkForwarded, so a crash between the two re-sends them.
+func (s *Spool) NextBatch(ctx context.Context, limit int) ([]Record, error) {
+	return s.reader.list(ctx, listQuery{pendingOnly: true, limit: limit, withPayload: true})
+}
+
+// MarkForwarded records that the rows with these seqs are safely in Postgres.
+func (s *Spool) MarkForwarded(ctx context.Context, seqs []int64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	now := s.cfg.Now().UnixNano()
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return execForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ? WHERE forwarded_at IS NULL AND seq IN (%s)", []any{now}, seqs)
+	})
+}
+
+// MarkFailed counts one failed forwarding attempt on each row.
+func (s *Spool) MarkFailed(ctx context.Context, seqs []int64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return execForSeqs(ctx, tx, "UPDATE events SET attempts = attempts + 1 WHERE seq IN (%s)", nil, seqs)
+	})
+}
+
+// execForSeqs runs query, whose IN list is %s, for the seqs in chunks that stay
+// under SQLite's parameter limit; fixed is bound before each chunk's seqs.
+func execForSeqs(ctx context.Context, tx *sql.Tx, query string, fixed []any, seqs []int64) error {
+	const chunk = 500
+	for len(seqs) > 0 {
+		n := min(chunk, len(seqs))
+		args := append(make([]any, 0, len(fixed)+n), fixed...)
+		for _, seq := range seqs[:n] {
+			args = append(args, seq)
+		}
+		q := fmt.Sprintf(query, strings.TrimSuffix(strings.Repeat("?,", n), ","))
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("update spool rows: %w", err)
+		}
+		seqs = seqs[n:]
+	}
+	return nil
+}
+
+// runPruner deletes forwarded rows older than the key TTL, every PruneInterval.
+func (s *Spool) runPruner(ctx context.Context) {
+	defer s.bg.Done()
+	t := time.NewTicker(s.cfg.PruneInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := s.Prune(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("prune spool", "err", err)
+			} else if n > 0 {
+				s.log.Debug("pruned spool", "rows", n)
+			}
+		}
+	}
+}
+
+// Prune deletes forwarded rows whose forwarding is older than the key TTL, in
+// small transactions so claims keep flowing. Pending rows are never deleted.
+func (s *Spool) Prune(ctx context.Context) (int64, error) {
+	cutoff := s.cfg.Now().Add(-s.cfg.KeyTTL).UnixNano()
+	var total int64
+	for {
+		var n int64
+		err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE seq IN (
+				SELECT seq FROM events WHERE forwarded_at IS NOT NULL AND forwarded_at < ? LIMIT 2000)`, cutoff)
+			if err != nil {
+				return fmt.Errorf("prune: %w", err)
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < 2000 {
+			return total, nil
+		}
+	}
+}

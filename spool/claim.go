@@ -1,0 +1,129 @@
+package spool
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Entry is what a claim spools: the producer-scoped key, the hash of the
+// canonical request, and the payload to forward.
+type Entry struct {
+	Producer string
+	Key      string
+	Hash     []byte
+	Payload  []byte
+}
+
+// Outcome is how a claim was answered.
+type Outcome int
+
+// The outcomes of a claim.
+const (
+	// Accepted: the key was new and the entry is now durable.
+	Accepted Outcome = iota + 1
+	// Duplicate: the key was claimed before with the same request hash.
+	Duplicate
+	// Conflict: the key was claimed before with another request hash.
+	Conflict
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Accepted:
+		return "accepted"
+	case Duplicate:
+		return "duplicate"
+	case Conflict:
+		return "conflict"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// ClaimResult is the answer to a claim. ReceivedAt is when the relay first
+// received the key: now for Accepted, the winner's time otherwise.
+type ClaimResult struct {
+	Outcome    Outcome
+	ReceivedAt time.Time
+}
+
+type claimOp struct {
+	entry      Entry
+	receivedAt time.Time
+	result     ClaimResult
+}
+
+// Claim spools e unless its key is already claimed. It returns after the
+// transaction that carries it has committed, so Accepted means durable. When the
+// spool is full, a new key gets ErrFull, while a key already spooled is still
+// answered Duplicate or Conflict.
+func (s *Spool) Claim(ctx context.Context, e Entry) (ClaimResult, error) {
+	if e.Producer == "" || e.Key == "" {
+		return ClaimResult{}, errors.New("claim: producer and key are required")
+	}
+	c := &claimOp{entry: e, receivedAt: s.cfg.Now()}
+	if err := s.submit(ctx, &op{claim: c}); err != nil {
+		return ClaimResult{}, err
+	}
+	return c.result, nil
+}
+
+type claimStmts struct {
+	insert, lookup *sql.Stmt
+}
+
+func prepareClaims(ctx context.Context, tx *sql.Tx) (*claimStmts, error) {
+	insert, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO events (producer, key, request_hash, payload, received_at) VALUES (?, ?, ?, ?, ?)`)
+	if err != nil {
+		return nil, fmt.Errorf("prepare claim: %w", err)
+	}
+	lookup, err := tx.PrepareContext(ctx, `SELECT request_hash, received_at FROM events WHERE producer = ? AND key = ?`)
+	if err != nil {
+		insert.Close()
+		return nil, fmt.Errorf("prepare claim lookup: %w", err)
+	}
+	return &claimStmts{insert: insert, lookup: lookup}, nil
+}
+
+func (c *claimStmts) close() {
+	c.insert.Close()
+	c.lookup.Close()
+}
+
+// applyClaim runs one claim inside the writer's transaction. The loser of a race
+// (an earlier row, or an earlier claim in the same batch) reads the winner's hash.
+func (s *Spool) applyClaim(ctx context.Context, st *claimStmts, c *claimOp) (isNew bool, err error) {
+	e := c.entry
+	if !s.full.Load() {
+		res, err := st.insert.ExecContext(ctx, e.Producer, e.Key, e.Hash, e.Payload, c.receivedAt.UnixNano())
+		if err != nil {
+			return false, fmt.Errorf("claim %q: %w", e.Key, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return false, fmt.Errorf("claim %q: %w", e.Key, err)
+		}
+		if n == 1 {
+			c.result = ClaimResult{Outcome: Accepted, ReceivedAt: c.receivedAt}
+			return true, nil
+		}
+	}
+	var hash []byte
+	var receivedAt int64
+	err = st.lookup.QueryRowContext(ctx, e.Producer, e.Key).Scan(&hash, &receivedAt)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		// Only reachable when full: the insert was skipped and the key is new.
+		return false, ErrFull
+	case err != nil:
+		return false, fmt.Errorf("claim %q: read winner: %w", e.Key, err)
+	}
+	c.result = ClaimResult{Outcome: Conflict, ReceivedAt: time.Unix(0, receivedAt)}
+	if bytes.Equal(hash, e.Hash) {
+		c.result.Outcome = Duplicate
+	}
+	return false, nil
+}

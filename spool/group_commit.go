@@ -1,0 +1,131 @@
+package spool
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// op is one write waiting for the writer. Exactly one of claim and fn is set.
+type op struct {
+	ctx    context.Context
+	claim  *claimOp
+	fn     func(context.Context, *sql.Tx) error
+	result chan error // buffered: the writer never blocks on an abandoned caller
+}
+
+// submit hands op to the writer and waits for the commit that carries it.
+func (s *Spool) submit(ctx context.Context, o *op) error {
+	o.ctx = ctx
+	o.result = make(chan error, 1)
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case s.ops <- o:
+		s.mu.RUnlock()
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return ctx.Err()
+	}
+	select {
+	case err := <-o.result:
+		return err
+	case <-ctx.Done():
+		// The write may still commit; the caller has stopped waiting for it.
+		return ctx.Err()
+	}
+}
+
+// write runs fn inside the writer's next transaction.
+func (s *Spool) write(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
+	return s.submit(ctx, &op{fn: fn})
+}
+
+// runWriter is the group-commit loop: it takes one waiting op, then everything
+// else already queued (up to MaxCommitBatch), and runs them all in one
+// transaction with one fsync. It exits when ops is closed and drained.
+func (s *Spool) runWriter() {
+	defer s.writerWG.Done()
+	batch := make([]*op, 0, s.cfg.MaxCommitBatch)
+	for first := range s.ops {
+		batch = append(batch[:0], first)
+	drain:
+		for len(batch) < s.cfg.MaxCommitBatch {
+			select {
+			case o, ok := <-s.ops:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+func (s *Spool) commit(batch []*op) {
+	// The batch is committed even if some callers gave up: their rows may be
+	// answered as duplicates on retry, which is the contract.
+	ctx := context.Background()
+	start := time.Now()
+	errs := make([]error, len(batch))
+	added, err := s.runBatch(ctx, batch, errs)
+	took := time.Since(start)
+	for i, o := range batch {
+		if err != nil {
+			errs[i] = err
+		}
+		o.result <- errs[i]
+	}
+	if err != nil {
+		s.log.Error("spool commit failed", "err", err, "writes", len(batch))
+		return
+	}
+	if s.cfg.OnCommit != nil {
+		s.cfg.OnCommit(len(batch), took)
+	}
+	if added > 0 {
+		s.signalWake()
+	}
+}
+
+// runBatch runs the batch's ops in one transaction. A failing op gets its own
+// error and the others still commit; a failing commit fails them all.
+func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added int, err error) {
+	tx, err := s.wconn.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("begin spool transaction: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	var claims *claimStmts
+	for i, o := range batch {
+		if o.claim != nil {
+			if claims == nil {
+				if claims, err = prepareClaims(ctx, tx); err != nil {
+					return 0, err
+				}
+				defer claims.close()
+			}
+			var isNew bool
+			isNew, errs[i] = s.applyClaim(ctx, claims, o.claim)
+			if isNew {
+				added++
+			}
+			continue
+		}
+		errs[i] = o.fn(ctx, tx)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit spool transaction: %w", err)
+	}
+	if err := s.refreshUsage(ctx); err != nil {
+		s.log.Warn("measure spool after commit", "err", err)
+	}
+	return added, nil
+}

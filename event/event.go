@@ -56,7 +56,9 @@ func (e *Error) Unwrap() error { return e.kind }
 
 func malformed(reason string) error { return &Error{Reason: reason, kind: ErrMalformed} }
 
-func invalid(field, reason string) error { return &Error{Field: field, Reason: reason, kind: ErrInvalid} }
+func invalid(field, reason string) error {
+	return &Error{Field: field, Reason: reason, kind: ErrInvalid}
+}
 
 // Event is one producer event. Each recipient becomes its own notification.
 type Event struct {

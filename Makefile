@@ -1,0 +1,36 @@
+# spoolcast — make targets. `make run` starts the pipeline locally; `make test` is what CI runs.
+GO        ?= go
+FUZZTIME  ?= 30s
+BIN       ?= bin/spoolcast
+
+.PHONY: run build test lint bench fuzz clean
+
+## run: start the relay locally with its defaults and print a ready curl line
+run:
+	$(GO) run ./cmd/spoolcast relay --producer demo
+
+## build: build the spoolcast binary into bin/
+build:
+	$(GO) build -o $(BIN) ./cmd/spoolcast
+
+## test: vet, then every test with the race detector
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+## lint: go vet and gofmt must both be clean
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+## bench: the hot-path benchmarks and the relay load generator
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./spool/
+	$(GO) run ./benchmarks/loadgen -duration 10s
+
+## fuzz: run each fuzz target for FUZZTIME
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./event/
+
+clean:
+	rm -rf bin data

@@ -1,0 +1,176 @@
+// Package proctest runs the spoolcast binary as a real subprocess for tests
+// that crash it (kill -9), restart it and talk to it over loopback.
+package proctest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds cmd/spoolcast once per test process and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		dir, err := os.MkdirTemp("", "spoolcast-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "spoolcast")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/spoolcast")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// Process is a running spoolcast subprocess.
+type Process struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	output *syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+// Start runs `spoolcast args...` with env added to the test's environment.
+// The process is killed when the test ends, if still running.
+func Start(t testing.TB, env []string, args ...string) *Process {
+	t.Helper()
+	cmd := exec.Command(Binary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Process{t: t, cmd: cmd, output: out, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("spoolcast %v output:\n%s", args, out.String())
+		}
+	})
+	return p
+}
+
+// WaitHealthy polls baseURL/healthz until it answers 200 or the process exits.
+func (p *Process) WaitHealthy(baseURL string) {
+	p.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			p.t.Fatalf("spoolcast exited before becoming healthy: %v\n%s", p.err, p.output.String())
+		default:
+		}
+		resp, err := http.Get(baseURL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.t.Fatalf("spoolcast not healthy at %s after 30s\n%s", baseURL, p.output.String())
+}
+
+// Kill sends SIGKILL and waits for the process to be gone.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Stop sends SIGTERM and waits for a clean exit; it fails the test otherwise.
+func (p *Process) Stop() {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		if p.err != nil {
+			p.t.Fatalf("spoolcast exited with %v after SIGTERM\n%s", p.err, p.output.String())
+		}
+	case <-time.After(30 * time.Second):
+		p.t.Fatalf("spoolcast still running 30s after SIGTERM\n%s", p.output.String())
+	}
+}
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Output returns what the process has printed so far.
+func (p *Process) Output() string { return p.output.String() }
+
+// WaitOutput waits until the process has printed s.
+func (p *Process) WaitOutput(ctx context.Context, s string) bool {
+	for {
+		if bytes.Contains([]byte(p.output.String()), []byte(s)) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-p.done:
+			return bytes.Contains([]byte(p.output.String()), []byte(s))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Pid is the process id.
+func (p *Process) Pid() string { return strconv.Itoa(p.cmd.Process.Pid) }
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

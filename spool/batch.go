@@ -2,7 +2,6 @@ package spool
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -34,7 +33,7 @@ func (s *Spool) MarkForwarded(ctx context.Context, seqs []int64) error {
 		return nil
 	}
 	now := s.cfg.Now().UnixNano()
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx execer) error {
 		return execForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ? WHERE forwarded_at IS NULL AND seq IN (%s)", []any{now}, seqs)
 	})
 }
@@ -44,14 +43,14 @@ func (s *Spool) MarkFailed(ctx context.Context, seqs []int64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx execer) error {
 		return execForSeqs(ctx, tx, "UPDATE events SET attempts = attempts + 1 WHERE seq IN (%s)", nil, seqs)
 	})
 }
 
 // execForSeqs runs query, whose IN list is %s, for the seqs in chunks that stay
 // under SQLite's parameter limit; fixed is bound before each chunk's seqs.
-func execForSeqs(ctx context.Context, tx *sql.Tx, query string, fixed []any, seqs []int64) error {
+func execForSeqs(ctx context.Context, tx execer, query string, fixed []any, seqs []int64) error {
 	const chunk = 500
 	for len(seqs) > 0 {
 		n := min(chunk, len(seqs))
@@ -94,7 +93,7 @@ func (s *Spool) Prune(ctx context.Context) (int64, error) {
 	var total int64
 	for {
 		var n int64
-		err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		err := s.write(ctx, func(ctx context.Context, tx execer) error {
 			res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE seq IN (
 				SELECT seq FROM events WHERE forwarded_at IS NOT NULL AND forwarded_at < ? LIMIT 2000)`, cutoff)
 			if err != nil {

@@ -71,32 +71,43 @@ func (s *Spool) Claim(ctx context.Context, e Entry) (ClaimResult, error) {
 	return c.result, nil
 }
 
-type claimStmts struct {
-	insert, lookup *sql.Stmt
+// writerStmts are the writer's statements, prepared once on its connection.
+type writerStmts struct {
+	insert, lookup, usage *sql.Stmt
 }
 
-func prepareClaims(ctx context.Context, tx *sql.Tx) (*claimStmts, error) {
-	insert, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO events (producer, key, request_hash, payload, received_at) VALUES (?, ?, ?, ?, ?)`)
-	if err != nil {
-		return nil, fmt.Errorf("prepare claim: %w", err)
+func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
+	var st writerStmts
+	for _, p := range []struct {
+		dst   **sql.Stmt
+		query string
+	}{
+		{&st.insert, `INSERT OR IGNORE INTO events (producer, key, request_hash, payload, received_at) VALUES (?, ?, ?, ?, ?)`},
+		{&st.lookup, `SELECT request_hash, received_at FROM events WHERE producer = ? AND key = ?`},
+		{&st.usage, `SELECT (SELECT page_count FROM pragma_page_count), (SELECT freelist_count FROM pragma_freelist_count), (SELECT page_size FROM pragma_page_size)`},
+	} {
+		stmt, err := conn.PrepareContext(ctx, p.query)
+		if err != nil {
+			st.close()
+			return nil, fmt.Errorf("prepare spool statement: %w", err)
+		}
+		*p.dst = stmt
 	}
-	lookup, err := tx.PrepareContext(ctx, `SELECT request_hash, received_at FROM events WHERE producer = ? AND key = ?`)
-	if err != nil {
-		insert.Close()
-		return nil, fmt.Errorf("prepare claim lookup: %w", err)
-	}
-	return &claimStmts{insert: insert, lookup: lookup}, nil
+	return &st, nil
 }
 
-func (c *claimStmts) close() {
-	c.insert.Close()
-	c.lookup.Close()
+func (st *writerStmts) close() {
+	for _, s := range []*sql.Stmt{st.insert, st.lookup, st.usage} {
+		if s != nil {
+			s.Close()
+		}
+	}
 }
 
 // applyClaim runs one claim inside the writer's transaction. The loser of a race
 // (an earlier row, or an earlier claim in the same batch) reads the winner's hash.
-func (s *Spool) applyClaim(ctx context.Context, st *claimStmts, c *claimOp) (isNew bool, err error) {
-	e := c.entry
+func (s *Spool) applyClaim(ctx context.Context, c *claimOp) (isNew bool, err error) {
+	e, st := c.entry, s.stmts
 	if !s.full.Load() {
 		res, err := st.insert.ExecContext(ctx, e.Producer, e.Key, e.Hash, e.Payload, c.receivedAt.UnixNano())
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 type op struct {
 	ctx    context.Context
 	claim  *claimOp
-	fn     func(context.Context, *sql.Tx) error
+	fn     func(context.Context, execer) error
 	result chan error // buffered: the writer never blocks on an abandoned caller
 }
 
@@ -40,8 +40,13 @@ func (s *Spool) submit(ctx context.Context, o *op) error {
 	}
 }
 
+// execer is the writer's connection while its transaction is open.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
 // write runs fn inside the writer's next transaction.
-func (s *Spool) write(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
+func (s *Spool) write(ctx context.Context, fn func(context.Context, execer) error) error {
 	return s.submit(ctx, &op{fn: fn})
 }
 
@@ -96,32 +101,28 @@ func (s *Spool) commit(batch []*op) {
 }
 
 // runBatch runs the batch's ops in one transaction. A failing op gets its own
-// error and the others still commit; a failing commit fails them all.
+// error and the others still commit; a failing commit fails them all. The
+// transaction is opened with BEGIN IMMEDIATE on the writer's own connection, so
+// the statements prepared once at Open run inside it.
 func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added int, err error) {
-	tx, err := s.wconn.BeginTx(ctx, nil)
-	if err != nil {
+	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return 0, fmt.Errorf("begin spool transaction: %w", err)
 	}
-	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	var claims *claimStmts
 	for i, o := range batch {
 		if o.claim != nil {
-			if claims == nil {
-				if claims, err = prepareClaims(ctx, tx); err != nil {
-					return 0, err
-				}
-				defer claims.close()
-			}
 			var isNew bool
-			isNew, errs[i] = s.applyClaim(ctx, claims, o.claim)
+			isNew, errs[i] = s.applyClaim(ctx, o.claim)
 			if isNew {
 				added++
 			}
 			continue
 		}
-		errs[i] = o.fn(ctx, tx)
+		errs[i] = o.fn(ctx, s.wconn)
 	}
-	if err := tx.Commit(); err != nil {
+	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
+		if _, rbErr := s.wconn.ExecContext(ctx, "ROLLBACK"); rbErr != nil {
+			s.log.Debug("rollback after failed commit", "err", rbErr)
+		}
 		return 0, fmt.Errorf("commit spool transaction: %w", err)
 	}
 	if err := s.refreshUsage(ctx); err != nil {

@@ -109,6 +109,7 @@ type Spool struct {
 	reader *Reader
 	wdb    *sql.DB
 	wconn  *sql.Conn
+	stmts  *writerStmts
 
 	mu     sync.RWMutex // guards closed and sends on ops
 	closed bool
@@ -151,8 +152,15 @@ func Open(ctx context.Context, cfg Config) (*Spool, error) {
 		wdb.Close()
 		return nil, fmt.Errorf("create spool schema in %s: %w", cfg.Path, err)
 	}
+	stmts, err := prepareWriter(ctx, wconn)
+	if err != nil {
+		wconn.Close()
+		wdb.Close()
+		return nil, err
+	}
 	reader, err := openReader(cfg.Path, cfg, modeReader)
 	if err != nil {
+		stmts.close()
 		wconn.Close()
 		wdb.Close()
 		return nil, err
@@ -163,6 +171,7 @@ func Open(ctx context.Context, cfg Config) (*Spool, error) {
 		reader: reader,
 		wdb:    wdb,
 		wconn:  wconn,
+		stmts:  stmts,
 		ops:    make(chan *op, cfg.MaxCommitBatch),
 		wake:   make(chan struct{}, 1),
 	}
@@ -187,9 +196,9 @@ const (
 	modeReadOnly                 // another process inspecting the file
 )
 
-// dsn builds the modernc.org/sqlite connection string. Writes take the lock at
-// BEGIN (IMMEDIATE): a deferred transaction that upgrades to a write fails with
-// SQLITE_BUSY at once instead of waiting.
+// dsn builds the modernc.org/sqlite connection string. The writer opens its
+// transactions with BEGIN IMMEDIATE: a deferred transaction that upgrades to a
+// write fails with SQLITE_BUSY at once instead of waiting.
 func dsn(path string, cfg Config, mode connMode) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", cfg.BusyTimeout.Milliseconds()))
@@ -200,8 +209,9 @@ func dsn(path string, cfg Config, mode connMode) string {
 		q.Add("_pragma", "query_only(1)")
 	case modeWriter:
 		q.Add("_pragma", "journal_mode(WAL)")
+		// Keep the key index in memory: random keys touch a different page each.
+		q.Add("_pragma", "cache_size(-65536)")
 		q.Add("_pragma", fmt.Sprintf("synchronous(%s)", cfg.Sync))
-		q.Set("_txlock", "immediate")
 	}
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
@@ -219,7 +229,7 @@ func (s *Spool) Full() bool { return s.full.Load() }
 // Ping checks that the spool still takes writes: it runs an empty write
 // transaction through the writer.
 func (s *Spool) Ping(ctx context.Context) error {
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx execer) error {
 		_, err := tx.ExecContext(ctx, "SELECT 1")
 		return err
 	})
@@ -252,6 +262,7 @@ func (s *Spool) Close(ctx context.Context) error {
 }
 
 func (s *Spool) closeDBs() error {
+	s.stmts.close()
 	return errors.Join(s.reader.Close(), s.wconn.Close(), s.wdb.Close())
 }
 
@@ -259,8 +270,7 @@ func (s *Spool) closeDBs() error {
 // by pruning are reused, so they do not count against the limit.
 func (s *Spool) refreshUsage(ctx context.Context) error {
 	var pages, free, size int64
-	row := s.wconn.QueryRowContext(ctx, "SELECT (SELECT page_count FROM pragma_page_count), (SELECT freelist_count FROM pragma_freelist_count), (SELECT page_size FROM pragma_page_size)")
-	if err := row.Scan(&pages, &free, &size); err != nil {
+	if err := s.stmts.usage.QueryRowContext(ctx).Scan(&pages, &free, &size); err != nil {
 		return fmt.Errorf("measure spool: %w", err)
 	}
 	used := (pages - free) * size

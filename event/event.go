@@ -229,8 +229,11 @@ func (ev Event) Canonical() []byte {
 }
 
 // Hash is the SHA-256 of the canonical encoding: equal for retries of the same request.
-func (ev Event) Hash() []byte {
-	sum := sha256.Sum256(ev.Canonical())
+func (ev Event) Hash() []byte { return HashCanonical(ev.Canonical()) }
+
+// HashCanonical is Hash for an encoding already made by Canonical.
+func HashCanonical(canonical []byte) []byte {
+	sum := sha256.Sum256(canonical)
 	return sum[:]
 }
 

@@ -150,11 +150,12 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 		problem.Write(w, r, *p)
 		return OutcomeInvalid
 	}
+	canonical := ev.Canonical()
 	res, err := s.cfg.Spool.Claim(r.Context(), spool.Entry{
 		Producer: s.cfg.Producer,
 		Key:      ev.IdempotencyKey,
-		Hash:     ev.Hash(),
-		Payload:  ev.Canonical(),
+		Hash:     event.HashCanonical(canonical),
+		Payload:  canonical,
 	})
 	switch {
 	case errors.Is(err, spool.ErrFull):

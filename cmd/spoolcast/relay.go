@@ -59,8 +59,7 @@ func relayCommand() (*flag.FlagSet, runFunc) {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "\nrelay ready on http://%s — try:\n  %s\n\n", r.addr, sampleCurl(r.addr))
-		<-ctx.Done()
-		return r.shutdown(o.shutdownTimeout)
+		return r.wait(ctx, o.shutdownTimeout)
 	}
 }
 
@@ -136,6 +135,18 @@ func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runn
 	go func() { r.served <- r.server.Serve(ln) }()
 	r.log.Info("relay listening", "addr", r.addr, "producer", o.producer, "spool", o.spoolPath, "sync", o.syncMode, "auth", verifier != nil)
 	return r, nil
+}
+
+// wait serves until ctx is cancelled, then shuts down. A server that stops on
+// its own is an error, and the spool is still closed cleanly.
+func (r *runningRelay) wait(ctx context.Context, timeout time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return r.shutdown(timeout)
+	case err := <-r.served:
+		r.served <- err
+		return errors.Join(fmt.Errorf("serve: %w", err), r.shutdown(timeout))
+	}
 }
 
 // shutdown stops accepting, answers what is in flight, then closes the spool.

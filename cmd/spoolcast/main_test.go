@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestHelpListsEveryRelayFlagWithDefaultAndEnv(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"--help"}, &out, &out); code != 0 {
+		t.Fatalf("--help exited %d", code)
+	}
+	for _, want := range []string{
+		"--listen", "default 127.0.0.1:7070, env SPOOLCAST_LISTEN",
+		"--spool", "default ./data/spool.db",
+		"--producer", "--max-body", "default 64KiB", "--spool-max-bytes", "default 1GiB",
+		"--sync", "default full", "--key-ttl", "default 24h0m0s", "--service-jwt-secret-file",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("spoolcast --help lacks %q", want)
+		}
+	}
+	out.Reset()
+	if code := run([]string{"relay", "--help"}, &out, &out); code != 0 || !strings.Contains(out.String(), "SPOOLCAST_SPOOL_MAX_BYTES") {
+		t.Errorf("relay --help exited %d:\n%s", code, out.String())
+	}
+}
+
+func TestRelayRefusesToStartWithoutWhatItNeeds(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"without a producer", []string{"relay", "--spool", dir + "/a.db"}, nil, "--producer is required"},
+		{"on a public address without a secret", []string{"relay", "--producer", "p", "--listen", "0.0.0.0:0", "--spool", dir + "/b.db"}, nil, "not a loopback address"},
+		{"with a bad size from the environment", []string{"relay", "--producer", "p"}, map[string]string{"SPOOLCAST_MAX_BODY": "lots"}, "SPOOLCAST_MAX_BODY"},
+		{"with a bad sync mode", []string{"relay", "--producer", "p", "--sync", "sometimes", "--spool", dir + "/c.db"}, nil, "sync mode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var out bytes.Buffer
+			if code := run(tc.args, &out, &out); code == 0 || !strings.Contains(out.String(), tc.want) {
+				t.Errorf("exit %d, output %q; want an error naming %q", code, out.String(), tc.want)
+			}
+		})
+	}
+}
+
+func TestByteSizesParseTheUnitsTheDocsName(t *testing.T) {
+	for in, want := range map[string]int64{"65536": 65536, "64KiB": 64 << 10, "1GiB": 1 << 30, "10MB": 10e6, "3 MiB": 3 << 20} {
+		var b byteSize
+		if err := b.Set(in); err != nil || int64(b) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, b, err, want)
+		}
+	}
+	var b byteSize
+	if err := b.Set("-1"); err == nil {
+		t.Error("a negative size was accepted")
+	}
+}

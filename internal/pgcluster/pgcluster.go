@@ -1,0 +1,246 @@
+// Package pgcluster runs a local Postgres cluster from the installed initdb and
+// pg_ctl: a throwaway one for tests, a kept one under ./data/pg for
+// `spoolcast dev`. When run as root it runs Postgres as the postgres user, since
+// Postgres refuses to run as root.
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNoPostgres: no initdb/pg_ctl could be found.
+var ErrNoPostgres = errors.New("no Postgres server binaries (initdb, pg_ctl) found; install postgresql or set DATABASE_URL")
+
+// Config describes a local cluster.
+type Config struct {
+	// Dir holds the cluster's data (Dir/data), socket and log. Required.
+	Dir string
+	// Port to listen on, on 127.0.0.1. Default: a free port, remembered in Dir for reuse.
+	Port int
+	// Durable keeps fsync on. Tests turn it off for speed; `spoolcast dev` keeps it.
+	Durable bool
+}
+
+// Cluster is a local Postgres cluster.
+type Cluster struct {
+	cfg  Config
+	bin  string
+	cred *syscall.Credential
+	// URL is the connection URL of the cluster's postgres database.
+	URL string
+}
+
+// FindBinaries returns the directory holding initdb and pg_ctl: PATH first, then
+// the newest /usr/lib/postgresql/*/bin.
+func FindBinaries() (string, error) {
+	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err == nil {
+			return d, nil
+		}
+	}
+	return "", ErrNoPostgres
+}
+
+func versionOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// Start initialises the cluster if Dir has none, starts it and waits until it
+// accepts connections.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	bin, err := FindBinaries()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Dir = dir
+	c := &Cluster{cfg: cfg, bin: bin}
+	if os.Geteuid() == 0 {
+		if c.cred, err = postgresUser(); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	if err := c.chown(dir); err != nil {
+		return nil, err
+	}
+	if cfg.Port == 0 {
+		cfg.Port, err = rememberedPort(dir)
+		if err != nil {
+			return nil, err
+		}
+		c.cfg.Port = cfg.Port
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "PG_VERSION")); err != nil {
+		if out, err := c.run(ctx, "initdb", "-D", filepath.Join(dir, "data"), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"); err != nil {
+			return nil, fmt.Errorf("initdb: %w\n%s", err, out)
+		}
+	}
+	if c.running() {
+		// A server left by a run that did not stop cleanly: reuse it.
+		c.URL = c.url()
+		return c, c.waitReady(ctx)
+	}
+	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=%s -c max_connections=200", cfg.Port, dir)
+	if !cfg.Durable {
+		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	if out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(dir, "data"), "-l", filepath.Join(dir, "postgres.log"), "-o", opts, "-w", "-t", "60", "start"); err != nil {
+		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, tail(filepath.Join(dir, "postgres.log")))
+	}
+	c.URL = c.url()
+	return c, c.waitReady(ctx)
+}
+
+// Stop stops the server (fast mode: connections are closed, data is kept).
+func (c *Cluster) Stop() error {
+	if !c.running() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.cfg.Dir, "data"), "-m", "fast", "-w", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// Restart starts a stopped cluster again on the same port.
+func (c *Cluster) Restart(ctx context.Context) error {
+	_, err := Start(ctx, c.cfg)
+	return err
+}
+
+// Port is the TCP port the cluster listens on.
+func (c *Cluster) Port() int { return c.cfg.Port }
+
+func (c *Cluster) url() string {
+	u := url.URL{Scheme: "postgres", User: url.User("postgres"), Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.cfg.Port)), Path: "/postgres"}
+	return u.String() + "?sslmode=disable"
+}
+
+func (c *Cluster) running() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.cfg.Dir, "data"), "status")
+	return err == nil
+}
+
+func (c *Cluster) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := pgx.Connect(ctx, c.URL)
+		if err == nil {
+			conn.Close(ctx)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres at %s not ready: %w", c.URL, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
+	cmd.Dir = c.cfg.Dir
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+		cmd.Env = append(os.Environ(), "HOME="+c.cfg.Dir)
+	}
+	// pg_ctl start leaves the server running with our stdout open; a file keeps
+	// the call from waiting on the server's lifetime.
+	out, err := os.CreateTemp("", "pgcluster-*.out")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	cmd.Stdout, cmd.Stderr = out, out
+	err = cmd.Run()
+	b, _ := os.ReadFile(out.Name())
+	return b, err
+}
+
+func (c *Cluster) chown(path string) error {
+	if c.cred == nil {
+		return nil
+	}
+	return filepath.Walk(path, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(c.cred.Uid), int(c.cred.Gid))
+	})
+}
+
+func postgresUser() (*syscall.Credential, error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root needs a postgres user to run Postgres as: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// rememberedPort returns the port stored in dir/port, or a free one, stored.
+func rememberedPort(dir string) (int, error) {
+	file := filepath.Join(dir, "port")
+	if b, err := os.ReadFile(file); err == nil {
+		if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && p > 0 {
+			return p, nil
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return port, os.WriteFile(file, []byte(strconv.Itoa(port)), 0o644)
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}

@@ -1,0 +1,150 @@
+package sync
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolcast/spoolcast/event"
+)
+
+//go:embed ingest.sql
+var ingestSQL string
+
+// NotifyChannel is the Postgres channel ingest wakes live listeners on. The
+// payload is the highest notification id of the transaction: a hint to read
+// committed rows, never the data itself.
+const NotifyChannel = "spoolcast_notifications"
+
+// Item is one producer event to persist.
+type Item struct {
+	// Producer scopes the event's key: the relay's --producer, or the service
+	// token's subject at central.
+	Producer string
+	Event    event.Event
+	// Hash is the SHA-256 of the event's canonical form; computed when nil.
+	Hash []byte
+	// ReceivedAt is when the first ingress point received the event.
+	ReceivedAt time.Time
+}
+
+// Outcome is what ingest did with one event.
+type Outcome int
+
+// The outcomes of ingesting an event.
+const (
+	// New: at least one of the event's recipients got a new notification.
+	New Outcome = iota + 1
+	// Duplicate: every recipient already had this event's notification.
+	Duplicate
+	// Conflict: the key was used before for a different request; nothing was written.
+	Conflict
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case New:
+		return "new"
+	case Duplicate:
+		return "duplicate"
+	case Conflict:
+		return "conflict"
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Result is the outcome of one event and the notifications it created.
+type Result struct {
+	Outcome Outcome
+	Created int
+}
+
+// DB is what ingest needs of Postgres: a pgxpool.Pool, a pgx.Conn or a pgx.Tx.
+type DB interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// NotificationKey derives a recipient's notification key from the producer,
+// the producer's key and the recipient. Length prefixes keep it unambiguous
+// whatever characters the parts hold.
+func NotificationKey(producer, key, recipient string) string {
+	return strconv.Itoa(len(producer)) + ":" + producer + ":" + strconv.Itoa(len(key)) + ":" + key + ":" + recipient
+}
+
+// Ingest persists a batch of events in one statement, and so one transaction:
+// it claims every recipient's notification key (ON CONFLICT DO NOTHING
+// RETURNING), inserts notifications for the keys that came back, queues their
+// push work and sends one NOTIFY. An event whose key was already claimed with
+// another request writes nothing and is reported Conflict. Sending the same
+// batch twice is harmless: the second time every event is Duplicate.
+//
+// The statement is sent unprepared, so it works through PgBouncer in
+// transaction mode.
+func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	var a ingestArgs
+	for i, it := range items {
+		hash := it.Hash
+		if hash == nil {
+			hash = it.Event.Hash()
+		}
+		var received *time.Time
+		if !it.ReceivedAt.IsZero() {
+			t := it.ReceivedAt
+			received = &t
+		}
+		data := "{}"
+		if len(it.Event.Data) > 0 {
+			data = string(it.Event.Data)
+		}
+		for _, r := range it.Event.Recipients {
+			a.key = append(a.key, NotificationKey(it.Producer, it.Event.IdempotencyKey, r))
+			a.ev = append(a.ev, int32(i))
+			a.hash = append(a.hash, hash)
+			a.user = append(a.user, r)
+			a.received = append(a.received, received)
+			a.typ = append(a.typ, it.Event.Type)
+			a.category = append(a.category, it.Event.Category)
+			a.title = append(a.title, it.Event.Title)
+			a.body = append(a.body, it.Event.Body)
+			a.data = append(a.data, data)
+			a.producer = append(a.producer, it.Producer)
+			a.producerKey = append(a.producerKey, it.Event.IdempotencyKey)
+			a.runID = append(a.runID, it.Event.RunID)
+		}
+	}
+	var created, conflicted []int32
+	err := db.QueryRow(ctx, ingestSQL, pgx.QueryExecModeExec,
+		a.key, a.ev, a.hash, a.user, a.received, a.typ, a.category, a.title, a.body, a.data, a.producer, a.producerKey, a.runID,
+		NotifyChannel,
+	).Scan(&created, &conflicted, nil)
+	if err != nil {
+		return nil, fmt.Errorf("ingest %d events: %w", len(items), err)
+	}
+	results := make([]Result, len(items))
+	for i := range results {
+		results[i].Outcome = Duplicate
+	}
+	for _, ev := range conflicted {
+		results[ev].Outcome = Conflict
+	}
+	for _, ev := range created {
+		results[ev].Outcome = New
+		results[ev].Created++
+	}
+	return results, nil
+}
+
+type ingestArgs struct {
+	key, user, typ, category, title, body, data, producer, producerKey, runID []string
+	ev                                                                        []int32
+	hash                                                                      [][]byte
+	received                                                                  []*time.Time
+}
+

@@ -1,0 +1,194 @@
+package sync_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/sync"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func newPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), pgtest.DB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func mustEvent(t testing.TB, key string, recipients ...string) event.Event {
+	t.Helper()
+	to, _ := json.Marshal(recipients)
+	body := fmt.Sprintf(`{"idempotency_key":%q,"type":"job.finished","category":"jobs","recipients":%s,"title":"Export ready","data":{"rows":12345}}`, key, to)
+	ev, err := event.Decode([]byte(body), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func count(t testing.TB, pool *pgxpool.Pool, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestIngestPersistsOneNotificationPerRecipientOnce(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	received := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	items := []sync.Item{
+		{Producer: "billing", Event: mustEvent(t, "inv:1", "u1", "u2"), ReceivedAt: received},
+		{Producer: "billing", Event: mustEvent(t, "inv:2", "u1")},
+		{Producer: "search", Event: mustEvent(t, "inv:1", "u1")}, // same key, other producer: its own notification
+	}
+	res, err := sync.Ingest(ctx, pool, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sync.Result{{sync.New, 2}, {sync.New, 1}, {sync.New, 1}}
+	for i := range want {
+		if res[i] != want[i] {
+			t.Errorf("result %d = %+v, want %+v", i, res[i], want[i])
+		}
+	}
+	again, err := sync.Ingest(ctx, pool, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range again {
+		if r.Outcome != sync.Duplicate || r.Created != 0 {
+			t.Errorf("re-sent event %d = %+v, want duplicate", i, r)
+		}
+	}
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 4 {
+		t.Errorf("notifications = %d, want 4", n)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM push_queue"); n != 4 {
+		t.Errorf("push_queue = %d, want 4", n)
+	}
+	var title, category, producer, key string
+	var data map[string]any
+	var gotReceived time.Time
+	err = pool.QueryRow(ctx, `SELECT title, category, producer, idempotency_key, data, received_at FROM notifications WHERE user_id = 'u2'`).
+		Scan(&title, &category, &producer, &key, &data, &gotReceived)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if title != "Export ready" || category != "jobs" || producer != "billing" || key != "inv:1" || data["rows"] != float64(12345) || !gotReceived.Equal(received) {
+		t.Errorf("row = %q %q %q %q %v %v", title, category, producer, key, data, gotReceived)
+	}
+}
+
+func TestIngestOfAReusedKeyWithAnotherRequestWritesNothing(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	if _, err := sync.Ingest(ctx, pool, []sync.Item{{Producer: "p", Event: mustEvent(t, "k", "u1")}}); err != nil {
+		t.Fatal(err)
+	}
+	other := mustEvent(t, "k", "u1", "u2") // same key, another request (one more recipient)
+	res, err := sync.Ingest(ctx, pool, []sync.Item{{Producer: "p", Event: other}, {Producer: "p", Event: mustEvent(t, "k2", "u1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Outcome != sync.Conflict || res[1].Outcome != sync.New {
+		t.Fatalf("results = %+v; want conflict, then new", res)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM notifications WHERE user_id = 'u2'"); n != 0 {
+		t.Errorf("the conflicting event wrote %d notifications for its new recipient", n)
+	}
+}
+
+func TestIngestNotifiesOncePerTransaction(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	listener, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Release()
+	if _, err := listener.Exec(ctx, "LISTEN "+sync.NotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	items := []sync.Item{{Producer: "p", Event: mustEvent(t, "a", "u1", "u2", "u3")}, {Producer: "p", Event: mustEvent(t, "b", "u1")}}
+	if _, err := sync.Ingest(ctx, pool, items); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sync.Ingest(ctx, pool, items); err != nil { // all duplicates: no wake-up
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := listener.Conn().WaitForNotification(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var maxID string
+	if err := pool.QueryRow(ctx, "SELECT max(id)::text FROM notifications").Scan(&maxID); err != nil {
+		t.Fatal(err)
+	}
+	if n.Payload != maxID {
+		t.Errorf("payload = %q, want the batch's highest id %s", n.Payload, maxID)
+	}
+	wctx2, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	if extra, err := listener.Conn().WaitForNotification(wctx2); err == nil {
+		t.Errorf("a second notification %q; want one per transaction that inserted", extra.Payload)
+	}
+}
+
+func TestConcurrentOverlappingBatchesMakeOneRowPerKey(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	const events = 300
+	var wg gosync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			var items []sync.Item
+			for i := range events {
+				// Each worker sends every event, in its own order.
+				j := (i*7 + w*53) % events
+				items = append(items, sync.Item{Producer: "p", Event: mustEvent(t, fmt.Sprintf("k%d", j), "u1", fmt.Sprintf("u%d", j%5+2))})
+				if len(items) == 50 {
+					if _, err := sync.Ingest(context.Background(), pool, items); err != nil {
+						t.Error(err)
+						return
+					}
+					items = nil
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != events*2 {
+		t.Errorf("notifications = %d, want %d", n, events*2)
+	}
+}
+
+func TestIngestOfAnEmptyBatchDoesNothing(t *testing.T) {
+	t.Parallel()
+	res, err := sync.Ingest(context.Background(), nil, nil)
+	if err != nil || res != nil {
+		t.Errorf("Ingest(nil) = %v, %v", res, err)
+	}
+}
+
+var _ sync.DB = (*pgx.Conn)(nil)

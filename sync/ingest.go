@@ -147,4 +147,3 @@ type ingestArgs struct {
 	hash                                                                      [][]byte
 	received                                                                  []*time.Time
 }
-

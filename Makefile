@@ -5,9 +5,9 @@ BIN       ?= bin/spoolcast
 
 .PHONY: run build test lint bench fuzz clean
 
-## run: start the relay locally with its defaults and print a ready curl line
-run:
-	$(GO) run ./cmd/spoolcast relay --producer demo
+## run: the whole pipeline locally (Postgres under ./data/pg, migrations, relay + forwarder); Ctrl-C stops it
+run: build
+	./$(BIN) dev
 
 ## build: build the spoolcast binary into bin/
 build:
@@ -23,10 +23,11 @@ lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-## bench: the hot-path benchmarks and the relay load generator
+## bench: the hot-path benchmarks, the relay load generator and the forwarder benchmark
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./spool/
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./spool/ ./relay/
 	$(GO) run ./benchmarks/loadgen -duration 10s
+	$(GO) run ./benchmarks/forwardbench
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:

@@ -133,7 +133,7 @@ func Open(ctx context.Context, cfg Config) (*Spool, error) {
 	}
 	cfg = cfg.withDefaults()
 	if dir := filepath.Dir(cfg.Path); dir != "" {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create spool directory: %w", err)
 		}
 	}

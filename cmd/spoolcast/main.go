@@ -28,7 +28,10 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"dev", "run the whole pipeline locally: Postgres, migrations, relay and forwarder", devCommand},
 		{"relay", "run the producer-facing sidecar: spool events durably and forward them", relayCommand},
+		{"migrate", "apply or list the Postgres schema migrations: `migrate up` or `migrate status`", migrateCommand},
+		{"emit", "post one sample event to a relay and print the answer", emitCommand},
 		{"spool", "inspect a spool file: `spool stats` or `spool ls`", spoolCommand},
 	}
 }

@@ -11,9 +11,13 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/relay"
 	"github.com/spoolcast/spoolcast/spool"
+	"github.com/spoolcast/spoolcast/sync"
 )
 
 // relayOptions are the relay's flags.
@@ -27,6 +31,10 @@ type relayOptions struct {
 	keyTTL          time.Duration
 	jwtSecretFile   string
 	shutdownTimeout time.Duration
+	databaseURL     string
+	batchSize       int
+	maxBackoff      time.Duration
+	dbMaxConns      int
 	log             logFlags
 }
 
@@ -41,7 +49,11 @@ func (o *relayOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.syncMode, "sync", "full", "SQLite synchronous mode: full (survives power loss) or normal (survives a crash of the relay)")
 	fs.DurationVar(&o.keyTTL, "key-ttl", 24*time.Hour, "how long forwarded keys are kept to answer retries as duplicates")
 	fs.StringVar(&o.jwtSecretFile, "service-jwt-secret-file", "", "file holding the HS256 secret of service tokens; when set, every event needs a bearer token with scope push:emit")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight and the final forward")
+	fs.StringVar(&o.databaseURL, "database-url", "", "Postgres URL to forward the spool to; without it the relay only spools")
+	fs.IntVar(&o.batchSize, "batch-size", 500, "most events forwarded in one Postgres transaction")
+	fs.DurationVar(&o.maxBackoff, "max-backoff", 5*time.Second, "longest wait between forwarding retries while Postgres is unreachable")
+	fs.IntVar(&o.dbMaxConns, "db-max-conns", 2, "Postgres connections the forwarder may open")
 	o.log.register(fs)
 }
 
@@ -65,11 +77,13 @@ func relayCommand() (*flag.FlagSet, runFunc) {
 
 // runningRelay is a started relay: its spool, server and listener.
 type runningRelay struct {
-	addr   string
-	log    *slog.Logger
-	spool  *spool.Spool
-	server *http.Server
-	served chan error
+	addr      string
+	log       *slog.Logger
+	spool     *spool.Spool
+	server    *http.Server
+	served    chan error
+	forwarder *sync.Forwarder
+	pool      *pgxpool.Pool
 }
 
 func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runningRelay, error) {
@@ -114,15 +128,28 @@ func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runn
 		sp.Close(ctx)
 		return nil, err
 	}
+	var pool *pgxpool.Pool
+	var forwarder *sync.Forwarder
+	if o.databaseURL != "" {
+		if pool, forwarder, err = newForwarder(o, sp, reg, logger); err != nil {
+			sp.Close(ctx)
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
 		sp.Close(ctx)
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	r := &runningRelay{
-		addr:  ln.Addr().String(),
-		log:   logger.With("component", "relay"),
-		spool: sp,
+		forwarder: forwarder,
+		pool:      pool,
+		addr:      ln.Addr().String(),
+		log:       logger.With("component", "relay"),
+		spool:     sp,
 		server: &http.Server{
 			Handler:           handler,
 			ReadHeaderTimeout: 10 * time.Second,
@@ -134,6 +161,12 @@ func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runn
 	}
 	go func() { r.served <- r.server.Serve(ln) }()
 	r.log.Info("relay listening", "addr", r.addr, "producer", o.producer, "spool", o.spoolPath, "sync", o.syncMode, "auth", verifier != nil)
+	if forwarder != nil {
+		forwarder.Start(context.WithoutCancel(ctx))
+		r.log.Info("forwarding the spool to Postgres", "batch_size", o.batchSize, "max_conns", o.dbMaxConns)
+	} else {
+		r.log.Warn("no --database-url: the relay only spools; accepted events wait in the spool until a relay with --database-url forwards them")
+	}
 	return r, nil
 }
 
@@ -158,12 +191,56 @@ func (r *runningRelay) shutdown(timeout time.Duration) error {
 	if err := <-r.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		errShutdown = errors.Join(errShutdown, err)
 	}
+	var errForward error
+	if r.forwarder != nil {
+		errForward = r.forwarder.Stop(ctx)
+		r.pool.Close()
+	}
 	errSpool := r.spool.Close(ctx)
-	if err := errors.Join(errShutdown, errSpool); err != nil {
+	if err := errors.Join(errShutdown, errForward, errSpool); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	r.log.Info("relay stopped cleanly")
 	return nil
+}
+
+// faultEnv names a test-only fault to inject; see docs/operations.md.
+const faultEnv = "SPOOLCAST_TEST_FAULT"
+
+func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, logger *slog.Logger) (*pgxpool.Pool, *sync.Forwarder, error) {
+	if o.dbMaxConns < 1 {
+		return nil, nil, fmt.Errorf("--db-max-conns %d: want at least 1", o.dbMaxConns)
+	}
+	cfg, err := pgxpool.ParseConfig(o.databaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--database-url: %w", err)
+	}
+	cfg.MaxConns = int32(o.dbMaxConns)
+	cfg.MinConns = 0
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--database-url: %w", err)
+	}
+	fcfg := sync.ForwarderConfig{
+		Spool:      sp,
+		DB:         pool,
+		BatchSize:  o.batchSize,
+		MaxBackoff: o.maxBackoff,
+		Metrics:    sync.NewMetrics(reg),
+		Logger:     logger,
+	}
+	if os.Getenv(faultEnv) == "exit-after-ingest" {
+		fcfg.AfterIngest = func() {
+			logger.Error("test fault: exiting after the Postgres commit, before the spool acknowledgement")
+			os.Exit(97)
+		}
+	}
+	f, err := sync.NewForwarder(fcfg)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, f, nil
 }
 
 func isLoopback(listen string) bool {

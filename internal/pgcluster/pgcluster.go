@@ -90,10 +90,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	if err := c.chown(dir); err != nil {
+		return nil, err
+	}
+	if err := c.checkReachable(dir); err != nil {
 		return nil, err
 	}
 	if cfg.Port == 0 {
@@ -208,6 +211,26 @@ func (c *Cluster) chown(path string) error {
 		}
 		return os.Lchown(p, int(c.cred.Uid), int(c.cred.Gid))
 	})
+}
+
+// checkReachable makes sure the postgres user can reach dir: every directory
+// above it must be searchable by others.
+func (c *Cluster) checkReachable(dir string) error {
+	if c.cred == nil {
+		return nil
+	}
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("postgres runs as the postgres user and cannot reach %s: %s is not searchable by others (chmod o+x %s)", dir, p, p)
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
 }
 
 func postgresUser() (*syscall.Credential, error) {

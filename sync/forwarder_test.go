@@ -1,0 +1,321 @@
+package sync_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"path/filepath"
+	"strings"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/proctest"
+	"github.com/spoolcast/spoolcast/migrations"
+	"github.com/spoolcast/spoolcast/spool"
+)
+
+// relayProc is a relay subprocess with its forwarder.
+type relayProc struct {
+	*proctest.Process
+	base  string
+	spool string
+}
+
+func startRelay(t *testing.T, dbURL, spoolPath string, env ...string) *relayProc {
+	t.Helper()
+	addr := proctest.FreeAddr(t)
+	p := proctest.Start(t, env, "relay", "--producer", "billing", "--listen", addr, "--spool", spoolPath,
+		"--database-url", dbURL, "--max-backoff", "200ms", "--log-level", "warn")
+	r := &relayProc{Process: p, base: "http://" + addr, spool: spoolPath}
+	p.WaitHealthy(r.base)
+	return r
+}
+
+var client = &http.Client{Timeout: 10 * time.Second}
+
+func eventBody(key string, recipients ...string) string {
+	to, _ := json.Marshal(recipients)
+	return fmt.Sprintf(`{"idempotency_key":%q,"type":"job.finished","category":"jobs","recipients":%s,"title":"Export %s ready"}`, key, to, key)
+}
+
+// post sends one event and returns the status, or 0 when the relay did not answer.
+func (r *relayProc) post(body string) int {
+	resp, err := client.Post(r.base+"/v1/events", "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (r *relayProc) mustPost(t *testing.T, body string) {
+	t.Helper()
+	if s := r.post(body); s != http.StatusAccepted && s != http.StatusOK {
+		t.Fatalf("post answered %d, want 202 or 200", s)
+	}
+}
+
+func pendingIn(t *testing.T, spoolPath string) int64 {
+	t.Helper()
+	rd, err := spool.OpenReadOnly(spoolPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	st, err := rd.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Pending
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func connect(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func TestRelayForwardsEveryRecipientExactlyOnce(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.DB(t)
+	pool := connect(t, dbURL)
+	r := startRelay(t, dbURL, filepath.Join(t.TempDir(), "spool.db"))
+	for i := range 200 {
+		r.mustPost(t, eventBody(fmt.Sprintf("job:%d", i), "u1", fmt.Sprintf("u%d", i+2)))
+	}
+	waitFor(t, "400 notifications", 30*time.Second, func() bool {
+		return count(t, pool, "SELECT count(*) FROM notifications") >= 400
+	})
+	waitFor(t, "the spool to drain", 10*time.Second, func() bool { return pendingIn(t, r.spool) == 0 })
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 400 {
+		t.Errorf("notifications = %d, want exactly 400", n)
+	}
+	if n := count(t, pool, "SELECT count(DISTINCT notification_key) FROM notifications"); n != 400 {
+		t.Errorf("distinct keys = %d, want 400", n)
+	}
+	resp, err := http.Get(r.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var metrics strings.Builder
+	_, _ = fmt.Fprint(&metrics, readAll(resp))
+	for _, want := range []string{"spoolcast_sync_forwarded_total 200", "spoolcast_sync_lag_seconds_count 200", "spoolcast_sync_batch_duration_seconds_count", "spoolcast_sync_errors_total 0", "spoolcast_sync_duplicates_total 0"} {
+		if !strings.Contains(metrics.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	r.Stop()
+}
+
+func readAll(resp *http.Response) string {
+	var b strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return b.String()
+		}
+	}
+}
+
+func TestSameKeyThroughTwoRelaysMakesOneNotificationPerRecipient(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.DB(t)
+	pool := connect(t, dbURL)
+	a := startRelay(t, dbURL, filepath.Join(t.TempDir(), "a.db"))
+	b := startRelay(t, dbURL, filepath.Join(t.TempDir(), "b.db"))
+	for i := range 50 {
+		body := eventBody(fmt.Sprintf("meeting:%d", i), "u1", "u2")
+		a.mustPost(t, body)
+		b.mustPost(t, body)
+	}
+	waitFor(t, "both spools to drain", 30*time.Second, func() bool {
+		return pendingIn(t, a.spool) == 0 && pendingIn(t, b.spool) == 0
+	})
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 100 {
+		t.Errorf("notifications = %d, want 100 (50 events × 2 recipients, once)", n)
+	}
+}
+
+func TestCrashAfterCommitBeforeAckResendsWithoutDuplicates(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.DB(t)
+	pool := connect(t, dbURL)
+	spoolPath := filepath.Join(t.TempDir(), "spool.db")
+
+	// The first relay exits right after its first Postgres commit, before it
+	// acknowledges the batch in the spool.
+	first := startRelay(t, dbURL, spoolPath, "SPOOLCAST_TEST_FAULT=exit-after-ingest")
+	for i := range 20 {
+		if s := first.post(eventBody(fmt.Sprintf("k%d", i), "u1", "u2")); s != http.StatusAccepted && s != 0 {
+			t.Fatalf("post %d = %d", i, s)
+		}
+	}
+	select {
+	case <-first.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not exit at the injected fault")
+	}
+	committed := count(t, pool, "SELECT count(*) FROM notifications")
+	pending := pendingIn(t, spoolPath)
+	if committed == 0 || pending == 0 {
+		t.Fatalf("after the fault: %d notifications committed, %d spool rows pending; want both > 0", committed, pending)
+	}
+
+	second := startRelay(t, dbURL, spoolPath)
+	waitFor(t, "the spool to drain", 30*time.Second, func() bool { return pendingIn(t, spoolPath) == 0 })
+	accepted := acceptedKeys(t, spoolPath)
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 2*accepted {
+		t.Errorf("notifications = %d, want %d (each spooled event × 2 recipients, once)", n, 2*accepted)
+	}
+	resp, err := http.Get(second.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := readAll(resp); !strings.Contains(m, "spoolcast_sync_duplicates_total") || strings.Contains(m, "spoolcast_sync_duplicates_total 0\n") {
+		t.Error("the re-sent batch was not counted as duplicates")
+	}
+	resp.Body.Close()
+	second.Stop()
+}
+
+func acceptedKeys(t *testing.T, spoolPath string) int {
+	t.Helper()
+	rd, err := spool.OpenReadOnly(spoolPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	rows, err := rd.List(context.Background(), false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(rows)
+}
+
+func TestPostgresOutageDelaysButLosesNothing(t *testing.T) {
+	t.Parallel()
+	cluster := pgtest.Cluster(t)
+	ctx := context.Background()
+	if _, err := migrations.Up(ctx, cluster.URL, nil); err != nil {
+		t.Fatal(err)
+	}
+	pool := connect(t, cluster.URL)
+	r := startRelay(t, cluster.URL, filepath.Join(t.TempDir(), "spool.db"))
+	for i := range 50 {
+		r.mustPost(t, eventBody(fmt.Sprintf("before:%d", i), "u1"))
+	}
+	waitFor(t, "the first events to land", 30*time.Second, func() bool { return pendingIn(t, r.spool) == 0 })
+
+	if err := cluster.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		if s := r.post(eventBody(fmt.Sprintf("during:%d", i), "u1", "u2")); s != http.StatusAccepted {
+			t.Fatalf("post during the outage answered %d, want 202", s)
+		}
+	}
+	if p := pendingIn(t, r.spool); p != 300 {
+		t.Fatalf("pending during the outage = %d, want 300", p)
+	}
+	if err := cluster.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the spool to drain after the outage", 60*time.Second, func() bool { return pendingIn(t, r.spool) == 0 })
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 50+600 {
+		t.Errorf("notifications = %d, want 650", n)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM notifications WHERE received_at < created_at - interval '1 millisecond'"); n < 600 {
+		t.Errorf("%d delayed notifications kept their relay receipt time; want 600", n)
+	}
+	r.Stop()
+}
+
+func TestKill9WhileForwardingLandsEveryEventOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test runs subprocesses")
+	}
+	t.Parallel()
+	dbURL := pgtest.DB(t)
+	pool := connect(t, dbURL)
+	spoolPath := filepath.Join(t.TempDir(), "spool.db")
+
+	var mu gosync.Mutex
+	answered := map[string]bool{} // key → answered 202 or 200
+	unknown := map[string]bool{}   // key → the relay died before answering
+	const recipients = 3
+	for round := range 5 {
+		r := startRelay(t, dbURL, spoolPath)
+		// A producer retries what it never got an answer for.
+		for key := range unknown {
+			r.mustPost(t, eventBody(key, "u1", "u2", "u3"))
+			answered[key] = true
+			delete(unknown, key)
+		}
+		stop := make(chan struct{})
+		var wg gosync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for n := 0; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					key := fmt.Sprintf("r%d-g%d-n%d", round, g, n)
+					s := r.post(eventBody(key, "u1", "u2", "u3"))
+					mu.Lock()
+					if s == http.StatusAccepted || s == http.StatusOK {
+						answered[key] = true
+					} else {
+						unknown[key] = true
+					}
+					mu.Unlock()
+					if s == 0 {
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(time.Duration(150+rand.IntN(400)) * time.Millisecond)
+		r.Kill()
+		close(stop)
+		wg.Wait()
+	}
+	r := startRelay(t, dbURL, spoolPath)
+	for key := range unknown {
+		r.mustPost(t, eventBody(key, "u1", "u2", "u3"))
+		answered[key] = true
+	}
+	waitFor(t, "the spool to drain", 60*time.Second, func() bool { return pendingIn(t, spoolPath) == 0 })
+	want := len(answered) * recipients
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != want {
+		t.Errorf("notifications = %d, want %d (%d accepted events × %d recipients)", n, want, len(answered), recipients)
+	}
+	t.Logf("5 kills, %d events accepted, %d notifications", len(answered), want)
+	r.Stop()
+}

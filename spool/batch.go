@@ -21,10 +21,12 @@ type Record struct {
 // Pending reports whether the row still waits for the forwarder.
 func (r Record) Pending() bool { return r.ForwardedAt.IsZero() }
 
-// NextBatch returns up to limit pending rows in the order they were accepted.
-// Rows stay pending until MarkForwarded, so a crash between the two re-sends them.
-func (s *Spool) NextBatch(ctx context.Context, limit int) ([]Record, error) {
-	return s.reader.list(ctx, listQuery{pendingOnly: true, limit: limit, withPayload: true})
+// NextBatch returns up to limit pending rows with a seq above afterSeq, in the
+// order they were accepted. Rows stay pending until MarkForwarded, so a crash
+// between the two re-sends them. Seqs are never reused, so a reader that
+// remembers the last seq it took never misses a later row.
+func (s *Spool) NextBatch(ctx context.Context, afterSeq int64, limit int) ([]Record, error) {
+	return s.reader.list(ctx, listQuery{pendingOnly: true, afterSeq: afterSeq, limit: limit, withPayload: true})
 }
 
 // MarkForwarded records that the rows with these seqs are safely in Postgres.

@@ -107,6 +107,7 @@ func (r *Reader) List(ctx context.Context, pendingOnly bool, limit int) ([]Recor
 
 type listQuery struct {
 	pendingOnly bool
+	afterSeq    int64
 	withPayload bool
 	limit       int
 }
@@ -117,15 +118,15 @@ func (r *Reader) list(ctx context.Context, q listQuery) ([]Record, error) {
 	if q.withPayload {
 		b.WriteString(", payload")
 	}
-	b.WriteString(" FROM events")
+	b.WriteString(" FROM events WHERE seq > ?")
 	if q.pendingOnly {
-		b.WriteString(" WHERE forwarded_at IS NULL")
+		b.WriteString(" AND forwarded_at IS NULL")
 	}
 	b.WriteString(" ORDER BY seq")
 	if q.limit > 0 {
 		fmt.Fprintf(&b, " LIMIT %d", q.limit)
 	}
-	rows, err := r.db.QueryContext(ctx, b.String())
+	rows, err := r.db.QueryContext(ctx, b.String(), q.afterSeq)
 	if err != nil {
 		return nil, fmt.Errorf("list spool: %w", err)
 	}

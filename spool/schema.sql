@@ -1,7 +1,9 @@
--- The relay's spool. One row per claimed idempotency key. seq orders forwarding;
--- forwarded_at is NULL while the row waits for Postgres.
+-- The relay's spool. One row per claimed idempotency key. seq orders forwarding
+-- and is never reused (AUTOINCREMENT), even after pruning empties the table, so a
+-- forwarder reading "after seq N" never misses a new row; forwarded_at is NULL
+-- while the row waits for Postgres.
 CREATE TABLE IF NOT EXISTS events (
-    seq          INTEGER PRIMARY KEY,
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
     producer     TEXT    NOT NULL,
     key          TEXT    NOT NULL,
     request_hash BLOB    NOT NULL,

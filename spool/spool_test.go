@@ -165,7 +165,7 @@ func TestBatchesForwardInOrderAndPruneAfterTTL(t *testing.T) {
 	default:
 		t.Error("no wake-up after new rows committed")
 	}
-	batch, err := s.NextBatch(ctx, 3)
+	batch, err := s.NextBatch(ctx, 0, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,12 +178,15 @@ func TestBatchesForwardInOrderAndPruneAfterTTL(t *testing.T) {
 	if err := s.MarkForwarded(ctx, []int64{batch[0].Seq, batch[1].Seq, batch[2].Seq}); err != nil {
 		t.Fatal(err)
 	}
-	rest, err := s.NextBatch(ctx, 10)
+	rest, err := s.NextBatch(ctx, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rest) != 2 || rest[0].Key != "k3" {
 		t.Fatalf("after ack, pending = %+v; want k3, k4", rest)
+	}
+	if after, _ := s.NextBatch(ctx, rest[0].Seq, 10); len(after) != 1 || after[0].Key != "k4" {
+		t.Fatalf("pending after k3's seq = %+v; want k4", after)
 	}
 	st, _ := s.Stats(ctx)
 	if st.Pending != 2 || !st.OldestPending.Equal(rest[0].ReceivedAt) || st.OldestPendingAge != 2*time.Second {
@@ -209,6 +212,20 @@ func TestBatchesForwardInOrderAndPruneAfterTTL(t *testing.T) {
 	// A pruned key is new again: Postgres's claim makes the re-send harmless.
 	if res, err := s.Claim(ctx, entry("k0", "h")); err != nil || res.Outcome != spool.Accepted {
 		t.Errorf("claim of pruned key = %v, %v; want accepted", res.Outcome, err)
+	}
+	// Seqs are never reused, even once pruning removed the highest one.
+	if err := s.MarkForwarded(ctx, []int64{rest[0].Seq, rest[1].Seq}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Hour)
+	if _, err := s.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, entry("k9", "h")); err != nil {
+		t.Fatal(err)
+	}
+	if next, _ := s.NextBatch(ctx, rest[1].Seq, 10); len(next) != 2 || next[1].Key != "k9" {
+		t.Errorf("rows after the last forwarded seq = %+v; want k0 and k9 with new seqs", next)
 	}
 }
 

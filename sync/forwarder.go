@@ -16,7 +16,7 @@ import (
 
 // Spool is what the forwarder needs of the relay's spool.
 type Spool interface {
-	NextBatch(ctx context.Context, limit int) ([]spool.Record, error)
+	NextBatch(ctx context.Context, afterSeq int64, limit int) ([]spool.Record, error)
 	MarkForwarded(ctx context.Context, seqs []int64) error
 	MarkFailed(ctx context.Context, seqs []int64) error
 	Wake() <-chan struct{}
@@ -32,6 +32,9 @@ type ForwarderConfig struct {
 	DB DB
 	// BatchSize is the most rows sent in one ingest transaction. Default 500.
 	BatchSize int
+	// Workers is how many batches are in flight at once, each on its own
+	// Postgres connection. Default 2.
+	Workers int
 	// MinBackoff is the first wait after an error. Default 100ms.
 	MinBackoff time.Duration
 	// MaxBackoff caps the wait between retries. Default 5s.
@@ -58,8 +61,8 @@ func (c ForwarderConfig) Validate() error {
 		return errors.New("forwarder: spool is required")
 	case c.DB == nil:
 		return errors.New("forwarder: database is required")
-	case c.BatchSize < 0:
-		return fmt.Errorf("forwarder: batch size %d must not be negative", c.BatchSize)
+	case c.BatchSize < 0 || c.Workers < 0:
+		return errors.New("forwarder: batch size and workers must not be negative")
 	case c.MaxBackoff < 0 || c.MinBackoff < 0:
 		return errors.New("forwarder: backoff must not be negative")
 	}
@@ -67,13 +70,21 @@ func (c ForwarderConfig) Validate() error {
 }
 
 // Forwarder moves spooled events into Postgres: at least once from the spool's
-// side, exactly once in effect thanks to Ingest's claim.
+// side, exactly once in effect thanks to Ingest's claim. Its workers take
+// consecutive batches from a shared cursor, so several batches are in flight
+// at once; a worker retries its own batch until it lands, so nothing behind the
+// cursor is left pending while the forwarder runs.
 type Forwarder struct {
-	cfg    ForwarderConfig
-	log    *slog.Logger
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   gosync.Once
+	cfg     ForwarderConfig
+	log     *slog.Logger
+	cancel  context.CancelFunc
+	workers gosync.WaitGroup
+	kick    chan struct{}
+	limiter *logLimiter
+	once    gosync.Once
+
+	mu     gosync.Mutex
+	cursor int64 // highest seq handed to a worker
 }
 
 // NewForwarder returns a forwarder; Start runs it.
@@ -82,6 +93,7 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 		return nil, err
 	}
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 500)
+	cfg.Workers = cmp.Or(cfg.Workers, 2)
 	cfg.MinBackoff = cmp.Or(cfg.MinBackoff, 100*time.Millisecond)
 	cfg.MaxBackoff = max(cmp.Or(cfg.MaxBackoff, 5*time.Second), cfg.MinBackoff)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
@@ -95,16 +107,23 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Forwarder{cfg: cfg, log: cfg.Logger.With("component", "forwarder"), done: make(chan struct{})}, nil
+	return &Forwarder{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "forwarder"),
+		kick:    make(chan struct{}, cfg.Workers),
+		limiter: newLogLimiter(10 * time.Second),
+	}, nil
 }
 
-// Start runs the forwarding loop in the background and returns at once.
+// Start runs the forwarding workers in the background and returns at once.
 func (f *Forwarder) Start(ctx context.Context) {
 	ctx, f.cancel = context.WithCancel(ctx)
-	go f.run(ctx)
+	for range f.cfg.Workers {
+		f.workers.Go(func() { f.work(ctx) })
+	}
 }
 
-// Stop stops the loop, then forwards what is still pending until ctx ends.
+// Stop stops the workers, then forwards what is still pending until ctx ends.
 // Safe to call twice.
 func (f *Forwarder) Stop(ctx context.Context) error {
 	var err error
@@ -113,14 +132,20 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 			return
 		}
 		f.cancel()
-		<-f.done
+		f.workers.Wait()
+		// Batches the workers gave up on are still pending: start from the top.
+		var after int64
 		for ctx.Err() == nil {
-			n, ferr := f.forwardOnce(ctx)
+			batch, ferr := f.cfg.Spool.NextBatch(ctx, after, f.cfg.BatchSize)
+			if ferr == nil && len(batch) > 0 {
+				ferr = f.forward(ctx, batch)
+				after = batch[len(batch)-1].Seq
+			}
 			if ferr != nil {
 				err = fmt.Errorf("final flush: %w", ferr)
 				break
 			}
-			if n < f.cfg.BatchSize {
+			if len(batch) < f.cfg.BatchSize {
 				break
 			}
 		}
@@ -128,52 +153,79 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 	return err
 }
 
-func (f *Forwarder) run(ctx context.Context) {
-	defer close(f.done)
+// take hands the next batch after the shared cursor to a worker.
+func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	batch, err := f.cfg.Spool.NextBatch(ctx, f.cursor, f.cfg.BatchSize)
+	if err != nil || len(batch) == 0 {
+		return nil, err
+	}
+	f.cursor = batch[len(batch)-1].Seq
+	if len(batch) == f.cfg.BatchSize {
+		// More is waiting: wake an idle worker to take it.
+		select {
+		case f.kick <- struct{}{}:
+		default:
+		}
+	}
+	return batch, nil
+}
+
+func (f *Forwarder) work(ctx context.Context) {
 	poll := time.NewTicker(f.cfg.PollInterval)
 	defer poll.Stop()
-	var failures int
-	limiter := newLogLimiter(10 * time.Second)
 	for {
-		n, err := f.forwardOnce(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			failures++
-			f.cfg.Metrics.errors.Inc()
-			wait := backoff(failures, f.cfg.MinBackoff, f.cfg.MaxBackoff)
-			if suppressed, ok := limiter.allow(f.cfg.Now()); ok {
-				f.log.Warn("forwarding failed; events stay in the spool and will be retried",
-					"err", err, "attempt", failures, "retry_in", wait.Round(time.Millisecond), "suppressed", suppressed)
-			}
-			if !sleep(ctx, wait) {
+		batch, err := f.take(ctx)
+		if err != nil {
+			if !f.failed(ctx, err, 1) {
 				return
 			}
 			continue
-		case failures > 0:
-			f.log.Info("forwarding recovered", "after_failures", failures)
-			failures = 0
 		}
-		if n == f.cfg.BatchSize {
-			continue // more is waiting
+		if len(batch) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-f.cfg.Spool.Wake():
+			case <-f.kick:
+			case <-poll.C:
+			}
+			continue
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-f.cfg.Spool.Wake():
-		case <-poll.C:
+		// This worker owns the batch until it lands: retry with backoff.
+		for failures := 1; ; failures++ {
+			err := f.forward(ctx, batch)
+			if err == nil {
+				if failures > 1 {
+					f.log.Info("forwarding recovered", "after_failures", failures-1)
+				}
+				break
+			}
+			if !f.failed(ctx, err, failures) {
+				return
+			}
 		}
 	}
 }
 
-// forwardOnce sends the next pending batch and acknowledges it. It returns how
-// many rows the batch held.
-func (f *Forwarder) forwardOnce(ctx context.Context) (int, error) {
-	batch, err := f.cfg.Spool.NextBatch(ctx, f.cfg.BatchSize)
-	if err != nil || len(batch) == 0 {
-		return 0, err
+// failed counts and logs a failure and waits out its backoff; false when the
+// forwarder is stopping.
+func (f *Forwarder) failed(ctx context.Context, err error, failures int) bool {
+	if ctx.Err() != nil {
+		return false
 	}
+	f.cfg.Metrics.errors.Inc()
+	wait := backoff(failures, f.cfg.MinBackoff, f.cfg.MaxBackoff)
+	if suppressed, ok := f.limiter.allow(f.cfg.Now()); ok {
+		f.log.Warn("forwarding failed; events stay in the spool and will be retried",
+			"err", err, "attempt", failures, "retry_in", wait.Round(time.Millisecond), "suppressed", suppressed)
+	}
+	return sleep(ctx, wait)
+}
+
+// forward sends one batch to Postgres and acknowledges it in the spool.
+func (f *Forwarder) forward(ctx context.Context, batch []spool.Record) error {
 	start := time.Now()
 	items := make([]Item, 0, len(batch))
 	seqs := make([]int64, 0, len(batch))
@@ -182,7 +234,7 @@ func (f *Forwarder) forwardOnce(ctx context.Context) (int, error) {
 		if err != nil {
 			// The relay wrote this payload canonically; an unreadable one is a
 			// damaged spool, not a reason to drop it.
-			return 0, fmt.Errorf("spool row %d (key %q): %w", rec.Seq, rec.Key, err)
+			return fmt.Errorf("spool row %d (key %q): %w", rec.Seq, rec.Key, err)
 		}
 		items = append(items, Item{Producer: rec.Producer, Event: ev, Hash: event.HashCanonical(rec.Payload), ReceivedAt: rec.ReceivedAt})
 		seqs = append(seqs, rec.Seq)
@@ -194,23 +246,24 @@ func (f *Forwarder) forwardOnce(ctx context.Context) (int, error) {
 		if markErr := f.cfg.Spool.MarkFailed(context.WithoutCancel(ctx), seqs); markErr != nil {
 			f.log.Debug("count failed attempt", "err", markErr)
 		}
-		return 0, err
+		return err
 	}
 	committed := f.cfg.Now()
 	if f.cfg.AfterIngest != nil {
 		f.cfg.AfterIngest()
 	}
+	// The batch is in Postgres; a failed ack only means it is sent again, harmlessly.
+	ackErr := f.cfg.Spool.MarkForwarded(context.WithoutCancel(ctx), seqs)
 	f.cfg.Metrics.observeBatch(batch, results, committed, time.Since(start))
 	for i, r := range results {
 		if r.Outcome == Conflict {
 			f.log.Warn("event key reused with a different request; Postgres kept the first", "producer", batch[i].Producer, "key", batch[i].Key)
 		}
 	}
-	// The batch is in Postgres; a failed ack only means it is sent again, harmlessly.
-	if err := f.cfg.Spool.MarkForwarded(context.WithoutCancel(ctx), seqs); err != nil {
-		return len(batch), fmt.Errorf("acknowledge forwarded batch: %w", err)
+	if ackErr != nil {
+		return fmt.Errorf("acknowledge forwarded batch: %w", ackErr)
 	}
-	return len(batch), nil
+	return nil
 }
 
 // backoff is exponential from min, capped at max, with full jitter on its upper half.
@@ -235,6 +288,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // logLimiter lets one log line through per interval and counts the rest.
 type logLimiter struct {
+	mu         gosync.Mutex
 	every      time.Duration
 	last       time.Time
 	suppressed int
@@ -243,6 +297,8 @@ type logLimiter struct {
 func newLogLimiter(every time.Duration) *logLimiter { return &logLimiter{every: every} }
 
 func (l *logLimiter) allow(now time.Time) (suppressed int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if !l.last.IsZero() && now.Sub(l.last) < l.every {
 		l.suppressed++
 		return 0, false

@@ -266,7 +266,7 @@ func TestKill9WhileForwardingLandsEveryEventOnce(t *testing.T) {
 
 	var mu gosync.Mutex
 	answered := map[string]bool{} // key → answered 202 or 200
-	unknown := map[string]bool{}   // key → the relay died before answering
+	unknown := map[string]bool{}  // key → the relay died before answering
 	const recipients = 3
 	for round := range 5 {
 		r := startRelay(t, dbURL, spoolPath)

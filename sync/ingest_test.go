@@ -18,7 +18,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func newPool(t *testing.T) *pgxpool.Pool {
+func newPool(t *testing.T) *pgxpool.Pool { return newPoolTB(t) }
+
+func newPoolTB(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), pgtest.DB(t))
 	if err != nil {

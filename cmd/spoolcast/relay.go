@@ -53,7 +53,7 @@ func (o *relayOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.databaseURL, "database-url", "", "Postgres URL to forward the spool to; without it the relay only spools")
 	fs.IntVar(&o.batchSize, "batch-size", 500, "most events forwarded in one Postgres transaction")
 	fs.DurationVar(&o.maxBackoff, "max-backoff", 5*time.Second, "longest wait between forwarding retries while Postgres is unreachable")
-	fs.IntVar(&o.dbMaxConns, "db-max-conns", 2, "Postgres connections the forwarder may open")
+	fs.IntVar(&o.dbMaxConns, "db-max-conns", 2, "Postgres connections the forwarder may open; each carries one batch in flight")
 	o.log.register(fs)
 }
 
@@ -225,6 +225,7 @@ func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, lo
 		Spool:      sp,
 		DB:         pool,
 		BatchSize:  o.batchSize,
+		Workers:    o.dbMaxConns, // one batch in flight per connection
 		MaxBackoff: o.maxBackoff,
 		Metrics:    sync.NewMetrics(reg),
 		Logger:     logger,

@@ -34,6 +34,8 @@ type Config struct {
 	Port int
 	// Durable keeps fsync on. Tests turn it off for speed; `spoolcast dev` keeps it.
 	Durable bool
+	// Settings are extra server settings, name=value.
+	Settings []string
 }
 
 // Cluster is a local Postgres cluster.
@@ -119,6 +121,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=%s -c max_connections=200", cfg.Port, dir)
 	if !cfg.Durable {
 		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	for _, s := range cfg.Settings {
+		opts += " -c " + s
 	}
 	if out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(dir, "data"), "-l", filepath.Join(dir, "postgres.log"), "-o", opts, "-w", "-t", "60", "start"); err != nil {
 		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, tail(filepath.Join(dir, "postgres.log")))

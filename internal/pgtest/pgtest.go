@@ -101,6 +101,18 @@ func AdminURL(t testing.TB) string {
 // when the test ends.
 func DB(t testing.TB) string {
 	t.Helper()
+	return newDB(t, fmt.Sprintf("%s_%d", templateDB, os.Getpid()))
+}
+
+// EmptyDB returns the URL of a new database without the schema, dropped when
+// the test ends.
+func EmptyDB(t testing.TB) string {
+	t.Helper()
+	return newDB(t, "template0")
+}
+
+func newDB(t testing.TB, template string) string {
+	t.Helper()
 	admin := AdminURL(t)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, admin)
@@ -109,7 +121,7 @@ func DB(t testing.TB) string {
 	}
 	defer conn.Close(ctx)
 	name := fmt.Sprintf("t_%d_%d", os.Getpid(), dbSeq.Add(1))
-	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s_%d", name, templateDB, os.Getpid())); err != nil {
+	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template)); err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
 	t.Cleanup(func() {

@@ -1,0 +1,336 @@
+// Command forwardbench measures the forwarder against Postgres.
+//
+//  1. Throughput: a spool filled with -events events (one recipient each) is
+//     drained by the forwarder into Postgres; the baseline inserts the same
+//     claim and notification rows by a plain unnest batch loop with no spool,
+//     in the same run, on the same server.
+//  2. Lag: a real relay subprocess with its forwarder takes a steady -rate
+//     events/s for -lag-duration; lag is each notification's Postgres commit
+//     transaction time minus the relay's receipt time.
+//
+// It starts its own Postgres cluster (fsync on) from the installed binaries,
+// or uses -database-url.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/pgcluster"
+	"github.com/spoolcast/spoolcast/migrations"
+	"github.com/spoolcast/spoolcast/spool"
+	spsync "github.com/spoolcast/spoolcast/sync"
+)
+
+func main() {
+	var (
+		events      = flag.Int("events", 100_000, "events in the full spool")
+		batch       = flag.Int("batch", 500, "rows per Postgres transaction, forwarder and baseline alike")
+		rate        = flag.Int("rate", 2000, "events/s for the lag measurement")
+		lagDuration = flag.Duration("lag-duration", 15*time.Second, "how long the steady load runs")
+		databaseURL = flag.String("database-url", "", "Postgres maintenance URL (default: start a local cluster)")
+		workers     = flag.Int("workers", 2, "forwarder workers, one Postgres connection each (the relay's --db-max-conns)")
+	)
+	flag.Parse()
+	if err := run(*events, *batch, *workers, *rate, *lagDuration, *databaseURL); err != nil {
+		fmt.Fprintln(os.Stderr, "forwardbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(events, batch, workers, rate int, lagDuration time.Duration, adminURL string) error {
+	ctx := context.Background()
+	tmp, err := os.MkdirTemp("", "forwardbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil { // Postgres may run as another user
+		return err
+	}
+	if adminURL == "" {
+		c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(tmp, "pg"), Durable: true, Settings: []string{"track_commit_timestamp=on"}})
+		if err != nil {
+			return err
+		}
+		defer c.Stop()
+		adminURL = c.URL
+	}
+	db := func(name string) (string, error) {
+		conn, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+			return "", err
+		}
+		u := strings.Replace(adminURL, "/postgres?", "/"+name+"?", 1)
+		_, err = migrations.Up(ctx, u, nil)
+		return u, err
+	}
+	items := makeItems(events)
+
+	baseURL, err := db("bench_baseline")
+	if err != nil {
+		return err
+	}
+	baseRate, err := baseline(ctx, baseURL, items, batch)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+
+	fwdURL, err := db("bench_forwarder")
+	if err != nil {
+		return err
+	}
+	fwdRate, err := forwarder(ctx, fwdURL, filepath.Join(tmp, "spool.db"), items, batch, workers)
+	if err != nil {
+		return fmt.Errorf("forwarder: %w", err)
+	}
+
+	lagURL, err := db("bench_lag")
+	if err != nil {
+		return err
+	}
+	lag, err := steadyLag(ctx, lagURL, filepath.Join(tmp, "lag.db"), rate, lagDuration)
+	if err != nil {
+		return fmt.Errorf("lag: %w", err)
+	}
+
+	fmt.Printf("\n%d events × 1 recipient, batches of %d, %d forwarder workers, Postgres fsync on\n\n", events, batch, workers)
+	fmt.Println("| path | notifications/s | vs baseline |")
+	fmt.Println("|---|---:|---:|")
+	fmt.Printf("| baseline: unnest batch loop, no spool | %.0f | 100%% |\n", baseRate)
+	fmt.Printf("| forwarder: full spool → Postgres | %.0f | %.0f%% |\n", fwdRate, 100*fwdRate/baseRate)
+	fmt.Printf("\nsteady %d events/s for %s through a relay: %s\n", rate, lagDuration, lag)
+	return nil
+}
+
+func makeItems(n int) []spsync.Item {
+	items := make([]spsync.Item, n)
+	now := time.Now()
+	for i := range items {
+		body := fmt.Sprintf(`{"idempotency_key":"bench:%d","type":"job.finished","category":"jobs","recipients":["u_%d"],"title":"Nightly export finished","body":"Your export of 12,345 rows is ready.","data":{"job_id":"j_%d","rows":12345}}`, i, i%10000, i)
+		ev, err := event.Decode([]byte(body), "")
+		if err != nil {
+			panic(err)
+		}
+		items[i] = spsync.Item{Producer: "bench", Event: ev, ReceivedAt: now}
+	}
+	return items
+}
+
+// baselineSQL writes the rows the forwarder writes for one batch — claimed
+// keys with their request hash, notifications, push queue entries — with
+// unnest, and nothing more: no spool, no conflict check, no NOTIFY.
+const baselineSQL = `
+WITH input AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[])
+    AS t(key, user_id, received_at, type, category, title, body, data, producer, producer_key, hash)
+), claimed AS (
+  INSERT INTO idempotency_keys (key, request_hash) SELECT key, hash FROM input ORDER BY key ON CONFLICT DO NOTHING RETURNING key
+), inserted AS (
+  INSERT INTO notifications (user_id, received_at, type, category, title, body, data, producer, idempotency_key, notification_key)
+  SELECT i.user_id, i.received_at, i.type, i.category, i.title, i.body, i.data::jsonb, i.producer, i.producer_key, i.key
+  FROM input i JOIN claimed c USING (key)
+  RETURNING id, user_id, category
+)
+INSERT INTO push_queue (notification_id, user_id, category) SELECT id, user_id, category FROM inserted`
+
+func baseline(ctx context.Context, url string, items []spsync.Item, batch int) (float64, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	start := time.Now()
+	for lo := 0; lo < len(items); lo += batch {
+		var key, user, typ, cat, title, body, data, prod, pkey []string
+		var recv []time.Time
+		var hash [][]byte
+		for _, it := range items[lo:min(lo+batch, len(items))] {
+			hash = append(hash, it.Event.Hash())
+			ev := it.Event
+			key = append(key, spsync.NotificationKey(it.Producer, ev.IdempotencyKey, ev.Recipients[0]))
+			user = append(user, ev.Recipients[0])
+			recv = append(recv, it.ReceivedAt)
+			typ, cat, title, body = append(typ, ev.Type), append(cat, ev.Category), append(title, ev.Title), append(body, ev.Body)
+			data, prod, pkey = append(data, string(ev.Data)), append(prod, it.Producer), append(pkey, ev.IdempotencyKey)
+		}
+		if _, err := conn.Exec(ctx, baselineSQL, key, user, recv, typ, cat, title, body, data, prod, pkey, hash); err != nil {
+			return 0, err
+		}
+	}
+	return float64(len(items)) / time.Since(start).Seconds(), nil
+}
+
+func forwarder(ctx context.Context, url, spoolPath string, items []spsync.Item, batch, workers int) (float64, error) {
+	sp, err := spool.Open(ctx, spool.Config{Path: spoolPath, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return 0, err
+	}
+	defer sp.Close(ctx)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var fillErr atomic.Value
+	for range 64 {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(items)); i = next.Add(1) - 1 {
+				c := items[i].Event.Canonical()
+				if _, err := sp.Claim(ctx, spool.Entry{Producer: "bench", Key: items[i].Event.IdempotencyKey, Hash: event.HashCanonical(c), Payload: c}); err != nil {
+					fillErr.Store(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := fillErr.Load().(error); err != nil {
+		return 0, err
+	}
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return 0, err
+	}
+	pcfg.MaxConns = int32(workers)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	f, err := spsync.NewForwarder(spsync.ForwarderConfig{Spool: sp, DB: pool, BatchSize: batch, Workers: workers, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	f.Start(ctx)
+	for {
+		// A cheap probe: the first pending row, if any.
+		next, err := sp.NextBatch(ctx, 0, 1)
+		if err != nil {
+			return 0, err
+		}
+		if len(next) == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	if err := f.Stop(ctx); err != nil {
+		return 0, err
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM notifications").Scan(&n); err != nil {
+		return 0, err
+	}
+	if n != len(items) {
+		return 0, fmt.Errorf("forwarded %d notifications, want %d", n, len(items))
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+func steadyLag(ctx context.Context, url, spoolPath string, rate int, duration time.Duration) (string, error) {
+	bin := filepath.Join(filepath.Dir(spoolPath), "spoolcast")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/spoolcast").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build: %v\n%s", err, out)
+	}
+	addr := "127.0.0.1:17399"
+	relay := exec.Command(bin, "relay", "--producer", "lag", "--listen", addr, "--spool", spoolPath, "--database-url", url, "--log-level", "warn")
+	relay.Stderr = os.Stderr
+	if err := relay.Start(); err != nil {
+		return "", err
+	}
+	defer func() { _ = relay.Process.Signal(syscall.SIGTERM); _ = relay.Wait() }()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Second}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if resp, err := client.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("relay did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tokens := make(chan int, rate)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := range tokens {
+				body := fmt.Sprintf(`{"idempotency_key":"lag:%d","type":"job.finished","category":"jobs","recipients":["u_%d"],"title":"Nightly export finished","body":"Your export is ready."}`, i, i%1000)
+				resp, err := client.Post("http://"+addr+"/v1/events", "application/json", strings.NewReader(body))
+				if err != nil || resp.StatusCode != http.StatusAccepted {
+					failed.Add(1)
+				}
+				if err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	// Release rate/100 events every 10 ms.
+	tick := time.NewTicker(10 * time.Millisecond)
+	sent := 0
+	total := int(duration.Seconds() * float64(rate))
+	for start := time.Now(); sent < total; {
+		<-tick.C
+		due := min(total, int(time.Since(start).Seconds()*float64(rate)))
+		for ; sent < due; sent++ {
+			tokens <- sent
+		}
+	}
+	tick.Stop()
+	close(tokens)
+	wg.Wait()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return "", err
+	}
+	defer pool.Close()
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM notifications").Scan(&n); err != nil {
+			return "", err
+		}
+		if n >= total-int(failed.Load()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("only %d of %d notifications landed", n, total)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Lag to the commit when the server tracks commit times, else to the
+	// ingest transaction's start (created_at).
+	committed := "created_at"
+	var track string
+	if err := pool.QueryRow(ctx, "SHOW track_commit_timestamp").Scan(&track); err == nil && track == "on" {
+		committed = "pg_xact_commit_timestamp(xmin)"
+	}
+	var p50, p99, pmax float64
+	err = pool.QueryRow(ctx, fmt.Sprintf(`SELECT
+		percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag), max(lag)
+		FROM (SELECT extract(epoch FROM %s - received_at) AS lag FROM notifications) l`, committed)).Scan(&p50, &p99, &pmax)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d events, %d failed posts; relay receipt → %s: p50 %.1f ms, p99 %.1f ms, max %.1f ms", total, failed.Load(), committed, p50*1000, p99*1000, pmax*1000), nil
+}

@@ -1,0 +1,31 @@
+package sync_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/spoolcast/spoolcast/sync"
+)
+
+// BenchmarkIngest measures Ingest of 500-event batches (one recipient each)
+// against the test Postgres.
+func BenchmarkIngest(b *testing.B) {
+	pool := newPoolTB(b)
+	const batch = 500
+	items := make([]sync.Item, batch)
+	n := 0
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		for i := range items {
+			items[i] = sync.Item{Producer: "bench", Event: mustEvent(b, fmt.Sprintf("k%d", n), fmt.Sprintf("u%d", n%1000))}
+			n++
+		}
+		b.StartTimer()
+		if _, err := sync.Ingest(context.Background(), pool, items); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "notifications/s")
+}

@@ -80,6 +80,7 @@ type Forwarder struct {
 	cancel  context.CancelFunc
 	workers gosync.WaitGroup
 	kick    chan struct{}
+	acks    gosync.WaitGroup
 	limiter *logLimiter
 	once    gosync.Once
 
@@ -133,6 +134,7 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 		}
 		f.cancel()
 		f.workers.Wait()
+		f.acks.Wait()
 		// Batches the workers gave up on are still pending: start from the top.
 		var after int64
 		for ctx.Err() == nil {
@@ -252,17 +254,23 @@ func (f *Forwarder) forward(ctx context.Context, batch []spool.Record) error {
 	if f.cfg.AfterIngest != nil {
 		f.cfg.AfterIngest()
 	}
-	// The batch is in Postgres; a failed ack only means it is sent again, harmlessly.
-	ackErr := f.cfg.Spool.MarkForwarded(context.WithoutCancel(ctx), seqs)
 	f.cfg.Metrics.observeBatch(batch, results, committed, time.Since(start))
 	for i, r := range results {
 		if r.Outcome == Conflict {
 			f.log.Warn("event key reused with a different request; Postgres kept the first", "producer", batch[i].Producer, "key", batch[i].Key)
 		}
 	}
-	if ackErr != nil {
-		return fmt.Errorf("acknowledge forwarded batch: %w", ackErr)
-	}
+	// The batch is in Postgres. The worker moves on while the spool commits the
+	// acknowledgement; if that fails, the rows are read again from the top and
+	// re-sent, harmlessly.
+	f.acks.Go(func() {
+		if err := f.cfg.Spool.MarkForwarded(context.WithoutCancel(ctx), seqs); err != nil {
+			f.log.Warn("acknowledge forwarded batch; it will be sent again", "err", err)
+			f.mu.Lock()
+			f.cursor = 0
+			f.mu.Unlock()
+		}
+	})
 	return nil
 }
 

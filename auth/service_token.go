@@ -131,7 +131,7 @@ func BearerToken(r *http.Request) (string, error) {
 // Challenge is the WWW-Authenticate value for a 401 or 403 caused by err.
 func Challenge(err error) string {
 	switch {
-	case errors.Is(err, ErrForbidden):
+	case errors.Is(err, ErrForbidden), errors.Is(err, ErrNoRole):
 		return `Bearer error="insufficient_scope"`
 	case errors.Is(err, ErrBadToken):
 		return `Bearer error="invalid_token"`

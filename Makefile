@@ -32,6 +32,7 @@ bench:
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./event/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeCursor -fuzztime $(FUZZTIME) ./feed/
 
 clean:
 	rm -rf bin data

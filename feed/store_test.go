@@ -1,0 +1,159 @@
+package feed_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/sync"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func newPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), pgtest.DB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// seed ingests n events for user in transactions of batch events each, so rows
+// of one transaction share created_at.
+func seed(t testing.TB, pool *pgxpool.Pool, user, prefix string, n, batch int) {
+	t.Helper()
+	var items []sync.Item
+	for i := range n {
+		ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":"%s-%d","type":"t","recipients":[%q],"title":"n %d"}`, prefix, i, user, i), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, sync.Item{Producer: "p", Event: ev})
+		if len(items) == batch || i == n-1 {
+			if _, err := sync.Ingest(context.Background(), pool, items); err != nil {
+				t.Fatal(err)
+			}
+			items = nil
+		}
+	}
+}
+
+func TestPagingSeesEveryRowOnceWhileNewRowsArrive(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	seed(t, pool, "alice", "old", 5000, 500) // ten transactions of 500 equal created_at
+	seed(t, pool, "bob", "bob", 300, 300)
+
+	existing := map[int64]bool{}
+	rows, err := pool.Query(ctx, "SELECT id FROM notifications WHERE user_id = 'alice'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		_ = rows.Scan(&id)
+		existing[id] = true
+	}
+	rows.Close()
+
+	store := feed.NewStore(pool)
+	inserted := make(chan struct{})
+	go func() {
+		defer close(inserted)
+		for i := range 10 {
+			seed(t, pool, "alice", fmt.Sprintf("new%d", i), 50, 50)
+		}
+	}()
+	seen := map[int64]int{}
+	var after *feed.Cursor
+	var prev *feed.Notification
+	pages := 0
+	for {
+		p, err := store.Page(ctx, feed.Query{UserID: "alice", Limit: 37, After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for i := range p.Items {
+			n := p.Items[i]
+			seen[n.ID]++
+			if prev != nil && (n.CreatedAt.After(prev.CreatedAt) || (n.CreatedAt.Equal(prev.CreatedAt) && n.ID >= prev.ID)) {
+				t.Fatalf("row %d is out of feed order after %d", n.ID, prev.ID)
+			}
+			prev = &n
+		}
+		if !p.HasMore {
+			break
+		}
+		after = &p.Next
+	}
+	<-inserted
+	for id := range existing {
+		if seen[id] != 1 {
+			t.Fatalf("row %d that existed before paging was seen %d times", id, seen[id])
+		}
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("row %d seen %d times", id, n)
+		}
+	}
+	t.Logf("%d pages, %d rows seen, %d existed before", pages, len(seen), len(existing))
+}
+
+func TestAUserSeesAndMarksOnlyTheirOwnRows(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	seed(t, pool, "alice", "a", 3, 3)
+	seed(t, pool, "bob", "b", 2, 2)
+	store := feed.NewStore(pool)
+	bobs, err := store.Page(ctx, feed.Query{UserID: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bobs.Items) != 2 || bobs.HasMore {
+		t.Fatalf("bob's feed = %d rows, has_more %v", len(bobs.Items), bobs.HasMore)
+	}
+	if err := store.MarkRead(ctx, "alice", bobs.Items[0].ID); !errors.Is(err, feed.ErrNotFound) {
+		t.Errorf("alice marking bob's row = %v; want ErrNotFound", err)
+	}
+	if err := store.MarkRead(ctx, "bob", bobs.Items[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.MarkRead(ctx, "bob", bobs.Items[0].ID); err != nil {
+		t.Errorf("marking a read row again = %v; want nil", err)
+	}
+	if n, capped, _ := store.UnreadCount(ctx, "bob"); n != 1 || capped {
+		t.Errorf("bob unread = %d capped=%v; want 1", n, capped)
+	}
+	unread, _ := store.Page(ctx, feed.Query{UserID: "bob", UnreadOnly: true})
+	if len(unread.Items) != 1 || unread.Items[0].ID == bobs.Items[0].ID {
+		t.Errorf("bob's unread page = %+v", unread.Items)
+	}
+	if n, err := store.MarkAllRead(ctx, "alice"); err != nil || n != 3 {
+		t.Errorf("alice mark-all = %d, %v; want 3", n, err)
+	}
+	if n, _, _ := store.UnreadCount(ctx, "bob"); n != 1 {
+		t.Errorf("alice's mark-all touched bob: unread %d", n)
+	}
+}
+
+func TestUnreadCountIsCapped(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	seed(t, pool, "carol", "c", 150, 150)
+	n, capped, err := feed.NewStore(pool).UnreadCount(context.Background(), "carol")
+	if err != nil || n != feed.UnreadCap || !capped {
+		t.Errorf("unread = %d capped=%v %v; want %d capped", n, capped, err, feed.UnreadCap)
+	}
+}

@@ -12,9 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/eventhttp"
 	"github.com/spoolcast/spoolcast/internal/problem"
 	"github.com/spoolcast/spoolcast/spool"
 )
@@ -119,13 +118,6 @@ func New(cfg Config) (*Server, error) {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
-// Answer is the body of a 202 or 200 ingest response.
-type Answer struct {
-	Status         string    `json:"status"`
-	IdempotencyKey string    `json:"idempotency_key"`
-	ReceivedAt     time.Time `json:"received_at"`
-}
-
 func (s *Server) postEvent(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	outcome := s.ingest(w, r)
@@ -145,7 +137,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 			return OutcomeUnauthorized
 		}
 	}
-	ev, p := DecodeRequest(r, s.cfg.MaxBody)
+	ev, p := eventhttp.Decode(r, s.cfg.MaxBody)
 	if p != nil {
 		problem.Write(w, r, *p)
 		return OutcomeInvalid
@@ -171,16 +163,15 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 		problem.Write(w, r, problem.New(http.StatusInternalServerError, "spool-error", "Spool error", "the event could not be written to the spool; retry with the same key"))
 		return OutcomeError
 	}
-	answer := Answer{IdempotencyKey: ev.IdempotencyKey, ReceivedAt: res.ReceivedAt.UTC()}
+	answer := eventhttp.Answer{IdempotencyKey: ev.IdempotencyKey, ReceivedAt: res.ReceivedAt.UTC()}
 	switch res.Outcome {
 	case spool.Accepted:
-		answer.Status = OutcomeAccepted
-		writeJSON(w, http.StatusAccepted, answer)
+		answer.Status = eventhttp.StatusAccepted
+		eventhttp.WriteAnswer(w, answer)
 		return OutcomeAccepted
 	case spool.Duplicate:
-		answer.Status = OutcomeDuplicate
-		w.Header().Set("Idempotent-Replayed", "true")
-		writeJSON(w, http.StatusOK, answer)
+		answer.Status = eventhttp.StatusDuplicate
+		eventhttp.WriteAnswer(w, answer)
 		return OutcomeDuplicate
 	default:
 		problem.Write(w, r, problem.New(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency key reused",
@@ -192,54 +183,6 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 func (s *Server) retryLater(w http.ResponseWriter, r *http.Request, detail string) {
 	w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Round(time.Second).Seconds()))))
 	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "overloaded", "Service unavailable", detail))
-}
-
-// DecodeRequest reads and validates an ingest request: content type, size, the
-// Idempotency-Key header and the event body. A nil problem means ev is valid and
-// canonical. Central's internal ingress answers with the same rules.
-func DecodeRequest(r *http.Request, maxBody int64) (ev event.Event, p *problem.Problem) {
-	fail := func(status int, slug, title, detail, field string) (event.Event, *problem.Problem) {
-		pr := problem.New(status, slug, title, detail)
-		pr.Field = field
-		return event.Event{}, &pr
-	}
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-		return fail(http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type", "send the event as Content-Type: application/json", "")
-	}
-	if r.ContentLength > maxBody {
-		return fail(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large", fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, maxBody), "")
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBody))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return fail(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large", fmt.Sprintf("the body exceeds the limit of %d bytes", maxBody), "")
-		}
-		return fail(http.StatusBadRequest, "malformed-event", "Malformed event", "reading the body: "+err.Error(), "")
-	}
-	var headerKey string
-	if values := r.Header.Values("Idempotency-Key"); len(values) > 0 {
-		if len(values) > 1 {
-			return fail(http.StatusBadRequest, "invalid-event", "Invalid event", "send one Idempotency-Key header", "Idempotency-Key")
-		}
-		if headerKey, err = event.ParseKeyHeader(values[0]); err != nil {
-			return fail(http.StatusBadRequest, "invalid-event", "Invalid event", err.Error(), "Idempotency-Key")
-		}
-	}
-	ev, err = event.Decode(body, headerKey)
-	if err != nil {
-		var evErr *event.Error
-		field := ""
-		if errors.As(err, &evErr) {
-			field = evErr.Field
-		}
-		if errors.Is(err, event.ErrMalformed) {
-			return fail(http.StatusBadRequest, "malformed-event", "Malformed event", err.Error(), field)
-		}
-		return fail(http.StatusBadRequest, "invalid-event", "Invalid event", err.Error(), field)
-	}
-	return ev, nil
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {

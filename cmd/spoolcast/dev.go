@@ -2,81 +2,196 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
 )
 
+// The dev stack's own OIDC issuer and audience. Its tokens mean nothing elsewhere.
+const (
+	devIssuer   = "spoolcast-dev"
+	devAudience = "spoolcast"
+	devJWKSPath = "/dev/jwks.json"
+)
+
 // devCommand is `spoolcast dev`: the whole pipeline in one process for local
 // work. It starts a local Postgres (kept under --data-dir/pg) unless
-// --database-url is given, migrates it, and runs the relay with its forwarder.
+// --database-url is given, migrates it, and runs the relay with its forwarder
+// and central, whose user tokens come from a local signing key.
+// `spoolcast dev token` mints tokens the running stack accepts.
 func devCommand() (*flag.FlagSet, runFunc) {
 	var o relayOptions
-	var dataDir string
-	fs := newFlagSet("dev", "spoolcast dev [flags]")
+	var co centralOptions
+	var dataDir, tokenUser, tokenService string
+	var tokenAdmin bool
+	var tokenTTL time.Duration
+	fs := newFlagSet("dev", "spoolcast dev [flags]  |  spoolcast dev token --user NAME [--admin]  |  spoolcast dev token --service NAME")
 	o.register(fs)
-	fs.StringVar(&dataDir, "data-dir", "./data", "where the local Postgres cluster (pg/) and the spool live")
-	if f := fs.Lookup("producer"); f != nil {
-		f.DefValue = "demo"
-		_ = f.Value.Set("demo")
-		f.Usage = "logical producing service that scopes idempotency keys"
-	}
-	if f := fs.Lookup("spool"); f != nil {
-		f.DefValue = ""
-		_ = f.Value.Set("")
-		f.Usage = "path of the SQLite spool file (default --data-dir/spool.db)"
-	}
+	fs.StringVar(&dataDir, "data-dir", "./data", "where the local Postgres cluster (pg/), the spool and the dev signing keys live")
+	fs.StringVar(&co.listen, "central-listen", "127.0.0.1:8080", "address central serves its API on")
+	fs.StringVar(&co.minAppVersion, "min-app-version", "", "oldest Spoolcast-App-Version central serves")
+	fs.StringVar(&tokenUser, "user", "", "token: mint a user token for this user id")
+	fs.BoolVar(&tokenAdmin, "admin", false, "token: give the user token the admin role")
+	fs.StringVar(&tokenService, "service", "", "token: mint a service token (scope push:emit) for this service")
+	fs.DurationVar(&tokenTTL, "token-ttl", 12*time.Hour, "token: how long the token is valid")
+	overrideDefault(fs, "producer", "demo", "logical producing service that scopes idempotency keys")
+	overrideDefault(fs, "spool", "", "path of the SQLite spool file (default --data-dir/spool.db)")
 	if f := fs.Lookup("database-url"); f != nil {
 		f.Usage = "Postgres URL to use instead of starting a local cluster under --data-dir/pg"
 	}
-	return fs, func(ctx context.Context, _ []string) error {
+	return fs, func(ctx context.Context, args []string) error {
+		keyPath := filepath.Join(dataDir, "dev-signing-key.pem")
+		secretPath := filepath.Join(dataDir, "dev-service-secret")
+		switch {
+		case len(args) == 1 && args[0] == "token":
+			return printDevToken(keyPath, secretPath, tokenUser, tokenService, tokenAdmin, tokenTTL)
+		case len(args) > 0:
+			return fmt.Errorf("unknown dev subcommand %q: want `spoolcast dev` or `spoolcast dev token`", strings.Join(args, " "))
+		}
 		logger, err := o.log.logger(os.Stderr)
 		if err != nil {
 			return err
 		}
-		if o.spoolPath == "" {
-			o.spoolPath = filepath.Join(dataDir, "spool.db")
+		return runDev(ctx, o, co, dataDir, keyPath, secretPath, logger)
+	}
+}
+
+func overrideDefault(fs *flag.FlagSet, name, value, usage string) {
+	if f := fs.Lookup(name); f != nil {
+		f.DefValue = value
+		_ = f.Value.Set(value)
+		f.Usage = usage
+	}
+}
+
+func runDev(ctx context.Context, o relayOptions, co centralOptions, dataDir, keyPath, secretPath string, logger *slog.Logger) error {
+	if o.spoolPath == "" {
+		o.spoolPath = filepath.Join(dataDir, "spool.db")
+	}
+	if o.databaseURL == "" {
+		logger.Info("starting local Postgres", "dir", filepath.Join(dataDir, "pg"))
+		cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dataDir, "pg"), Durable: true})
+		if err != nil {
+			return fmt.Errorf("start local Postgres: %w", err)
 		}
-		var cluster *pgcluster.Cluster
-		if o.databaseURL == "" {
-			logger.Info("starting local Postgres", "dir", filepath.Join(dataDir, "pg"))
-			cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dataDir, "pg"), Durable: true})
-			if err != nil {
-				return fmt.Errorf("start local Postgres: %w", err)
+		defer func() {
+			logger.Info("stopping local Postgres")
+			if err := cluster.Stop(); err != nil {
+				logger.Error("stop local Postgres", "err", err)
 			}
-			defer func() {
-				logger.Info("stopping local Postgres")
-				if err := cluster.Stop(); err != nil {
-					logger.Error("stop local Postgres", "err", err)
-				}
-			}()
-			o.databaseURL = cluster.URL
-		}
-		if _, err := migrations.Up(ctx, o.databaseURL, logger); err != nil {
+		}()
+		o.databaseURL = cluster.URL
+	}
+	if _, err := migrations.Up(ctx, o.databaseURL, logger); err != nil {
+		return err
+	}
+	issuer, err := auth.LoadDevIssuer(keyPath, devIssuer, devAudience)
+	if err != nil {
+		return err
+	}
+	if err := ensureDevSecret(secretPath); err != nil {
+		return err
+	}
+	co.databaseURL = o.databaseURL
+	co.oidcIssuer, co.oidcAudience = devIssuer, devAudience
+	co.jwksURL = "http://" + co.listen + devJWKSPath
+	co.userClaim, co.rolesClaim, co.adminRole = "sub", "roles", "admin"
+	co.jwtSecretFile = secretPath
+	co.dbMaxConns = 4
+	c, err := startCentral(ctx, co, logger, map[string]http.Handler{devJWKSPath: issuer.JWKS()})
+	if err != nil {
+		return err
+	}
+	r, err := startRelay(ctx, o, logger)
+	if err != nil {
+		return errors.Join(err, c.shutdown(5*time.Second))
+	}
+	token, err := issuer.Mint("u_123", nil, 12*time.Hour)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, `
+spoolcast dev is running — Ctrl-C stops all of it.
+  relay     http://%[1]s   (producer %[2]q, spool %[3]s)
+  central   http://%[4]s   (API description at /openapi.yaml)
+  postgres  %[5]s
+  metrics   http://%[1]s/metrics and http://%[4]s/metrics
+
+Post an event for u_123:
+  %[6]s
+
+Read u_123's feed (mint other tokens with: spoolcast dev token --user NAME [--admin]):
+  curl -s http://%[4]s/v1/notifications -H 'Authorization: Bearer %[7]s'
+
+`, r.addr, o.producer, o.spoolPath, c.addr, o.databaseURL, sampleCurl(r.addr), token)
+	timeout := max(o.shutdownTimeout, 5*time.Second)
+	err = r.wait(ctx, timeout)
+	return errors.Join(err, c.shutdown(timeout))
+}
+
+// ensureDevSecret creates the dev stack's service-token secret if missing.
+func ensureDevSecret(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600)
+}
+
+func printDevToken(keyPath, secretPath, user, service string, admin bool, ttl time.Duration) error {
+	switch {
+	case user != "" && service != "":
+		return errors.New("dev token: give --user or --service, not both")
+	case service != "":
+		if err := ensureDevSecret(secretPath); err != nil {
 			return err
 		}
-		r, err := startRelay(ctx, o, logger)
+		secret, err := auth.ReadSecretFile(secretPath)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, `
-spoolcast dev is running — Ctrl-C stops all of it.
-  relay     http://%[1]s   (producer %[2]q, spool %[3]s)
-  postgres  %[4]s
-  metrics   http://%[1]s/metrics
-
-Post an event:
-  %[5]s
-
-Then look:
-  psql '%[4]s' -c 'SELECT id, user_id, title, created_at FROM notifications ORDER BY id DESC LIMIT 5'
-
-`, r.addr, o.producer, o.spoolPath, o.databaseURL, sampleCurl(r.addr))
-		return r.wait(ctx, max(o.shutdownTimeout, 5*time.Second))
+		tok, err := auth.SignServiceToken(secret, service, []string{auth.ScopeEmit}, ttl)
+		if err != nil {
+			return err
+		}
+		fmt.Println(tok)
+		return nil
+	case user == "":
+		return errors.New("dev token: --user NAME (or --service NAME) is required")
 	}
+	issuer, err := auth.LoadDevIssuer(keyPath, devIssuer, devAudience)
+	if err != nil {
+		return err
+	}
+	var roles []string
+	if admin {
+		roles = []string{"admin"}
+	}
+	tok, err := issuer.Mint(user, roles, ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Println(tok)
+	return nil
 }

@@ -28,8 +28,9 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"dev", "run the whole pipeline locally: Postgres, migrations, relay and forwarder", devCommand},
+		{"dev", "run the whole pipeline locally (Postgres, relay, central); `dev token` mints tokens for it", devCommand},
 		{"relay", "run the producer-facing sidecar: spool events durably and forward them", relayCommand},
+		{"central", "run the central API: authenticated feed, read state, internal ingress", centralCommand},
 		{"migrate", "apply or list the Postgres schema migrations: `migrate up` or `migrate status`", migrateCommand},
 		{"emit", "post one sample event to a relay and print the answer", emitCommand},
 		{"spool", "inspect a spool file: `spool stats` or `spool ls`", spoolCommand},

@@ -38,5 +38,7 @@ func Write(w http.ResponseWriter, r *http.Request, p Problem) {
 	w.Header().Set("Content-Type", ContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(p)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(p)
 }

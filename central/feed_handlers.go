@@ -1,0 +1,145 @@
+package central
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/problem"
+)
+
+// NotificationJSON is a notification as the API shows it.
+type NotificationJSON struct {
+	ID string `json:"id"`
+	feed.Notification
+}
+
+// PageJSON is a page of the feed.
+type PageJSON struct {
+	Data       []NotificationJSON `json:"data"`
+	HasMore    bool               `json:"has_more"`
+	NextCursor *string            `json:"next_cursor"`
+}
+
+// pageQuery reads limit, cursor and unread from the query string.
+func pageQuery(r *http.Request, userID string) (feed.Query, *problem.Problem) {
+	q := r.URL.Query()
+	out := feed.Query{UserID: userID, Limit: feed.DefaultLimit}
+	bad := func(field, detail string) (feed.Query, *problem.Problem) {
+		p := problem.New(http.StatusBadRequest, "invalid-query", "Invalid query", detail)
+		p.Field = field
+		return feed.Query{}, &p
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > feed.MaxLimit {
+			return bad("limit", "limit must be a whole number from 1 to "+strconv.Itoa(feed.MaxLimit))
+		}
+		out.Limit = n
+	}
+	if v, ok := q["cursor"]; ok {
+		c, err := feed.DecodeCursor(v[0])
+		if err != nil {
+			p := problem.New(http.StatusBadRequest, "invalid-cursor", "Invalid cursor", "cursor is not one this server issued; start again without it")
+			p.Field = "cursor"
+			return feed.Query{}, &p
+		}
+		out.After = &c
+	}
+	switch q.Get("unread") {
+	case "", "false":
+	case "true":
+		out.UnreadOnly = true
+	default:
+		return bad("unread", "unread must be true or false")
+	}
+	return out, nil
+}
+
+func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
+	s.writePage(w, r, u.ID)
+}
+
+// adminListNotifications shows any user's feed to an admin, for support.
+func (s *Server) adminListNotifications(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.User) {
+	s.writePage(w, r, ps.ByName("user"))
+}
+
+func (s *Server) writePage(w http.ResponseWriter, r *http.Request, userID string) {
+	q, p := pageQuery(r, userID)
+	if p != nil {
+		problem.Write(w, r, *p)
+		return
+	}
+	page, err := s.feed.Page(r.Context(), q)
+	if err != nil {
+		s.dbError(w, r, "read feed", err)
+		return
+	}
+	out := PageJSON{Data: make([]NotificationJSON, 0, len(page.Items)), HasMore: page.HasMore}
+	for _, n := range page.Items {
+		out.Data = append(out.Data, NotificationJSON{ID: feed.FormatID(n.ID), Notification: n})
+	}
+	if page.HasMore {
+		next := page.Next.Encode()
+		out.NextCursor = &next
+		link := url.Values{"limit": {strconv.Itoa(q.Limit)}, "cursor": {next}}
+		if q.UnreadOnly {
+			link.Set("unread", "true")
+		}
+		w.Header().Set("Link", "<"+r.URL.Path+"?"+link.Encode()+`>; rel="next"`)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) markRead(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User) {
+	id, err := feed.ParseID(ps.ByName("id"))
+	if err == nil {
+		err = s.feed.MarkRead(r.Context(), u.ID, id)
+	}
+	switch {
+	case errors.Is(err, feed.ErrNotFound):
+		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no such notification"))
+	case err != nil:
+		s.dbError(w, r, "mark read", err)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (s *Server) readAll(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User) {
+	if ps.ByName("id") != "read-all" {
+		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no route for "+r.URL.Path))
+		return
+	}
+	n, err := s.feed.MarkAllRead(r.Context(), u.ID)
+	if err != nil {
+		s.dbError(w, r, "mark all read", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int64{"updated": n})
+}
+
+func (s *Server) unreadCount(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
+	n, capped, err := s.feed.UnreadCount(r.Context(), u.ID)
+	if err != nil {
+		s.dbError(w, r, "unread count", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"count": n, "capped": capped})
+}
+
+// dbError answers 503 for a Postgres failure: the client should retry.
+func (s *Server) dbError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	if r.Context().Err() != nil {
+		return // the client is gone
+	}
+	s.log.Error(what, "err", err)
+	w.Header().Set("Retry-After", "2")
+	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "database-unavailable", "Service unavailable", "the notification store is unavailable; retry shortly"))
+}

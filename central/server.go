@@ -1,0 +1,271 @@
+// Package central is the HTTP API of the shared deployment in front of
+// Postgres: the authenticated feed and read state for end users, the internal
+// ingress for sibling services, admin views, health and metrics.
+//
+// The rule it keeps: every user route is scoped to the caller named by a
+// verified token, and no route lets an end user create a notification.
+package central
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/julienschmidt/httprouter"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/spoolcast/spoolcast/apiversion"
+	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/problem"
+)
+
+// DB is what central needs of Postgres: a pgxpool.Pool.
+type DB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Ping(ctx context.Context) error
+}
+
+// UserAuthorizer checks end users' bearer tokens.
+type UserAuthorizer interface {
+	Authorize(r *http.Request, role string) (auth.User, error)
+}
+
+// ServiceAuthorizer checks sibling services' bearer tokens.
+type ServiceAuthorizer interface {
+	Authorize(r *http.Request, scope string) (auth.ServiceClaims, error)
+}
+
+var (
+	_ UserAuthorizer    = (*auth.UserVerifier)(nil)
+	_ ServiceAuthorizer = (*auth.ServiceVerifier)(nil)
+)
+
+// Config configures central's API.
+type Config struct {
+	// DB is Postgres. Required.
+	DB DB
+	// Users checks end-user tokens. Required.
+	Users UserAuthorizer
+	// Services checks service tokens on /internal routes. Nil refuses every
+	// internal request with 401.
+	Services ServiceAuthorizer
+	// AdminRole is the role /v1/admin routes require. Default "admin".
+	AdminRole string
+	// MinAppVersion, when set, answers 426 to apps that send an older Spoolcast-App-Version.
+	MinAppVersion apiversion.AppVersion
+	// Versions are the API versions served. Default apiversion.Default().
+	Versions *apiversion.Registry
+	// MaxBody caps an internal ingest body. Default 64 KiB.
+	MaxBody int64
+	// OpenAPI is the document served at /openapi.yaml.
+	OpenAPI []byte
+	// Registry serves /metrics and receives central's metrics. Default a new
+	// registry with the Go and process collectors.
+	Registry *prometheus.Registry
+	// Logger receives central's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Validate reports the first setting a user must fix.
+func (c Config) Validate() error {
+	switch {
+	case c.DB == nil:
+		return errors.New("central: a database is required")
+	case c.Users == nil:
+		return errors.New("central: a user token verifier is required")
+	case c.MaxBody < 0:
+		return errors.New("central: max body must not be negative")
+	}
+	return nil
+}
+
+// Server is central's HTTP API.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	feed    *feed.Store
+	metrics *metrics
+	router  *httprouter.Router
+	routes  []Route
+}
+
+// Route is one registered route, as the OpenAPI check lists them.
+type Route struct {
+	Method string
+	Path   string // httprouter syntax: /v1/notifications/:id/read
+}
+
+// New returns central's API.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.AdminRole = cmp.Or(cfg.AdminRole, "admin")
+	cfg.MaxBody = cmp.Or(cfg.MaxBody, 64<<10)
+	if cfg.Versions == nil {
+		cfg.Versions = apiversion.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+		cfg.Registry.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "central"),
+		feed:    feed.NewStore(cfg.DB),
+		metrics: newMetrics(cfg.Registry),
+		router:  httprouter.New(),
+	}
+	s.routeAll()
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// Routes lists every registered route.
+func (s *Server) Routes() []Route { return s.routes }
+
+// access says which end users may call a route.
+type access int
+
+const (
+	user  access = iota // any end user, on their own rows
+	admin               // an end user with the admin role
+)
+
+type userHandler func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User)
+
+type serviceHandler func(w http.ResponseWriter, r *http.Request, c auth.ServiceClaims)
+
+func (s *Server) routeAll() {
+	s.handle(http.MethodGet, "/healthz", s.healthz)
+	s.handle(http.MethodGet, "/readyz", s.readyz)
+	s.handle(http.MethodGet, "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}).ServeHTTP)
+	s.handle(http.MethodGet, "/openapi.yaml", s.openapi)
+
+	s.handleUser(http.MethodGet, "/v1/notifications", user, s.listNotifications)
+	s.handleUser(http.MethodGet, "/v1/notifications/unread-count", user, s.unreadCount)
+	// httprouter cannot hold /v1/notifications/read-all beside
+	// /v1/notifications/:id/read, so read-all arrives as the :id of the
+	// one-segment route below; any other id there is 404.
+	s.handleUser(http.MethodPost, "/v1/notifications/:id", user, s.readAll)
+	s.handleUser(http.MethodPost, "/v1/notifications/:id/read", user, s.markRead)
+	s.handleUser(http.MethodGet, "/v1/admin/users/:user/notifications", admin, s.adminListNotifications)
+
+	s.handleService(http.MethodPost, "/internal/v1/events", auth.ScopeEmit, s.ingestEvent)
+
+	s.router.NotFound = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no route for "+r.URL.Path))
+	})
+	s.router.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, r, problem.New(http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", r.Method+" is not allowed on "+r.URL.Path))
+	})
+	s.router.PanicHandler = func(w http.ResponseWriter, r *http.Request, v any) {
+		s.log.Error("handler panic", "path", r.URL.Path, "panic", v)
+		problem.Write(w, r, problem.New(http.StatusInternalServerError, "internal-error", "Internal error", "the server failed to answer this request"))
+	}
+}
+
+// handle registers a route anyone may call: health, metrics, the API description.
+func (s *Server) handle(method, path string, h http.HandlerFunc) {
+	s.routes = append(s.routes, Route{Method: method, Path: path})
+	s.router.Handler(method, path, s.metrics.instrument(method+" "+path, h))
+}
+
+func (s *Server) handleUser(method, path string, a access, h userHandler) {
+	role := ""
+	if a == admin {
+		role = s.cfg.AdminRole
+	}
+	name := method + " " + path
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, err := s.cfg.Users.Authorize(r, role)
+		if err != nil {
+			s.denied(w, r, err)
+			return
+		}
+		h(w, r, httprouter.ParamsFromContext(r.Context()), u)
+	})
+	versioned := s.cfg.Versions.Wrap(name, apiversion.RequireApp(s.cfg.MinAppVersion, inner))
+	s.routes = append(s.routes, Route{Method: method, Path: path})
+	s.router.Handler(method, path, s.metrics.instrument(name, versioned))
+}
+
+func (s *Server) handleService(method, path, scope string, h serviceHandler) {
+	name := method + " " + path
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Services == nil {
+			s.denied(w, r, fmt.Errorf("%w: service tokens are not configured on this server", auth.ErrBadToken))
+			return
+		}
+		c, err := s.cfg.Services.Authorize(r, scope)
+		if err != nil {
+			s.denied(w, r, err)
+			return
+		}
+		h(w, r, c)
+	})
+	s.routes = append(s.routes, Route{Method: method, Path: path})
+	s.router.Handler(method, path, s.metrics.instrument(name, s.cfg.Versions.Wrap(name, inner)))
+}
+
+// denied answers 401 for a missing or bad token and 403 for a valid one that
+// lacks the role or scope, with a Bearer challenge either way.
+func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
+	w.Header().Set("WWW-Authenticate", auth.Challenge(err))
+	if errors.Is(err, auth.ErrForbidden) || errors.Is(err, auth.ErrNoRole) {
+		problem.Write(w, r, problem.New(http.StatusForbidden, "forbidden", "Forbidden", err.Error()))
+		return
+	}
+	s.log.Debug("refused token", "path", r.URL.Path, "err", err)
+	detail := "a valid bearer token is required"
+	if errors.Is(err, auth.ErrNoToken) {
+		detail = "send Authorization: Bearer <token>"
+	}
+	problem.Write(w, r, problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", detail))
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz answers 200 while Postgres answers.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.cfg.DB.Ping(ctx); err != nil {
+		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "not-ready", "Not ready", "Postgres is not reachable"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+	if len(s.cfg.OpenAPI) == 0 {
+		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no API description is configured"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("Content-Length", strconv.Itoa(len(s.cfg.OpenAPI)))
+	_, _ = w.Write(s.cfg.OpenAPI)
+}

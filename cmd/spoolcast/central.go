@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/apiversion"
+	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/central"
+	"github.com/spoolcast/spoolcast/docs"
+)
+
+// centralOptions are central's flags.
+type centralOptions struct {
+	listen          string
+	databaseURL     string
+	oidcIssuer      string
+	oidcAudience    string
+	jwksURL         string
+	userClaim       string
+	rolesClaim      string
+	adminRole       string
+	jwtSecretFile   string
+	minAppVersion   string
+	dbMaxConns      int
+	shutdownTimeout time.Duration
+	log             logFlags
+}
+
+func (o *centralOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the API on")
+	fs.StringVar(&o.oidcIssuer, "oidc-issuer", "", "issuer (iss) of end users' OIDC tokens (required)")
+	fs.StringVar(&o.oidcAudience, "oidc-audience", "", "audience (aud) end users' tokens must carry (required)")
+	fs.StringVar(&o.jwksURL, "jwks-url", "", "URL of the issuer's JWKS (required)")
+	fs.StringVar(&o.userClaim, "user-claim", "sub", "token claim holding the user id (Microsoft Entra: oid)")
+	fs.StringVar(&o.rolesClaim, "roles-claim", "roles", "token claim holding the user's roles")
+	fs.StringVar(&o.adminRole, "admin-role", "admin", "role that /v1/admin routes require")
+	fs.StringVar(&o.minAppVersion, "min-app-version", "", "oldest Spoolcast-App-Version served; older apps get 426 (empty serves all)")
+	fs.StringVar(&o.databaseURL, "database-url", "", "Postgres URL (required)")
+	fs.StringVar(&o.jwtSecretFile, "service-jwt-secret-file", "", "file holding the HS256 secret of service tokens for /internal routes (unset: they answer 401)")
+	fs.IntVar(&o.dbMaxConns, "db-max-conns", 10, "Postgres connections central may open")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight")
+	o.log.register(fs)
+}
+
+func centralCommand() (*flag.FlagSet, runFunc) {
+	var o centralOptions
+	fs := newFlagSet("central", "spoolcast central --database-url URL --oidc-issuer ISS --oidc-audience AUD --jwks-url URL [flags]")
+	o.register(fs)
+	return fs, func(ctx context.Context, _ []string) error {
+		logger, err := o.log.logger(os.Stderr)
+		if err != nil {
+			return err
+		}
+		if o.databaseURL == "" {
+			return errors.New("--database-url is required")
+		}
+		c, err := startCentral(ctx, o, logger, nil)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "\ncentral ready on http://%s\n\n", c.addr)
+		return c.wait(ctx, o.shutdownTimeout)
+	}
+}
+
+// runningCentral is a started central API.
+type runningCentral struct {
+	addr     string
+	log      *slog.Logger
+	server   *http.Server
+	served   chan error
+	pool     *pgxpool.Pool
+	verifier *auth.UserVerifier
+}
+
+// startCentral serves central's API. extra, when set, serves the paths it
+// claims before central does (the dev stack's JWKS).
+func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, extra map[string]http.Handler) (*runningCentral, error) {
+	var minApp apiversion.AppVersion
+	if o.minAppVersion != "" {
+		v, err := apiversion.ParseAppVersion(o.minAppVersion)
+		if err != nil {
+			return nil, fmt.Errorf("--min-app-version: %w", err)
+		}
+		minApp = v
+	}
+	var services *auth.ServiceVerifier
+	if o.jwtSecretFile != "" {
+		secret, err := auth.ReadSecretFile(o.jwtSecretFile)
+		if err != nil {
+			return nil, err
+		}
+		if services, err = auth.NewServiceVerifier(secret); err != nil {
+			return nil, err
+		}
+	}
+	// Serve first: in the dev stack the JWKS is served on this listener, and
+	// the verifier fetches it before central's routes exist.
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	var apiHandler atomic.Pointer[http.Handler]
+	mux := http.NewServeMux()
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if h := apiHandler.Load(); h != nil {
+			(*h).ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "central is starting", http.StatusServiceUnavailable)
+	})
+	c := &runningCentral{
+		addr: ln.Addr().String(),
+		log:  logger.With("component", "central"),
+		server: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		},
+		served: make(chan error, 1),
+	}
+	go func() { c.served <- c.server.Serve(ln) }()
+	fail := func(err error) (*runningCentral, error) {
+		_ = c.server.Close()
+		<-c.served
+		if c.verifier != nil {
+			c.verifier.Close()
+		}
+		if c.pool != nil {
+			c.pool.Close()
+		}
+		return nil, err
+	}
+	users, err := auth.NewUserVerifier(auth.UserVerifierConfig{
+		JWKSURL: o.jwksURL, Issuer: o.oidcIssuer, Audience: o.oidcAudience,
+		UserClaim: o.userClaim, RolesClaim: o.rolesClaim, Logger: logger,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	c.verifier = users
+	pcfg, err := pgxpool.ParseConfig(o.databaseURL)
+	if err != nil {
+		return fail(fmt.Errorf("--database-url: %w", err))
+	}
+	pcfg.MaxConns = int32(max(1, o.dbMaxConns))
+	if c.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return fail(fmt.Errorf("--database-url: %w", err))
+	}
+	api, err := central.New(central.Config{
+		DB: c.pool, Users: users, Services: services, AdminRole: o.adminRole,
+		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Logger: logger,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	var h http.Handler = api
+	apiHandler.Store(&h)
+	c.log.Info("central listening", "addr", c.addr, "issuer", o.oidcIssuer, "internal_ingress", services != nil)
+	return c, nil
+}
+
+func (c *runningCentral) wait(ctx context.Context, timeout time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return c.shutdown(timeout)
+	case err := <-c.served:
+		c.served <- err
+		return errors.Join(fmt.Errorf("serve: %w", err), c.shutdown(timeout))
+	}
+}
+
+func (c *runningCentral) shutdown(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := c.server.Shutdown(ctx)
+	if serr := <-c.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	c.verifier.Close()
+	c.pool.Close()
+	if err != nil {
+		return fmt.Errorf("central shutdown: %w", err)
+	}
+	c.log.Info("central stopped cleanly")
+	return nil
+}

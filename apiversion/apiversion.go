@@ -160,6 +160,12 @@ func (r *Registry) Wrap(route string, h http.Handler) http.Handler {
 			}
 		}
 		for k, vs := range buf.header {
+			if k == "Link" { // keep the deprecation link beside the handler's
+				for _, v := range vs {
+					w.Header().Add(k, v)
+				}
+				continue
+			}
 			w.Header()[k] = vs
 		}
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))

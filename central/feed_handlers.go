@@ -92,7 +92,8 @@ func (s *Server) writePage(w http.ResponseWriter, r *http.Request, userID string
 		if q.UnreadOnly {
 			link.Set("unread", "true")
 		}
-		w.Header().Set("Link", "<"+r.URL.Path+"?"+link.Encode()+`>; rel="next"`)
+		// Add, not Set: a deprecated version's Link rel="deprecation" stays.
+		w.Header().Add("Link", "<"+r.URL.Path+"?"+link.Encode()+`>; rel="next"`)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -1,0 +1,489 @@
+package central_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/apiversion"
+	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/central"
+	"github.com/spoolcast/spoolcast/docs"
+	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/oidctest"
+	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/sync"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var serviceSecret = []byte("central-tests-service-secret-32-bytes-or-more")
+
+type harness struct {
+	t      *testing.T
+	url    string
+	pool   *pgxpool.Pool
+	iss    *oidctest.Issuer
+	server *central.Server
+	spec   *openapi3.T
+	router routers.Router
+}
+
+type options struct {
+	versions      *apiversion.Registry
+	minAppVersion string
+}
+
+func newHarness(t *testing.T, o options) *harness {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), pgtest.DB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	iss := oidctest.New(t)
+	users, err := auth.NewUserVerifier(auth.UserVerifierConfig{JWKSURL: iss.JWKSURL(), Issuer: iss.URL(), Audience: oidctest.Audience, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(users.Close)
+	services, _ := auth.NewServiceVerifier(serviceSecret)
+	cfg := central.Config{DB: pool, Users: users, Services: services, Versions: o.versions, OpenAPI: docs.OpenAPI, Logger: slog.New(slog.DiscardHandler)}
+	if o.minAppVersion != "" {
+		cfg.MinAppVersion, _ = apiversion.ParseAppVersion(o.minAppVersion)
+	}
+	srv, err := central.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	spec, router := loadSpec(t)
+	return &harness{t: t, url: ts.URL, pool: pool, iss: iss, server: srv, spec: spec, router: router}
+}
+
+func loadSpec(t testing.TB) (*openapi3.T, routers.Router) {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	spec, err := loader.LoadFromData(docs.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spec.Validate(context.Background()); err != nil {
+		t.Fatalf("docs/openapi.yaml is not valid OpenAPI: %v", err)
+	}
+	// Route on paths alone: the servers list names the dev address.
+	spec.Servers = nil
+	router, err := legacy.NewRouter(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec, router
+}
+
+type response struct {
+	status int
+	header http.Header
+	raw    []byte
+	body   map[string]any
+}
+
+// do sends req and checks the response against docs/openapi.yaml.
+func (h *harness) do(req *http.Request) response {
+	h.t.Helper()
+	var reqBody []byte
+	if req.Body != nil {
+		reqBody, _ = io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(reqBody))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := response{status: resp.StatusCode, header: resp.Header, raw: raw}
+	if strings.Contains(resp.Header.Get("Content-Type"), "json") && len(raw) > 0 {
+		if err := json.Unmarshal(raw, &r.body); err != nil {
+			h.t.Fatalf("%s %s: body %q: %v", req.Method, req.URL.Path, raw, err)
+		}
+	}
+	h.validate(req, reqBody, r)
+	return r
+}
+
+func (h *harness) validate(req *http.Request, reqBody []byte, r response) {
+	h.t.Helper()
+	vreq := req.Clone(context.Background())
+	vreq.URL.Scheme, vreq.URL.Host, vreq.Host = "", "", ""
+	vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
+	route, params, err := h.router.FindRoute(vreq)
+	if err != nil {
+		if r.status == http.StatusNotFound || r.status == http.StatusMethodNotAllowed {
+			return // no such route, rightly refused
+		}
+		h.t.Errorf("%s %s answered %d but is not in docs/openapi.yaml: %v", req.Method, req.URL.Path, r.status, err)
+		return
+	}
+	input := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}},
+		Status: r.status,
+		Header: r.header,
+		Body:   io.NopCloser(bytes.NewReader(r.raw)),
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), input); err != nil {
+		h.t.Errorf("%s %s → %d does not match docs/openapi.yaml: %v\n%s", req.Method, req.URL.Path, r.status, err, r.raw)
+	}
+}
+
+func (h *harness) request(method, path, token string, body string, headers ...string) response {
+	h.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, h.url+path, rd)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	return h.do(req)
+}
+
+func (h *harness) seed(user string, n int) {
+	h.t.Helper()
+	var items []sync.Item
+	for i := range n {
+		ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":"%s-%d","type":"job.finished","category":"jobs","recipients":[%q],"title":"Job %d done","data":{"job":%d}}`, user, i, user, i, i), "")
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		items = append(items, sync.Item{Producer: "jobs", Event: ev, ReceivedAt: time.Now()})
+	}
+	if _, err := sync.Ingest(context.Background(), h.pool, items); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func TestEveryRegisteredRouteIsDescribed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{})
+	for _, r := range h.server.Routes() {
+		pattern := regexp.MustCompile("^" + regexp.MustCompile(`:[a-z_]+`).ReplaceAllString(r.Path, `[^/]+`) + "$")
+		found := false
+		for path, item := range h.spec.Paths.Map() {
+			concrete := regexp.MustCompile(`\{[a-z_]+\}`).ReplaceAllString(path, "x1")
+			if pattern.MatchString(concrete) && item.GetOperation(r.Method) != nil {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("route %s %s is not described in docs/openapi.yaml", r.Method, r.Path)
+		}
+	}
+	resp := h.request(http.MethodGet, "/openapi.yaml", "", "")
+	if resp.status != 200 || !bytes.Equal(resp.raw, docs.OpenAPI) {
+		t.Errorf("/openapi.yaml = %d, %d bytes", resp.status, len(resp.raw))
+	}
+}
+
+func TestFeedPagesWithCursorsAndLinks(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{})
+	h.seed("alice", 45)
+	token := h.iss.Token("alice")
+	seen := map[string]bool{}
+	path := "/v1/notifications?limit=20"
+	for pages := 1; ; pages++ {
+		r := h.request(http.MethodGet, path, token, "")
+		if r.status != 200 || r.header.Get(apiversion.Header) != apiversion.Default().Latest() {
+			t.Fatalf("page %d: %d %s", pages, r.status, r.raw)
+		}
+		for _, n := range r.body["data"].([]any) {
+			id := n.(map[string]any)["id"].(string)
+			if seen[id] {
+				t.Fatalf("id %s seen twice", id)
+			}
+			seen[id] = true
+		}
+		if r.body["has_more"] != true {
+			if pages != 3 || r.body["next_cursor"] != nil || r.header.Get("Link") != "" {
+				t.Errorf("last page %d: next_cursor %v, Link %q", pages, r.body["next_cursor"], r.header.Get("Link"))
+			}
+			break
+		}
+		link := r.header.Get("Link")
+		m := regexp.MustCompile(`^<([^>]+)>; rel="next"$`).FindStringSubmatch(link)
+		if m == nil || !strings.Contains(m[1], "cursor="+r.body["next_cursor"].(string)) {
+			t.Fatalf("Link = %q, next_cursor %v", link, r.body["next_cursor"])
+		}
+		path = m[1]
+	}
+	if len(seen) != 45 {
+		t.Errorf("saw %d notifications, want 45", len(seen))
+	}
+	if r := h.request(http.MethodGet, "/v1/notifications", token, ""); len(r.body["data"].([]any)) != 20 {
+		t.Errorf("default page holds %d, want 20", len(r.body["data"].([]any)))
+	}
+}
+
+func TestBadFeedQueriesAre400(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{})
+	token := h.iss.Token("alice")
+	for _, q := range []string{"limit=0", "limit=101", "limit=ten", "limit=-1", "cursor=not-a-cursor", "cursor=", "cursor=MjAyNi0xMS0zMFQwOTowMDowMFp8MA", "unread=maybe"} {
+		r := h.request(http.MethodGet, "/v1/notifications?"+q, token, "")
+		if r.status != 400 || r.header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("?%s = %d %s; want 400 problem", q, r.status, r.raw)
+		}
+	}
+}
+
+func TestUsersSeeAndMarkOnlyTheirOwnNotifications(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{})
+	h.seed("alice", 3)
+	h.seed("bob", 2)
+	alice, bob := h.iss.Token("alice"), h.iss.Token("bob")
+	bobs := h.request(http.MethodGet, "/v1/notifications", bob, "").body["data"].([]any)
+	if len(bobs) != 2 {
+		t.Fatalf("bob sees %d, want his 2", len(bobs))
+	}
+	bobsID := bobs[0].(map[string]any)["id"].(string)
+	if r := h.request(http.MethodPost, "/v1/notifications/"+bobsID+"/read", alice, ""); r.status != 404 {
+		t.Errorf("alice marking bob's notification = %d, want 404", r.status)
+	}
+	for _, id := range []string{"0", "abc", "99999999"} {
+		if r := h.request(http.MethodPost, "/v1/notifications/"+id+"/read", alice, ""); r.status != 404 {
+			t.Errorf("marking %s = %d, want 404", id, r.status)
+		}
+	}
+	if r := h.request(http.MethodPost, "/v1/notifications/"+bobsID+"/read", bob, ""); r.status != 204 {
+		t.Errorf("bob marking his own = %d, want 204", r.status)
+	}
+	if r := h.request(http.MethodGet, "/v1/notifications/unread-count", bob, ""); r.body["count"] != float64(1) || r.body["capped"] != false {
+		t.Errorf("bob unread-count = %v", r.body)
+	}
+	unread := h.request(http.MethodGet, "/v1/notifications?unread=true", bob, "").body["data"].([]any)
+	if len(unread) != 1 || unread[0].(map[string]any)["id"] == bobsID {
+		t.Errorf("bob's unread feed = %v", unread)
+	}
+	if r := h.request(http.MethodPost, "/v1/notifications/read-all", alice, ""); r.status != 200 || r.body["updated"] != float64(3) {
+		t.Errorf("alice read-all = %d %v", r.status, r.body)
+	}
+	if r := h.request(http.MethodPost, "/v1/notifications/not-an-action", alice, ""); r.status != 404 {
+		t.Errorf("POST /v1/notifications/not-an-action = %d, want 404", r.status)
+	}
+	for _, n := range h.request(http.MethodGet, "/v1/notifications", alice, "").body["data"].([]any) {
+		if n.(map[string]any)["read_at"] == nil {
+			t.Errorf("alice's %v is unread after read-all", n)
+		}
+	}
+	if r := h.request(http.MethodGet, "/v1/notifications/unread-count", bob, ""); r.body["count"] != float64(1) {
+		t.Errorf("alice's read-all touched bob: %v", r.body)
+	}
+}
+
+func TestTokenAttacksAre401AndAdminNeedsTheRole(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{})
+	claims := func(mutate func(jwt.MapClaims)) string {
+		c := h.iss.Claims("mallory")
+		mutate(c)
+		return h.iss.Sign(c)
+	}
+	none := jwt.NewWithClaims(jwt.SigningMethodNone, h.iss.Claims("mallory"))
+	none.Header["kid"] = "rsa-1"
+	noneToken, _ := none.SignedString(jwt.UnsafeAllowNoneSignatureType)
+	for name, token := range map[string]string{
+		"no token":           "",
+		"alg none":           noneToken,
+		"expired":            claims(func(c jwt.MapClaims) { c["exp"] = time.Now().Add(-time.Hour).Unix() }),
+		"not yet valid":      claims(func(c jwt.MapClaims) { c["nbf"] = time.Now().Add(time.Hour).Unix() }),
+		"wrong issuer":       claims(func(c jwt.MapClaims) { c["iss"] = "https://evil.example" }),
+		"wrong audience":     claims(func(c jwt.MapClaims) { c["aud"] = "other" }),
+		"missing user claim": claims(func(c jwt.MapClaims) { delete(c, "sub") }),
+		"unknown kid":        h.iss.SignWith("forged", h.iss.Key("rsa-1"), h.iss.Claims("mallory")),
+		"garbage":            "garbage",
+	} {
+		r := h.request(http.MethodGet, "/v1/notifications", token, "")
+		if r.status != 401 || !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("%s: %d, WWW-Authenticate %q; want 401 with a Bearer challenge", name, r.status, r.header.Get("WWW-Authenticate"))
+		}
+	}
+	h.seed("bob", 1)
+	if r := h.request(http.MethodGet, "/v1/admin/users/bob/notifications", h.iss.Token("alice"), ""); r.status != 403 {
+		t.Errorf("admin route without the role = %d, want 403", r.status)
+	}
+	r := h.request(http.MethodGet, "/v1/admin/users/bob/notifications", h.iss.Token("alice", "admin"), "")
+	if r.status != 200 || len(r.body["data"].([]any)) != 1 {
+		t.Errorf("admin route with the role = %d %s", r.status, r.raw)
+	}
+}
+
+func TestInternalIngressAnswersLikeTheRelay(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{})
+	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Minute)
+	readOnly, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"prefs:read"}, time.Minute)
+	userToken := h.iss.Token("alice")
+	body := `{"idempotency_key":"invoice:7","type":"invoice.paid","recipients":["alice","bob"],"title":"Invoice paid"}`
+
+	if r := h.request(http.MethodPost, "/internal/v1/events", "", body); r.status != 401 {
+		t.Errorf("no token = %d", r.status)
+	}
+	if r := h.request(http.MethodPost, "/internal/v1/events", userToken, body); r.status != 401 {
+		t.Errorf("an end user's token = %d, want 401: no route lets a user create a notification", r.status)
+	}
+	if r := h.request(http.MethodPost, "/internal/v1/events", readOnly, body); r.status != 403 {
+		t.Errorf("token without push:emit = %d, want 403", r.status)
+	}
+	first := h.request(http.MethodPost, "/internal/v1/events", emit, body)
+	if first.status != 202 || first.body["status"] != "accepted" {
+		t.Fatalf("first = %d %s", first.status, first.raw)
+	}
+	again := h.request(http.MethodPost, "/internal/v1/events", emit, body, "Idempotency-Key", `"invoice:7"`)
+	if again.status != 200 || again.body["status"] != "duplicate" || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("retry = %d %s", again.status, again.raw)
+	}
+	other := h.request(http.MethodPost, "/internal/v1/events", emit, strings.Replace(body, "Invoice paid", "Invoice refunded", 1))
+	if other.status != 422 {
+		t.Errorf("same key, other request = %d", other.status)
+	}
+	if r := h.request(http.MethodPost, "/internal/v1/events", emit, `{"type":"t"}`); r.status != 400 {
+		t.Errorf("missing key = %d", r.status)
+	}
+	if r := h.request(http.MethodPost, "/internal/v1/events", emit, body, "Content-Type", "text/plain"); r.status != 415 {
+		t.Errorf("text/plain = %d", r.status)
+	}
+	feed := h.request(http.MethodGet, "/v1/notifications", h.iss.Token("bob"), "")
+	if items := feed.body["data"].([]any); len(items) != 1 || items[0].(map[string]any)["producer"] != "billing" {
+		t.Errorf("bob's feed after ingress = %s", feed.raw)
+	}
+}
+
+func TestVersionsTranslateOldClientsAndWarnOfSunset(t *testing.T) {
+	t.Parallel()
+	sunset := time.Date(2027, 6, 1, 0, 0, 0, 0, time.UTC)
+	// A test layer: the newest version renamed the page's "more" to "has_more"
+	// and the query parameter "page_size" to "limit".
+	versions, err := apiversion.NewRegistry(
+		apiversion.Version{Date: "2026-06-01", Deprecated: true, Sunset: sunset, MigrationURL: "https://docs.spoolcast.dev/migrate/2026-11-30"},
+		apiversion.Version{Date: "2026-11-30", Changes: []apiversion.Change{{
+			Description: "the page's more is now has_more; page_size is now limit",
+			Routes:      []string{"GET /v1/notifications"},
+			Request: func(r *http.Request) error {
+				q := r.URL.Query()
+				if v := q.Get("page_size"); v != "" {
+					q.Set("limit", v)
+					q.Del("page_size")
+					r.URL.RawQuery = q.Encode()
+				}
+				return nil
+			},
+			Response: func(status int, body map[string]any) {
+				if v, ok := body["has_more"]; ok {
+					body["more"] = v
+					delete(body, "has_more")
+				}
+			},
+		}}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, options{versions: versions})
+	h.seed("alice", 3)
+	token := h.iss.Token("alice")
+
+	old := h.rawGet("/v1/notifications?page_size=2", token, "2026-06-01")
+	if old.status != 200 || old.body["more"] != true || old.body["has_more"] != nil || len(old.body["data"].([]any)) != 2 {
+		t.Errorf("old client page = %d %s", old.status, old.raw)
+	}
+	if old.header.Get(apiversion.Header) != "2026-06-01" || !strings.HasPrefix(old.header.Get("Deprecation"), "@") ||
+		old.header.Get("Sunset") != sunset.Format(http.TimeFormat) || !strings.Contains(old.header.Get("Link"), `rel="deprecation"`) {
+		t.Errorf("old client headers = %v", old.header)
+	}
+	cur := h.request(http.MethodGet, "/v1/notifications?limit=2", token, "")
+	if cur.body["has_more"] != true || cur.header.Get("Deprecation") != "" || cur.header.Get(apiversion.Header) != "2026-11-30" {
+		t.Errorf("current client = %s %v", cur.raw, cur.header)
+	}
+	if r := h.request(http.MethodGet, "/v1/notifications", token, "", apiversion.Header, "2025-01-01"); r.status != 400 || r.body["type"] != "urn:spoolcast:problem:unknown-api-version" {
+		t.Errorf("unknown version = %d %s", r.status, r.raw)
+	}
+	if r := h.request(http.MethodGet, "/v1/notifications/unread-count", token, "", apiversion.Header, "2026-06-01"); r.body["count"] != float64(3) {
+		t.Errorf("a route the change does not touch = %s", r.raw)
+	}
+}
+
+// rawGet skips the OpenAPI check: old versions answer in old shapes.
+func (h *harness) rawGet(path, token, version string) response {
+	h.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, h.url+path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set(apiversion.Header, version)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := response{status: resp.StatusCode, header: resp.Header, raw: raw}
+	_ = json.Unmarshal(raw, &r.body)
+	return r
+}
+
+func TestOldAppsAreToldToUpdate(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{minAppVersion: "2.3"})
+	token := h.iss.Token("alice")
+	for app, want := range map[string]int{"": 200, "2.3": 200, "2.3.1": 200, "10.0": 200, "2.2.9": 426, "1": 426, "two": 400} {
+		var headers []string
+		if app != "" {
+			headers = []string{apiversion.AppHeader, app}
+		}
+		if r := h.request(http.MethodGet, "/v1/notifications", token, "", headers...); r.status != want {
+			t.Errorf("app %q = %d, want %d", app, r.status, want)
+		}
+	}
+}
+
+func TestHealthReadinessAndMetrics(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{})
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if r := h.request(http.MethodGet, p, "", ""); r.status != 200 {
+			t.Errorf("%s = %d", p, r.status)
+		}
+	}
+	h.request(http.MethodGet, "/v1/notifications", h.iss.Token("a"), "")
+	r := h.request(http.MethodGet, "/metrics", "", "")
+	if !bytes.Contains(r.raw, []byte(`spoolcast_central_requests_total{code="200",route="GET /v1/notifications"} 1`)) {
+		t.Errorf("metrics lack the feed request:\n%s", r.raw)
+	}
+}

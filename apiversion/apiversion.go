@@ -39,7 +39,9 @@ type Change struct {
 	Response func(status int, body map[string]any)
 }
 
-func (c Change) appliesTo(route string) bool { return len(c.Routes) == 0 || slices.Contains(c.Routes, route) }
+func (c Change) appliesTo(route string) bool {
+	return len(c.Routes) == 0 || slices.Contains(c.Routes, route)
+}
 
 // Version is one dated API version.
 type Version struct {

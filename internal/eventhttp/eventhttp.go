@@ -65,7 +65,6 @@ func Decode(r *http.Request, maxBody int64) (ev event.Event, p *problem.Problem)
 	return ev, nil
 }
 
-
 // Answer statuses.
 const (
 	StatusAccepted  = "accepted"

@@ -23,11 +23,12 @@ lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-## bench: the hot-path benchmarks, the relay load generator and the forwarder benchmark
+## bench: hot-path benchmarks, the relay load generator, the forwarder and feed-depth benchmarks
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./spool/ ./relay/
 	$(GO) run ./benchmarks/loadgen -duration 10s
 	$(GO) run ./benchmarks/forwardbench
+	$(GO) run ./benchmarks/feedbench
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:

@@ -191,13 +191,15 @@ func (r *runningRelay) shutdown(timeout time.Duration) error {
 	if err := <-r.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		errShutdown = errors.Join(errShutdown, err)
 	}
-	var errForward error
 	if r.forwarder != nil {
-		errForward = r.forwarder.Stop(ctx)
+		if err := r.forwarder.Stop(ctx); err != nil {
+			// Not a failed shutdown: what is left waits safely in the spool.
+			r.log.Warn("some events were not forwarded before shutdown; they stay in the spool for the next start", "err", err)
+		}
 		r.pool.Close()
 	}
 	errSpool := r.spool.Close(ctx)
-	if err := errors.Join(errShutdown, errForward, errSpool); err != nil {
+	if err := errors.Join(errShutdown, errSpool); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	r.log.Info("relay stopped cleanly")

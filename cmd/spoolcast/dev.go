@@ -50,7 +50,7 @@ func devCommand() (*flag.FlagSet, runFunc) {
 	overrideDefault(fs, "producer", "demo", "logical producing service that scopes idempotency keys")
 	overrideDefault(fs, "spool", "", "path of the SQLite spool file (default --data-dir/spool.db)")
 	if f := fs.Lookup("database-url"); f != nil {
-		f.Usage = "Postgres URL to use instead of starting a local cluster under --data-dir/pg"
+		f.Usage = "Postgres URL to use instead of starting a local cluster under --data-dir/pg (DATABASE_URL is read too)"
 	}
 	return fs, func(ctx context.Context, args []string) error {
 		keyPath := filepath.Join(dataDir, "dev-signing-key.pem")
@@ -80,6 +80,9 @@ func overrideDefault(fs *flag.FlagSet, name, value, usage string) {
 func runDev(ctx context.Context, o relayOptions, co centralOptions, dataDir, keyPath, secretPath string, logger *slog.Logger) error {
 	if o.spoolPath == "" {
 		o.spoolPath = filepath.Join(dataDir, "spool.db")
+	}
+	if o.databaseURL == "" {
+		o.databaseURL = os.Getenv("DATABASE_URL") // the usual variable, as the tests read it
 	}
 	if o.databaseURL == "" {
 		logger.Info("starting local Postgres", "dir", filepath.Join(dataDir, "pg"))

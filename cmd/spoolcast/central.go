@@ -78,8 +78,7 @@ func centralCommand() (*flag.FlagSet, runFunc) {
 type runningCentral struct {
 	addr     string
 	log      *slog.Logger
-	server   *http.Server
-	served   chan error
+	http     *httpService
 	pool     *pgxpool.Pool
 	verifier *auth.UserVerifier
 }
@@ -127,19 +126,12 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	c := &runningCentral{
 		addr: ln.Addr().String(),
 		log:  logger.With("component", "central"),
-		server: &http.Server{
-			Handler:           mux,
-			ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout:       30 * time.Second,
-			IdleTimeout:       2 * time.Minute,
-			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		},
-		served: make(chan error, 1),
+		http: serveHTTP(ln, mux, logger),
 	}
-	go func() { c.served <- c.server.Serve(ln) }()
 	fail := func(err error) (*runningCentral, error) {
-		_ = c.server.Close()
-		<-c.served
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // no grace: nothing was served yet
+		_ = c.http.stop(ctx)
 		if c.verifier != nil {
 			c.verifier.Close()
 		}
@@ -178,22 +170,14 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 }
 
 func (c *runningCentral) wait(ctx context.Context, timeout time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return c.shutdown(timeout)
-	case err := <-c.served:
-		c.served <- err
-		return errors.Join(fmt.Errorf("serve: %w", err), c.shutdown(timeout))
-	}
+	err := c.http.wait(ctx)
+	return errors.Join(err, c.shutdown(timeout))
 }
 
 func (c *runningCentral) shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	err := c.server.Shutdown(ctx)
-	if serr := <-c.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
+	err := c.http.stop(ctx)
 	c.verifier.Close()
 	c.pool.Close()
 	if err != nil {

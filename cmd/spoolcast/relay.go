@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -75,13 +74,12 @@ func relayCommand() (*flag.FlagSet, runFunc) {
 	}
 }
 
-// runningRelay is a started relay: its spool, server and listener.
+// runningRelay is a started relay: its spool, server and forwarder.
 type runningRelay struct {
 	addr      string
 	log       *slog.Logger
 	spool     *spool.Spool
-	server    *http.Server
-	served    chan error
+	http      *httpService
 	forwarder *sync.Forwarder
 	pool      *pgxpool.Pool
 }
@@ -145,21 +143,13 @@ func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runn
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	r := &runningRelay{
-		forwarder: forwarder,
-		pool:      pool,
 		addr:      ln.Addr().String(),
 		log:       logger.With("component", "relay"),
 		spool:     sp,
-		server: &http.Server{
-			Handler:           handler,
-			ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout:       30 * time.Second,
-			IdleTimeout:       2 * time.Minute,
-			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		},
-		served: make(chan error, 1),
+		http:      serveHTTP(ln, handler, logger),
+		forwarder: forwarder,
+		pool:      pool,
 	}
-	go func() { r.served <- r.server.Serve(ln) }()
 	r.log.Info("relay listening", "addr", r.addr, "producer", o.producer, "spool", o.spoolPath, "sync", o.syncMode, "auth", verifier != nil)
 	if forwarder != nil {
 		forwarder.Start(context.WithoutCancel(ctx))
@@ -173,24 +163,17 @@ func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runn
 // wait serves until ctx is cancelled, then shuts down. A server that stops on
 // its own is an error, and the spool is still closed cleanly.
 func (r *runningRelay) wait(ctx context.Context, timeout time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return r.shutdown(timeout)
-	case err := <-r.served:
-		r.served <- err
-		return errors.Join(fmt.Errorf("serve: %w", err), r.shutdown(timeout))
-	}
+	err := r.http.wait(ctx)
+	return errors.Join(err, r.shutdown(timeout))
 }
 
-// shutdown stops accepting, answers what is in flight, then closes the spool.
+// shutdown stops accepting, answers what is in flight, forwards what it can,
+// then closes the spool.
 func (r *runningRelay) shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	r.log.Info("relay shutting down")
-	errShutdown := r.server.Shutdown(ctx)
-	if err := <-r.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		errShutdown = errors.Join(errShutdown, err)
-	}
+	errShutdown := r.http.stop(ctx)
 	if r.forwarder != nil {
 		if err := r.forwarder.Stop(ctx); err != nil {
 			// Not a failed shutdown: what is left waits safely in the spool.

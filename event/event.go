@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -195,11 +196,57 @@ func canonicalData(raw json.RawMessage) (json.RawMessage, error) {
 	if depth(v, 0) > maxDataNestLevel {
 		return nil, invalid("data", fmt.Sprintf("nests deeper than %d levels", maxDataNestLevel))
 	}
+	if err := storable(v); err != nil {
+		return nil, err
+	}
 	out, err := marshal(v)
 	if err != nil {
 		return nil, invalid("data", err.Error())
 	}
 	return out, nil
+}
+
+// maxDataExponent bounds the exponent of numbers in data. Postgres jsonb holds
+// numbers as numeric and refuses ones with huge exponents; an event the relay
+// accepts must be one Postgres will store.
+const maxDataExponent = 1000
+
+// storable rejects what JSON allows but Postgres jsonb refuses: the NUL
+// character (\u0000) in a key or string, and numbers beyond numeric's range.
+func storable(v any) error {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if strings.ContainsRune(k, 0) {
+				return invalid("data", "a key contains the NUL character")
+			}
+			if err := storable(x); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for _, x := range t {
+			if err := storable(x); err != nil {
+				return err
+			}
+		}
+	case string:
+		if strings.ContainsRune(t, 0) {
+			return invalid("data", "a string contains the NUL character")
+		}
+	case json.Number:
+		s := strings.ToLower(t.String())
+		if i := strings.IndexByte(s, 'e'); i >= 0 {
+			exp, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
+			if err != nil || exp > maxDataExponent || exp < -maxDataExponent {
+				return invalid("data", fmt.Sprintf("the number %s is out of range", t))
+			}
+		}
+		if len(s) > 1000 {
+			return invalid("data", "a number is longer than 1000 digits")
+		}
+	}
+	return nil
 }
 
 func depth(v any, d int) int {

@@ -3,6 +3,7 @@ package event_test
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/spoolcast/spoolcast/event"
@@ -53,5 +54,25 @@ func TestKeyHeaderAcceptsQuotedAndBareValues(t *testing.T) {
 		if err != nil && !errors.Is(err, event.ErrInvalid) {
 			t.Errorf("ParseKeyHeader(%q) error %v is not ErrInvalid", tc.in, err)
 		}
+	}
+}
+
+func TestDataPostgresWouldRefuseIsInvalid(t *testing.T) {
+	t.Parallel()
+	for name, data := range map[string]string{
+		"a NUL in a string": `{"a":"x\u0000y"}`,
+		"a NUL in a key":    `{"a\u0000":1}`,
+		"a NUL deep down":   `{"a":[{"b":"\u0000"}]}`,
+		"a huge exponent":   `{"a":1e999999}`,
+		"a tiny exponent":   `{"a":1e-999999}`,
+		"an endless number": `{"a":` + strings.Repeat("9", 1001) + `}`,
+	} {
+		_, err := event.Decode([]byte(`{"idempotency_key":"k","type":"t","recipients":["u"],"data":`+data+`}`), "")
+		if !errors.Is(err, event.ErrInvalid) {
+			t.Errorf("%s: Decode = %v; want ErrInvalid", name, err)
+		}
+	}
+	if _, err := event.Decode([]byte(`{"idempotency_key":"k","type":"t","recipients":["u"],"data":{"a":1.5e300,"b":"ok\u00e9"}}`), ""); err != nil {
+		t.Errorf("ordinary data refused: %v", err)
 	}
 }

@@ -89,7 +89,7 @@ func TestKill9NeverLosesAnAcceptedEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	rows, err := r.List(context.Background(), false, 0)
+	rows, err := r.List(context.Background(), spool.AllRows, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

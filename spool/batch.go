@@ -16,6 +16,8 @@ type Record struct {
 	ReceivedAt  time.Time
 	ForwardedAt time.Time // zero while pending
 	Attempts    int
+	// DeadReason is why Postgres refused the row for good; empty for a normal row.
+	DeadReason string
 }
 
 // Pending reports whether the row still waits for the forwarder.
@@ -37,6 +39,17 @@ func (s *Spool) MarkForwarded(ctx context.Context, seqs []int64) error {
 	now := s.cfg.Now().UnixNano()
 	return s.write(ctx, func(ctx context.Context, tx execer) error {
 		return execForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ? WHERE forwarded_at IS NULL AND seq IN (%s)", []any{now}, seqs)
+	})
+}
+
+// MarkDead takes a row that Postgres refuses for good out of the forwarding
+// queue, with the reason. The row is kept (never pruned) for an operator to
+// inspect with `spoolcast spool ls --dead`.
+func (s *Spool) MarkDead(ctx context.Context, seq int64, reason string) error {
+	now := s.cfg.Now().UnixNano()
+	return s.write(ctx, func(ctx context.Context, tx execer) error {
+		_, err := tx.ExecContext(ctx, `UPDATE events SET forwarded_at = ?, dead_reason = ?, attempts = attempts + 1 WHERE seq = ?`, now, reason, seq)
+		return err
 	})
 }
 
@@ -89,7 +102,7 @@ func (s *Spool) runPruner(ctx context.Context) {
 }
 
 // Prune deletes forwarded rows whose forwarding is older than the key TTL, in
-// small transactions so claims keep flowing. Pending rows are never deleted.
+// small transactions so claims keep flowing. Pending and dead rows are never deleted.
 func (s *Spool) Prune(ctx context.Context) (int64, error) {
 	cutoff := s.cfg.Now().Add(-s.cfg.KeyTTL).UnixNano()
 	var total int64
@@ -97,7 +110,7 @@ func (s *Spool) Prune(ctx context.Context) (int64, error) {
 		var n int64
 		err := s.write(ctx, func(ctx context.Context, tx execer) error {
 			res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE seq IN (
-				SELECT seq FROM events WHERE forwarded_at IS NOT NULL AND forwarded_at < ? LIMIT 2000)`, cutoff)
+				SELECT seq FROM events WHERE forwarded_at IS NOT NULL AND forwarded_at < ? AND dead_reason IS NULL LIMIT 2000)`, cutoff)
 			if err != nil {
 				return fmt.Errorf("prune: %w", err)
 			}

@@ -82,6 +82,9 @@ func (s *Spool) commit(batch []*op) {
 	errs := make([]error, len(batch))
 	added, err := s.runBatch(ctx, batch, errs)
 	took := time.Since(start)
+	if err == nil && s.cfg.OnCommit != nil {
+		s.cfg.OnCommit(len(batch), took)
+	}
 	for i, o := range batch {
 		if err != nil {
 			errs[i] = err
@@ -91,9 +94,6 @@ func (s *Spool) commit(batch []*op) {
 	if err != nil {
 		s.log.Error("spool commit failed", "err", err, "writes", len(batch))
 		return
-	}
-	if s.cfg.OnCommit != nil {
-		s.cfg.OnCommit(len(batch), took)
 	}
 	if added > 0 {
 		s.signalWake()

@@ -57,6 +57,8 @@ type Stats struct {
 	OldestPendingAge time.Duration `json:"-"`
 	// Rows counts all rows, pending and forwarded-but-not-yet-pruned.
 	Rows int64 `json:"rows"`
+	// Dead counts rows Postgres refused for good; see `spoolcast spool ls --dead`.
+	Dead int64 `json:"dead"`
 	// FileBytes is the size of the database file and its WAL on disk.
 	FileBytes int64 `json:"file_bytes"`
 	// UsedBytes is the bytes of live data, the measure the byte limit applies to.
@@ -67,8 +69,8 @@ type Stats struct {
 func (s *Spool) Stats(ctx context.Context) (Stats, error) { return s.reader.Stats(ctx) }
 
 // List returns rows in seq order, see Reader.List.
-func (s *Spool) List(ctx context.Context, pendingOnly bool, limit int) ([]Record, error) {
-	return s.reader.List(ctx, pendingOnly, limit)
+func (s *Spool) List(ctx context.Context, filter Filter, limit int) ([]Record, error) {
+	return s.reader.List(ctx, filter, limit)
 }
 
 // Stats reads the spool's depth, lag and size.
@@ -80,9 +82,10 @@ func (r *Reader) Stats(ctx context.Context) (Stats, error) {
 		(SELECT count(*) FROM events WHERE forwarded_at IS NULL),
 		(SELECT received_at FROM events WHERE forwarded_at IS NULL ORDER BY seq LIMIT 1),
 		(SELECT count(*) FROM events),
+		(SELECT count(*) FROM events WHERE dead_reason IS NOT NULL),
 		(SELECT page_count FROM pragma_page_count),
 		(SELECT freelist_count FROM pragma_freelist_count),
-		(SELECT page_size FROM pragma_page_size)`).Scan(&st.Pending, &oldest, &st.Rows, &pages, &free, &size)
+		(SELECT page_size FROM pragma_page_size)`).Scan(&st.Pending, &oldest, &st.Rows, &st.Dead, &pages, &free, &size)
 	if err != nil {
 		return Stats{}, fmt.Errorf("spool stats: %w", err)
 	}
@@ -99,14 +102,25 @@ func (r *Reader) Stats(ctx context.Context) (Stats, error) {
 	return st, nil
 }
 
-// List returns up to limit rows in seq order (0 means all), only pending ones
-// when pendingOnly. Payloads are left out.
-func (r *Reader) List(ctx context.Context, pendingOnly bool, limit int) ([]Record, error) {
-	return r.list(ctx, listQuery{pendingOnly: pendingOnly, limit: limit})
+// Filter selects the rows List returns.
+type Filter int
+
+// The filters of List.
+const (
+	AllRows Filter = iota
+	PendingRows
+	DeadRows
+)
+
+// List returns up to limit rows in seq order (0 means all) that pass filter.
+// Payloads are left out.
+func (r *Reader) List(ctx context.Context, filter Filter, limit int) ([]Record, error) {
+	return r.list(ctx, listQuery{pendingOnly: filter == PendingRows, deadOnly: filter == DeadRows, limit: limit})
 }
 
 type listQuery struct {
 	pendingOnly bool
+	deadOnly    bool
 	afterSeq    int64
 	withPayload bool
 	limit       int
@@ -114,13 +128,16 @@ type listQuery struct {
 
 func (r *Reader) list(ctx context.Context, q listQuery) ([]Record, error) {
 	var b strings.Builder
-	b.WriteString("SELECT seq, producer, key, received_at, forwarded_at, attempts")
+	b.WriteString("SELECT seq, producer, key, received_at, forwarded_at, attempts, coalesce(dead_reason, '')")
 	if q.withPayload {
 		b.WriteString(", payload")
 	}
 	b.WriteString(" FROM events WHERE seq > ?")
 	if q.pendingOnly {
 		b.WriteString(" AND forwarded_at IS NULL")
+	}
+	if q.deadOnly {
+		b.WriteString(" AND dead_reason IS NOT NULL")
 	}
 	b.WriteString(" ORDER BY seq")
 	if q.limit > 0 {
@@ -136,7 +153,7 @@ func (r *Reader) list(ctx context.Context, q listQuery) ([]Record, error) {
 		var rec Record
 		var received int64
 		var forwarded sql.NullInt64
-		dest := []any{&rec.Seq, &rec.Producer, &rec.Key, &received, &forwarded, &rec.Attempts}
+		dest := []any{&rec.Seq, &rec.Producer, &rec.Key, &received, &forwarded, &rec.Attempts, &rec.DeadReason}
 		if q.withPayload {
 			dest = append(dest, &rec.Payload)
 		}

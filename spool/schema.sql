@@ -11,6 +11,7 @@ CREATE TABLE IF NOT EXISTS events (
     received_at  INTEGER NOT NULL, -- unix nanoseconds
     forwarded_at INTEGER,          -- unix nanoseconds, NULL while pending
     attempts     INTEGER NOT NULL DEFAULT 0,
+    dead_reason  TEXT,             -- set when Postgres refused the row for good
     UNIQUE (producer, key)
 );
 

@@ -147,7 +147,7 @@ func Open(ctx context.Context, cfg Config) (*Spool, error) {
 		wdb.Close()
 		return nil, fmt.Errorf("open spool %s: %w", cfg.Path, err)
 	}
-	if _, err := wconn.ExecContext(ctx, schemaSQL); err != nil {
+	if err := createSchema(ctx, wconn); err != nil {
 		wconn.Close()
 		wdb.Close()
 		return nil, fmt.Errorf("create spool schema in %s: %w", cfg.Path, err)
@@ -195,6 +195,22 @@ const (
 	modeReader                   // the spool's own read connections
 	modeReadOnly                 // another process inspecting the file
 )
+
+// createSchema creates the spool's table, or brings an older one up to date.
+func createSchema(ctx context.Context, conn *sql.Conn) error {
+	if _, err := conn.ExecContext(ctx, schemaSQL); err != nil {
+		return err
+	}
+	var hasDead int
+	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('events') WHERE name = 'dead_reason'`).Scan(&hasDead); err != nil {
+		return err
+	}
+	if hasDead == 0 {
+		_, err := conn.ExecContext(ctx, `ALTER TABLE events ADD COLUMN dead_reason TEXT`)
+		return err
+	}
+	return nil
+}
 
 // dsn builds the modernc.org/sqlite connection string. The writer opens its
 // transactions with BEGIN IMMEDIATE: a deferred transaction that upgrades to a

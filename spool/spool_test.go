@@ -114,7 +114,7 @@ func TestConcurrentIdenticalClaimsSpoolOneRow(t *testing.T) {
 	if accepted.Load() != 1 || duplicate.Load() != 99 {
 		t.Errorf("accepted=%d duplicate=%d; want 1 and 99", accepted.Load(), duplicate.Load())
 	}
-	rows, err := s.List(context.Background(), false, 0)
+	rows, err := s.List(context.Background(), spool.AllRows, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestBatchesForwardInOrderAndPruneAfterTTL(t *testing.T) {
 	if n, _ := s.Prune(ctx); n != 0 {
 		t.Fatalf("prune removed %d pending rows; pending rows are never pruned", n)
 	}
-	all, _ := s.List(ctx, false, 0)
+	all, _ := s.List(ctx, spool.AllRows, 0)
 	if len(all) != 2 {
 		t.Errorf("after prune %d rows remain, want the 2 pending", len(all))
 	}
@@ -290,7 +290,7 @@ func TestReadOnlyReaderSeesALiveSpool(t *testing.T) {
 	if st.Pending != 3 || st.Rows != 3 || st.FileBytes == 0 {
 		t.Errorf("read-only stats = %+v; want 3 pending of 3 rows", st)
 	}
-	rows, err := r.List(ctx, true, 0)
+	rows, err := r.List(ctx, spool.PendingRows, 0)
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("read-only list = %d rows, %v", len(rows), err)
 	}

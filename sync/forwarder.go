@@ -10,6 +10,8 @@ import (
 	gosync "sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/spool"
 )
@@ -19,6 +21,7 @@ type Spool interface {
 	NextBatch(ctx context.Context, afterSeq int64, limit int) ([]spool.Record, error)
 	MarkForwarded(ctx context.Context, seqs []int64) error
 	MarkFailed(ctx context.Context, seqs []int64) error
+	MarkDead(ctx context.Context, seq int64, reason string) error
 	Wake() <-chan struct{}
 }
 
@@ -135,6 +138,7 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 		f.cancel()
 		f.workers.Wait()
 		f.acks.Wait()
+		defer f.acks.Wait() // the final flush's acknowledgements
 		// Batches the workers gave up on are still pending: start from the top.
 		var after int64
 		for ctx.Err() == nil {
@@ -226,25 +230,45 @@ func (f *Forwarder) failed(ctx context.Context, err error, failures int) bool {
 	return sleep(ctx, wait)
 }
 
-// forward sends one batch to Postgres and acknowledges it in the spool.
+// forward sends one batch to Postgres and acknowledges it in the spool. A row
+// Postgres refuses for good is found by halving the batch and set aside as
+// dead, so it never holds up the rows around it.
 func (f *Forwarder) forward(ctx context.Context, batch []spool.Record) error {
 	start := time.Now()
 	items := make([]Item, 0, len(batch))
-	seqs := make([]int64, 0, len(batch))
+	sendable := make([]spool.Record, 0, len(batch))
 	for _, rec := range batch {
 		ev, err := event.Parse(rec.Payload)
 		if err != nil {
-			// The relay wrote this payload canonically; an unreadable one is a
-			// damaged spool, not a reason to drop it.
-			return fmt.Errorf("spool row %d (key %q): %w", rec.Seq, rec.Key, err)
+			if err := f.bury(ctx, rec, err); err != nil {
+				return err
+			}
+			continue
 		}
 		items = append(items, Item{Producer: rec.Producer, Event: ev, Hash: event.HashCanonical(rec.Payload), ReceivedAt: rec.ReceivedAt})
-		seqs = append(seqs, rec.Seq)
+		sendable = append(sendable, rec)
+	}
+	if len(sendable) == 0 {
+		return nil
+	}
+	seqs := make([]int64, len(sendable))
+	for i, rec := range sendable {
+		seqs[i] = rec.Seq
 	}
 	ictx, cancel := context.WithTimeout(ctx, f.cfg.IngestTimeout)
 	results, err := Ingest(ictx, f.cfg.DB, items)
 	cancel()
 	if err != nil {
+		if refusedForGood(err) {
+			if len(sendable) == 1 {
+				return f.bury(ctx, sendable[0], err)
+			}
+			mid := len(sendable) / 2
+			if err := f.forward(ctx, sendable[:mid]); err != nil {
+				return err
+			}
+			return f.forward(ctx, sendable[mid:])
+		}
 		if markErr := f.cfg.Spool.MarkFailed(context.WithoutCancel(ctx), seqs); markErr != nil {
 			f.log.Debug("count failed attempt", "err", markErr)
 		}
@@ -254,10 +278,10 @@ func (f *Forwarder) forward(ctx context.Context, batch []spool.Record) error {
 	if f.cfg.AfterIngest != nil {
 		f.cfg.AfterIngest()
 	}
-	f.cfg.Metrics.observeBatch(batch, results, committed, time.Since(start))
+	f.cfg.Metrics.observeBatch(sendable, results, committed, time.Since(start))
 	for i, r := range results {
 		if r.Outcome == Conflict {
-			f.log.Warn("event key reused with a different request; Postgres kept the first", "producer", batch[i].Producer, "key", batch[i].Key)
+			f.log.Warn("event key reused with a different request; Postgres kept the first", "producer", sendable[i].Producer, "key", sendable[i].Key)
 		}
 	}
 	// The batch is in Postgres. The worker moves on while the spool commits the
@@ -272,6 +296,36 @@ func (f *Forwarder) forward(ctx context.Context, batch []spool.Record) error {
 		}
 	})
 	return nil
+}
+
+// bury sets aside a row that can never be forwarded. It stays in the spool
+// with the reason, for an operator; losing it silently would be worse.
+func (f *Forwarder) bury(ctx context.Context, rec spool.Record, cause error) error {
+	f.cfg.Metrics.dead.Inc()
+	f.log.Error("Postgres refuses this event for good; it is kept in the spool as dead (spoolcast spool ls --dead)",
+		"producer", rec.Producer, "key", rec.Key, "seq", rec.Seq, "err", cause)
+	if err := f.cfg.Spool.MarkDead(context.WithoutCancel(ctx), rec.Seq, cause.Error()); err != nil {
+		return fmt.Errorf("set aside dead row %d: %w", rec.Seq, err)
+	}
+	return nil
+}
+
+// refusedForGood reports whether Postgres refused a batch for its content —
+// bad data, a broken constraint, a limit — so that sending it again as it is
+// would fail again. Anything else (a connection, a timeout, a missing table)
+// may pass later.
+func refusedForGood(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "54": // data exception, program limit exceeded
+		return true
+	case "23": // integrity constraint violation, but for a race on a unique key
+		return pgErr.Code != "23505"
+	}
+	return false
 }
 
 // backoff is exponential from min, capped at max, with full jitter on its upper half.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
@@ -13,11 +14,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/spool"
+	"github.com/spoolcast/spoolcast/sync"
 )
 
 // relayProc is a relay subprocess with its forwarder.
@@ -210,7 +214,7 @@ func acceptedKeys(t *testing.T, spoolPath string) int {
 		t.Fatal(err)
 	}
 	defer rd.Close()
-	rows, err := rd.List(context.Background(), false, 0)
+	rows, err := rd.List(context.Background(), spool.AllRows, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,4 +322,82 @@ func TestKill9WhileForwardingLandsEveryEventOnce(t *testing.T) {
 	}
 	t.Logf("5 kills, %d events accepted, %d notifications", len(answered), want)
 	r.Stop()
+}
+
+func TestRowsPostgresRefusesAreSetAsideWithoutHoldingUpTheRest(t *testing.T) {
+	t.Parallel()
+	pool := connect(t, pgtest.DB(t))
+	ctx := context.Background()
+	sp, err := spool.Open(ctx, spool.Config{Path: filepath.Join(t.TempDir(), "spool.db"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close(ctx)
+	claim := func(key string, payload []byte) {
+		if _, err := sp.Claim(ctx, spool.Entry{Producer: "p", Key: key, Hash: event.HashCanonical(payload), Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		switch i {
+		case 7: // an old relay's payload that Postgres refuses: jsonb holds no NUL
+			claim("nul", []byte(`{"idempotency_key":"nul","type":"t","category":"c","recipients":["u1"],"data":{"a":"\u0000"}}`))
+		case 13: // a damaged row
+			claim("garbage", []byte(`not json`))
+		default:
+			ev := mustEvent(t, fmt.Sprintf("good-%d", i), "u1")
+			claim(ev.IdempotencyKey, ev.Canonical())
+		}
+	}
+	reg := prometheus.NewRegistry()
+	f, err := sync.NewForwarder(sync.ForwarderConfig{Spool: sp, DB: pool, Metrics: sync.NewMetrics(reg), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		next, err := sp.NextBatch(ctx, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(next) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the spool did not drain; %s is still pending", next[0].Key)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := f.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 18 {
+		t.Errorf("notifications = %d, want the 18 good events", n)
+	}
+	dead, err := sp.List(ctx, spool.DeadRows, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 2 || dead[0].Key != "nul" || dead[1].Key != "garbage" || dead[0].DeadReason == "" {
+		t.Errorf("dead rows = %+v; want nul and garbage with reasons", dead)
+	}
+	if got := metricValue(t, reg, "spoolcast_sync_dead_total"); got != 2 {
+		t.Errorf("spoolcast_sync_dead_total = %v, want 2", got)
+	}
+}
+
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

@@ -16,8 +16,8 @@ import (
 var ingestSQL string
 
 // NotifyChannel is the Postgres channel ingest wakes live listeners on. The
-// payload is the highest notification id of the transaction: a hint to read
-// committed rows, never the data itself.
+// payload is the number of notifications the transaction inserted: a hint to
+// read committed rows, never the data itself.
 const NotifyChannel = "spoolcast_notifications"
 
 // Item is one producer event to persist.
@@ -68,6 +68,13 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// EventKey is the key under which an event itself is claimed, with its request
+// hash, so that a reused key with another request is a conflict whatever its
+// recipients. It cannot collide with a NotificationKey, which starts with a digit.
+func EventKey(producer, key string) string {
+	return "event:" + strconv.Itoa(len(producer)) + ":" + producer + ":" + key
+}
+
 // NotificationKey derives a recipient's notification key from the producer,
 // the producer's key and the recipient. Length prefixes keep it unambiguous
 // whatever characters the parts hold.
@@ -76,11 +83,12 @@ func NotificationKey(producer, key, recipient string) string {
 }
 
 // Ingest persists a batch of events in one statement, and so one transaction:
-// it claims every recipient's notification key (ON CONFLICT DO NOTHING
-// RETURNING), inserts notifications for the keys that came back, queues their
-// push work and sends one NOTIFY. An event whose key was already claimed with
-// another request writes nothing and is reported Conflict. Sending the same
-// batch twice is harmless: the second time every event is Duplicate.
+// it claims each event's key with its request hash, then every recipient's
+// notification key (ON CONFLICT DO NOTHING RETURNING), inserts notifications
+// for the keys that came back, queues their push work and sends one NOTIFY. An
+// event whose key was claimed by another request writes nothing and is
+// reported Conflict, even when the two race. Sending the same batch twice is
+// harmless: the second time every event is Duplicate.
 //
 // The statement is sent unprepared, so it works through PgBouncer in
 // transaction mode.
@@ -103,6 +111,7 @@ func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
 		if len(it.Event.Data) > 0 {
 			data = string(it.Event.Data)
 		}
+		eventKey := EventKey(it.Producer, it.Event.IdempotencyKey)
 		for _, r := range it.Event.Recipients {
 			a.key = append(a.key, NotificationKey(it.Producer, it.Event.IdempotencyKey, r))
 			a.ev = append(a.ev, int32(i))
@@ -117,12 +126,13 @@ func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
 			a.producer = append(a.producer, it.Producer)
 			a.producerKey = append(a.producerKey, it.Event.IdempotencyKey)
 			a.runID = append(a.runID, it.Event.RunID)
+			a.eventKey = append(a.eventKey, eventKey)
 		}
 	}
 	var created, conflicted []int32
 	err := db.QueryRow(ctx, ingestSQL, pgx.QueryExecModeExec,
 		a.key, a.ev, a.hash, a.user, a.received, a.typ, a.category, a.title, a.body, a.data, a.producer, a.producerKey, a.runID,
-		NotifyChannel,
+		a.eventKey, NotifyChannel,
 	).Scan(&created, &conflicted, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ingest %d events: %w", len(items), err)
@@ -142,8 +152,8 @@ func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
 }
 
 type ingestArgs struct {
-	key, user, typ, category, title, body, data, producer, producerKey, runID []string
-	ev                                                                        []int32
-	hash                                                                      [][]byte
-	received                                                                  []*time.Time
+	key, user, typ, category, title, body, data, producer, producerKey, runID, eventKey []string
+	ev                                                                                  []int32
+	hash                                                                                [][]byte
+	received                                                                            []*time.Time
 }

@@ -118,6 +118,62 @@ func TestIngestOfAReusedKeyWithAnotherRequestWritesNothing(t *testing.T) {
 	}
 }
 
+func TestAReusedKeyIsAConflictWhateverItsRecipients(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	if _, err := sync.Ingest(ctx, pool, []sync.Item{{Producer: "p", Event: mustEvent(t, "k", "u1")}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sync.Ingest(ctx, pool, []sync.Item{{Producer: "p", Event: mustEvent(t, "k", "u2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Outcome != sync.Conflict {
+		t.Errorf("same key, disjoint recipients = %v; want conflict", res[0].Outcome)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM notifications WHERE user_id = 'u2'"); n != 0 {
+		t.Errorf("the conflicting event wrote %d notifications", n)
+	}
+}
+
+func TestRacingRequestsForOneKeyMakeOneWinnerAndConflicts(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	for round := range 20 {
+		key := fmt.Sprintf("race-%d", round)
+		results := make([]sync.Outcome, 4)
+		var wg gosync.WaitGroup
+		for i := range results {
+			wg.Go(func() {
+				// Four different requests under one key, each to its own recipient.
+				res, err := sync.Ingest(context.Background(), pool, []sync.Item{{Producer: "p", Event: mustEvent(t, key, fmt.Sprintf("u%d", i))}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results[i] = res[0].Outcome
+			})
+		}
+		wg.Wait()
+		var news, conflicts int
+		for _, o := range results {
+			switch o {
+			case sync.New:
+				news++
+			case sync.Conflict:
+				conflicts++
+			}
+		}
+		if news != 1 || conflicts != 3 {
+			t.Fatalf("round %d: outcomes %v; want one new and three conflicts", round, results)
+		}
+	}
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
+		t.Errorf("notifications = %d, want one per key", n)
+	}
+}
+
 func TestIngestNotifiesOncePerTransaction(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
@@ -143,12 +199,8 @@ func TestIngestNotifiesOncePerTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var maxID string
-	if err := pool.QueryRow(ctx, "SELECT max(id)::text FROM notifications").Scan(&maxID); err != nil {
-		t.Fatal(err)
-	}
-	if n.Payload != maxID {
-		t.Errorf("payload = %q, want the batch's highest id %s", n.Payload, maxID)
+	if n.Payload != "4" {
+		t.Errorf("payload = %q, want the count of notifications inserted (4)", n.Payload)
 	}
 	wctx2, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel2()

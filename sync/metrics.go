@@ -14,6 +14,7 @@ type Metrics struct {
 	duplicates prometheus.Counter
 	conflicts  prometheus.Counter
 	errors     prometheus.Counter
+	dead       prometheus.Counter
 	batch      prometheus.Histogram
 	lag        prometheus.Histogram
 }
@@ -37,9 +38,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "spoolcast_sync_errors_total",
 			Help: "Failed forwarding attempts; the batch stays in the spool and is retried with backoff.",
 		}),
+		dead: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "spoolcast_sync_dead_total",
+			Help: "Spooled events Postgres refused for good; they are kept in the spool as dead for an operator.",
+		}),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "spoolcast_sync_batch_duration_seconds",
-			Help:    "Time to forward one batch: Postgres ingest plus the spool acknowledgement.",
+			Help:    "Time to write one batch to Postgres, from reading its payloads to the commit.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -49,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.forwarded, m.duplicates, m.conflicts, m.errors, m.batch, m.lag)
+		reg.MustRegister(m.forwarded, m.duplicates, m.conflicts, m.errors, m.dead, m.batch, m.lag)
 	}
 	return m
 }

@@ -17,17 +17,18 @@ import (
 // safe beside a running relay.
 func spoolCommand() (*flag.FlagSet, runFunc) {
 	var path string
-	var asJSON, pendingOnly bool
+	var asJSON, pendingOnly, deadOnly bool
 	var limit int
 	fs := newFlagSet("spool", "spoolcast spool stats|ls --spool PATH [--json] [--pending] [--limit N]")
 	fs.StringVar(&path, "spool", "./data/spool.db", "path of the spool file to read (opened read-only)")
 	fs.BoolVar(&asJSON, "json", false, "print JSON (one object per row for ls)")
 	fs.BoolVar(&pendingOnly, "pending", false, "ls: only rows not yet forwarded")
+	fs.BoolVar(&deadOnly, "dead", false, "ls: only rows Postgres refused for good, with the reason")
 	fs.IntVar(&limit, "limit", 0, "ls: at most this many rows, oldest first (0 lists all)")
 	flagUsage := fs.Usage
 	fs.Usage = func() {
 		flagUsage()
-		fmt.Fprint(fs.Output(), "\nSubcommands:\n  stats  depth, oldest pending age, rows and bytes\n  ls     rows: key, producer, received_at, forwarded_at, attempts\n")
+		fmt.Fprint(fs.Output(), "\nSubcommands:\n  stats  depth, oldest pending age, rows and bytes\n  ls     rows: key, producer, received_at, forwarded_at, attempts, dead_reason\n")
 	}
 	return fs, func(ctx context.Context, args []string) error {
 		if len(args) != 1 {
@@ -43,7 +44,16 @@ func spoolCommand() (*flag.FlagSet, runFunc) {
 		case "stats":
 			return printStats(ctx, r, asJSON)
 		case "ls":
-			return printList(ctx, r, pendingOnly, limit, asJSON)
+			filter := spool.AllRows
+			switch {
+			case pendingOnly && deadOnly:
+				return errors.New("--pending and --dead exclude each other")
+			case pendingOnly:
+				filter = spool.PendingRows
+			case deadOnly:
+				filter = spool.DeadRows
+			}
+			return printList(ctx, r, filter, limit, asJSON)
 		}
 		return fmt.Errorf("unknown subcommand %q: want stats or ls", sub)
 	}
@@ -68,6 +78,7 @@ func printStats(ctx context.Context, r *spool.Reader, asJSON bool) error {
 		fmt.Fprintf(tw, "oldest pending age\t0s\n")
 	}
 	fmt.Fprintf(tw, "rows\t%d\n", st.Rows)
+	fmt.Fprintf(tw, "dead\t%d\n", st.Dead)
 	fmt.Fprintf(tw, "file bytes\t%d\n", st.FileBytes)
 	fmt.Fprintf(tw, "used bytes\t%d\n", st.UsedBytes)
 	return tw.Flush()
@@ -80,17 +91,18 @@ type listedRow struct {
 	ReceivedAt  time.Time  `json:"received_at"`
 	ForwardedAt *time.Time `json:"forwarded_at"`
 	Attempts    int        `json:"attempts"`
+	DeadReason  string     `json:"dead_reason,omitempty"`
 }
 
-func printList(ctx context.Context, r *spool.Reader, pendingOnly bool, limit int, asJSON bool) error {
-	rows, err := r.List(ctx, pendingOnly, limit)
+func printList(ctx context.Context, r *spool.Reader, filter spool.Filter, limit int, asJSON bool) error {
+	rows, err := r.List(ctx, filter, limit)
 	if err != nil {
 		return err
 	}
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		for _, rec := range rows {
-			row := listedRow{Seq: rec.Seq, Key: rec.Key, Producer: rec.Producer, ReceivedAt: rec.ReceivedAt.UTC(), Attempts: rec.Attempts}
+			row := listedRow{Seq: rec.Seq, Key: rec.Key, Producer: rec.Producer, ReceivedAt: rec.ReceivedAt.UTC(), Attempts: rec.Attempts, DeadReason: rec.DeadReason}
 			if !rec.Pending() {
 				t := rec.ForwardedAt.UTC()
 				row.ForwardedAt = &t
@@ -102,13 +114,13 @@ func printList(ctx context.Context, r *spool.Reader, pendingOnly bool, limit int
 		return nil
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tKEY\tPRODUCER\tRECEIVED_AT\tFORWARDED_AT\tATTEMPTS")
+	fmt.Fprintln(tw, "SEQ\tKEY\tPRODUCER\tRECEIVED_AT\tFORWARDED_AT\tATTEMPTS\tDEAD_REASON")
 	for _, rec := range rows {
 		fwd := "-"
 		if !rec.Pending() {
 			fwd = rec.ForwardedAt.UTC().Format(time.RFC3339Nano)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\n", rec.Seq, rec.Key, rec.Producer, rec.ReceivedAt.UTC().Format(time.RFC3339Nano), fwd, rec.Attempts)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", rec.Seq, rec.Key, rec.Producer, rec.ReceivedAt.UTC().Format(time.RFC3339Nano), fwd, rec.Attempts, rec.DeadReason)
 	}
 	return tw.Flush()
 }

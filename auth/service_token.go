@@ -41,7 +41,8 @@ type ServiceClaims struct {
 // HasScope reports whether the token grants scope.
 func (c ServiceClaims) HasScope(scope string) bool { return slices.Contains(c.Scopes, scope) }
 
-// ServiceVerifier checks HS256 service tokens against one shared secret.
+// ServiceVerifier checks HS256 service tokens against one shared secret. A
+// token must carry exp; nbf and iat are checked when present.
 type ServiceVerifier struct {
 	secret []byte
 	parser *jwt.Parser
@@ -57,7 +58,12 @@ func NewServiceVerifier(secret []byte) (*ServiceVerifier, error) {
 	}
 	return &ServiceVerifier{
 		secret: secret,
-		parser: jwt.NewParser(jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithLeeway(Leeway)),
+		parser: jwt.NewParser(
+			jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+			jwt.WithExpirationRequired(), // a leaked token must stop working some day
+			jwt.WithIssuedAt(),
+			jwt.WithLeeway(Leeway),
+		),
 	}, nil
 }
 

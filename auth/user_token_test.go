@@ -174,4 +174,8 @@ func TestServiceTokensNeedTheirScope(t *testing.T) {
 	if _, err := auth.NewServiceVerifier([]byte("short")); err == nil {
 		t.Error("a 5-byte secret was accepted")
 	}
+	forever, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "billing", "scope": "push:emit"}).SignedString(secret)
+	if _, err := v.Verify(forever); !errors.Is(err, auth.ErrBadToken) {
+		t.Errorf("a service token without exp = %v; want ErrBadToken", err)
+	}
 }

@@ -30,20 +30,25 @@ func newPool(t testing.TB) *pgxpool.Pool {
 // of one transaction share created_at.
 func seed(t testing.TB, pool *pgxpool.Pool, user, prefix string, n, batch int) {
 	t.Helper()
+	for lo := 0; lo < n; lo += batch {
+		if err := trySeed(pool, user, fmt.Sprintf("%s-%d", prefix, lo), min(batch, n-lo)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// trySeed ingests n events for user in one transaction.
+func trySeed(pool *pgxpool.Pool, user, prefix string, n int) error {
 	var items []sync.Item
 	for i := range n {
 		ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":"%s-%d","type":"t","recipients":[%q],"title":"n %d"}`, prefix, i, user, i), "")
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		items = append(items, sync.Item{Producer: "p", Event: ev})
-		if len(items) == batch || i == n-1 {
-			if _, err := sync.Ingest(context.Background(), pool, items); err != nil {
-				t.Fatal(err)
-			}
-			items = nil
-		}
 	}
+	_, err := sync.Ingest(context.Background(), pool, items)
+	return err
 }
 
 func TestPagingSeesEveryRowOnceWhileNewRowsArrive(t *testing.T) {
@@ -70,7 +75,10 @@ func TestPagingSeesEveryRowOnceWhileNewRowsArrive(t *testing.T) {
 	go func() {
 		defer close(inserted)
 		for i := range 10 {
-			seed(t, pool, "alice", fmt.Sprintf("new%d", i), 50, 50)
+			if err := trySeed(pool, "alice", fmt.Sprintf("new%d", i), 50); err != nil {
+				t.Error(err) // Fatal may not be called off the test's goroutine
+				return
+			}
 		}
 	}()
 	seen := map[int64]int{}

@@ -265,9 +265,14 @@ func (s *Spool) Close(ctx context.Context) error {
 		go func() { s.writerWG.Wait(); close(done) }()
 		select {
 		case <-done:
-		case <-ctx.Done():
-			s.closeErr = fmt.Errorf("close spool: writer did not finish: %w", ctx.Err())
-			return
+		default:
+			select {
+			case <-done:
+			case <-ctx.Done():
+				// The writer is stuck on the disk; the WAL keeps what committed.
+				s.closeErr = fmt.Errorf("close spool: writer did not finish: %w", ctx.Err())
+				return
+			}
 		}
 		if _, err := s.wconn.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 			s.log.Warn("checkpoint on close failed", "err", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/central"
 	"github.com/spoolcast/spoolcast/docs"
+	"github.com/spoolcast/spoolcast/internal/problem"
 )
 
 // centralOptions are central's flags.
@@ -121,7 +122,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 			return
 		}
 		w.Header().Set("Retry-After", "1")
-		http.Error(w, "central is starting", http.StatusServiceUnavailable)
+		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "starting", "Starting", "central is starting; retry in a moment"))
 	})
 	c := &runningCentral{
 		addr: ln.Addr().String(),

@@ -175,13 +175,21 @@ func (r *runningRelay) shutdown(timeout time.Duration) error {
 	r.log.Info("relay shutting down")
 	errShutdown := r.http.stop(ctx)
 	if r.forwarder != nil {
-		if err := r.forwarder.Stop(ctx); err != nil {
+		// The final forward gets part of what is left, so that a hanging
+		// Postgres cannot eat the time the spool needs to close cleanly.
+		left := time.Until(deadlineOf(ctx))
+		fctx, fcancel := context.WithTimeout(context.Background(), min(left/2, 5*time.Second))
+		if err := r.forwarder.Stop(fctx); err != nil {
 			// Not a failed shutdown: what is left waits safely in the spool.
 			r.log.Warn("some events were not forwarded before shutdown; they stay in the spool for the next start", "err", err)
 		}
+		fcancel()
 		r.pool.Close()
 	}
-	errSpool := r.spool.Close(ctx)
+	// The spool closes on its own budget: it must checkpoint whatever happened before.
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	errSpool := r.spool.Close(sctx)
 	if err := errors.Join(errShutdown, errSpool); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
@@ -227,6 +235,13 @@ func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, lo
 		return nil, nil, err
 	}
 	return pool, f, nil
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now()
 }
 
 func isLoopback(listen string) bool {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
@@ -32,9 +33,16 @@ var (
 	dbSeq    atomic.Int64
 )
 
-// Main runs the package's tests and stops the cluster afterwards. Call it from TestMain.
+// Main runs the package's tests, checks that they left no goroutine running,
+// and stops the cluster. Call it from TestMain.
 func Main(m *testing.M) {
 	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest: goroutines left running after the tests:", err)
+			code = 1
+		}
+	}
 	if cluster != nil {
 		if err := cluster.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest:", err)

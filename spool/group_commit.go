@@ -105,6 +105,9 @@ func (s *Spool) commit(batch []*op) {
 // transaction is opened with BEGIN IMMEDIATE on the writer's own connection, so
 // the statements prepared once at Open run inside it.
 func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added int, err error) {
+	if err := s.setSync(ctx, hasClaim(batch)); err != nil {
+		return 0, err
+	}
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return 0, fmt.Errorf("begin spool transaction: %w", err)
 	}
@@ -129,4 +132,33 @@ func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added 
 		s.log.Warn("measure spool after commit", "err", err)
 	}
 	return added, nil
+}
+
+func hasClaim(batch []*op) bool {
+	for _, o := range batch {
+		if o.claim != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// setSync picks the durability of the next commit. Only claims need their own
+// fsync: a lost acknowledgement, failure count or prune is redone harmlessly
+// (a batch is re-sent, Postgres's claim absorbs it). So with --sync full, a
+// commit without claims skips the fsync, and the next claim's fsync of the WAL
+// covers it too. This keeps the spool's fsyncs off the disk while it drains.
+func (s *Spool) setSync(ctx context.Context, claims bool) error {
+	mode := s.cfg.Sync
+	if !claims {
+		mode = SyncNormal
+	}
+	if mode == s.syncNow {
+		return nil
+	}
+	if _, err := s.wconn.ExecContext(ctx, "PRAGMA synchronous = "+string(mode)); err != nil {
+		return fmt.Errorf("set spool sync mode: %w", err)
+	}
+	s.syncNow = mode
+	return nil
 }

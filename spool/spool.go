@@ -116,6 +116,7 @@ type Spool struct {
 	ops    chan *op
 
 	wake      chan struct{}
+	syncNow   SyncMode // the writer connection's synchronous setting; writer only
 	full      atomic.Bool
 	usedBytes atomic.Int64
 
@@ -166,14 +167,15 @@ func Open(ctx context.Context, cfg Config) (*Spool, error) {
 		return nil, err
 	}
 	s := &Spool{
-		cfg:    cfg,
-		log:    cfg.Logger.With("component", "spool"),
-		reader: reader,
-		wdb:    wdb,
-		wconn:  wconn,
-		stmts:  stmts,
-		ops:    make(chan *op, cfg.MaxCommitBatch),
-		wake:   make(chan struct{}, 1),
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "spool"),
+		reader:  reader,
+		wdb:     wdb,
+		wconn:   wconn,
+		stmts:   stmts,
+		syncNow: cfg.Sync,
+		ops:     make(chan *op, cfg.MaxCommitBatch),
+		wake:    make(chan struct{}, 1),
 	}
 	if err := s.refreshUsage(ctx); err != nil {
 		s.closeDBs()

@@ -90,9 +90,30 @@ func NotificationKey(producer, key, recipient string) string {
 // reported Conflict, even when the two race. Sending the same batch twice is
 // harmless: the second time every event is Duplicate.
 //
-// The statement is sent unprepared, so it works through PgBouncer in
-// transaction mode.
+// The statement keeps no session state (an unnamed statement, its description
+// cached by pgx), so it works through PgBouncer in transaction mode.
 func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
+	return ingest(ctx, db, items, true)
+}
+
+// IngestWithoutWakeUp is Ingest without the NOTIFY, for a caller that sends
+// wake-ups itself with WakeUp. A transaction that notifies takes a
+// database-wide lock at commit, so notifying commits serialize: under load,
+// one wake-up per interval is enough.
+func IngestWithoutWakeUp(ctx context.Context, db DB, items []Item) ([]Result, error) {
+	return ingest(ctx, db, items, false)
+}
+
+// WakeUp sends the wake-up NOTIFY on its own.
+func WakeUp(ctx context.Context, db DB) error {
+	var one int
+	if err := db.QueryRow(ctx, `SELECT 1 FROM (SELECT pg_notify($1, '')) n`, pgx.QueryExecModeCacheDescribe, NotifyChannel).Scan(&one); err != nil {
+		return fmt.Errorf("wake up listeners: %w", err)
+	}
+	return nil
+}
+
+func ingest(ctx context.Context, db DB, items []Item, notify bool) ([]Result, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -130,9 +151,9 @@ func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
 		}
 	}
 	var created, conflicted []int32
-	err := db.QueryRow(ctx, ingestSQL, pgx.QueryExecModeExec,
+	err := db.QueryRow(ctx, ingestSQL, pgx.QueryExecModeCacheDescribe,
 		a.key, a.ev, a.hash, a.user, a.received, a.typ, a.category, a.title, a.body, a.data, a.producer, a.producerKey, a.runID,
-		a.eventKey, NotifyChannel,
+		a.eventKey, NotifyChannel, notify,
 	).Scan(&created, &conflicted, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ingest %d events: %w", len(items), err)

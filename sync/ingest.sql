@@ -59,4 +59,5 @@ SELECT
     -- One wake-up per transaction at most, only when something was inserted.
     -- The payload is a count, a hint to read; never the rows' ids, which are
     -- assigned before commit and so do not arrive in order.
-    (SELECT pg_notify($15, count(*)::text) FROM queued HAVING count(*) > 0);
+    -- $16 turns the wake-up off for a caller that sends its own.
+    (SELECT pg_notify($15, count(*)::text) FROM queued HAVING count(*) > 0 AND $16::bool);

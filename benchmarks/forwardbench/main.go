@@ -21,6 +21,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,21 +41,24 @@ import (
 
 func main() {
 	var (
-		events      = flag.Int("events", 100_000, "events in the full spool")
+		events      = flag.Int("events", 60_000, "events in the full spool, per round")
 		batch       = flag.Int("batch", 500, "rows per Postgres transaction, forwarder and baseline alike")
 		rate        = flag.Int("rate", 2000, "events/s for the lag measurement")
 		lagDuration = flag.Duration("lag-duration", 15*time.Second, "how long the steady load runs")
 		databaseURL = flag.String("database-url", "", "Postgres maintenance URL (default: start a local cluster)")
+		rounds      = flag.Int("rounds", 3, "alternating baseline and forwarder rounds")
 		workers     = flag.Int("workers", 2, "forwarder workers, one Postgres connection each (the relay's --db-max-conns)")
+		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the forwarder's drain to this file")
 	)
 	flag.Parse()
-	if err := run(*events, *batch, *workers, *rate, *lagDuration, *databaseURL); err != nil {
+	profilePath = *cpuProfile
+	if err := run(*events, *batch, *workers, *rounds, *rate, *lagDuration, *databaseURL); err != nil {
 		fmt.Fprintln(os.Stderr, "forwardbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(events, batch, workers, rate int, lagDuration time.Duration, adminURL string) error {
+func run(events, batch, workers, rounds, rate int, lagDuration time.Duration, adminURL string) error {
 	ctx := context.Background()
 	tmp, err := os.MkdirTemp("", "forwardbench-")
 	if err != nil {
@@ -86,23 +91,43 @@ func run(events, batch, workers, rate int, lagDuration time.Duration, adminURL s
 		return u, err
 	}
 	items := makeItems(events)
-
-	baseURL, err := db("bench_baseline")
-	if err != nil {
+	checkpoint := func() error {
+		conn, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "CHECKPOINT")
 		return err
 	}
-	baseRate, err := baseline(ctx, baseURL, items, batch)
-	if err != nil {
-		return fmt.Errorf("baseline: %w", err)
-	}
 
-	fwdURL, err := db("bench_forwarder")
-	if err != nil {
-		return err
-	}
-	fwdRate, err := forwarder(ctx, fwdURL, filepath.Join(tmp, "spool.db"), items, batch, workers)
-	if err != nil {
-		return fmt.Errorf("forwarder: %w", err)
+	// Rounds alternate baseline and forwarder on fresh databases, each after a
+	// checkpoint, so that neither always meets Postgres in the same state.
+	var baseRates, fwdRates []float64
+	for round := range rounds {
+		baseURL, err := db(fmt.Sprintf("bench_baseline_%d", round))
+		if err != nil {
+			return err
+		}
+		if err := checkpoint(); err != nil {
+			return err
+		}
+		baseRate, err := baseline(ctx, baseURL, items, batch, workers)
+		if err != nil {
+			return fmt.Errorf("baseline: %w", err)
+		}
+		fwdURL, err := db(fmt.Sprintf("bench_forwarder_%d", round))
+		if err != nil {
+			return err
+		}
+		if err := checkpoint(); err != nil {
+			return err
+		}
+		fwdRate, err := forwarder(ctx, fwdURL, filepath.Join(tmp, fmt.Sprintf("spool-%d.db", round)), items, batch, workers)
+		if err != nil {
+			return fmt.Errorf("forwarder: %w", err)
+		}
+		baseRates, fwdRates = append(baseRates, baseRate), append(fwdRates, fwdRate)
 	}
 
 	lagURL, err := db("bench_lag")
@@ -114,14 +139,21 @@ func run(events, batch, workers, rate int, lagDuration time.Duration, adminURL s
 		return fmt.Errorf("lag: %w", err)
 	}
 
-	fmt.Printf("\n%d events × 1 recipient, batches of %d, %d forwarder workers, Postgres fsync on\n\n", events, batch, workers)
-	fmt.Println("| path | notifications/s | vs baseline |")
-	fmt.Println("|---|---:|---:|")
-	fmt.Printf("| baseline: unnest batch loop, no spool | %.0f | 100%% |\n", baseRate)
-	fmt.Printf("| forwarder: full spool → Postgres | %.0f | %.0f%% |\n", fwdRate, 100*fwdRate/baseRate)
+	fmt.Printf("\n%d events × 1 recipient per round, batches of %d, %d forwarder workers and %d baseline connections, Postgres fsync on\n\n", events, batch, workers, workers)
+	fmt.Println("| round | baseline notifications/s | forwarder notifications/s | forwarder vs baseline |")
+	fmt.Println("|---:|---:|---:|---:|")
+	var ratios []float64
+	for i := range baseRates {
+		ratios = append(ratios, fwdRates[i]/baseRates[i])
+		fmt.Printf("| %d | %.0f | %.0f | %.0f%% |\n", i+1, baseRates[i], fwdRates[i], 100*fwdRates[i]/baseRates[i])
+	}
+	slices.Sort(ratios)
+	fmt.Printf("\nmedian forwarder vs baseline: %.0f%%\n", 100*ratios[len(ratios)/2])
 	fmt.Printf("\nsteady %d events/s for %s through a relay: %s\n", rate, lagDuration, lag)
 	return nil
 }
+
+var profilePath string
 
 func makeItems(n int) []spsync.Item {
 	items := make([]spsync.Item, n)
@@ -137,13 +169,16 @@ func makeItems(n int) []spsync.Item {
 	return items
 }
 
-// baselineSQL writes the rows the forwarder writes for one batch — claimed
-// keys with their request hash, notifications, push queue entries — with
-// unnest, and nothing more: no spool, no conflict check, no NOTIFY.
+// baselineSQL writes the rows the forwarder writes for one batch — each event's
+// claimed key and each recipient's, with the request hash, the notifications,
+// the push queue entries — with unnest, and nothing more: no spool, no
+// conflict check, no NOTIFY.
 const baselineSQL = `
 WITH input AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[])
-    AS t(key, user_id, received_at, type, category, title, body, data, producer, producer_key, hash)
+  SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[], $12::text[])
+    AS t(key, user_id, received_at, type, category, title, body, data, producer, producer_key, hash, event_key)
+), event_claims AS (
+  INSERT INTO idempotency_keys (key, request_hash) SELECT event_key, hash FROM input ORDER BY event_key ON CONFLICT DO NOTHING
 ), claimed AS (
   INSERT INTO idempotency_keys (key, request_hash) SELECT key, hash FROM input ORDER BY key ON CONFLICT DO NOTHING RETURNING key
 ), inserted AS (
@@ -154,31 +189,55 @@ WITH input AS (
 )
 INSERT INTO push_queue (notification_id, user_id, category) SELECT id, user_id, category FROM inserted`
 
-func baseline(ctx context.Context, url string, items []spsync.Item, batch int) (float64, error) {
-	conn, err := pgx.Connect(ctx, url)
+// baseline writes the batches with as many connections as the forwarder has
+// workers, each taking the next batch in turn.
+func baseline(ctx context.Context, url string, items []spsync.Item, batch, workers int) (float64, error) {
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Close(ctx)
+	defer pool.Close()
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
 	start := time.Now()
-	for lo := 0; lo < len(items); lo += batch {
-		var key, user, typ, cat, title, body, data, prod, pkey []string
-		var recv []time.Time
-		var hash [][]byte
-		for _, it := range items[lo:min(lo+batch, len(items))] {
-			hash = append(hash, it.Event.Hash())
-			ev := it.Event
-			key = append(key, spsync.NotificationKey(it.Producer, ev.IdempotencyKey, ev.Recipients[0]))
-			user = append(user, ev.Recipients[0])
-			recv = append(recv, it.ReceivedAt)
-			typ, cat, title, body = append(typ, ev.Type), append(cat, ev.Category), append(title, ev.Title), append(body, ev.Body)
-			data, prod, pkey = append(data, string(ev.Data)), append(prod, it.Producer), append(pkey, ev.IdempotencyKey)
-		}
-		if _, err := conn.Exec(ctx, baselineSQL, key, user, recv, typ, cat, title, body, data, prod, pkey, hash); err != nil {
-			return 0, err
-		}
+	for range workers {
+		wg.Go(func() {
+			for {
+				lo := int(next.Add(int64(batch))) - batch
+				if lo >= len(items) {
+					return
+				}
+				if err := insertBaseline(ctx, pool, items[lo:min(lo+batch, len(items))]); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		return 0, err
 	}
 	return float64(len(items)) / time.Since(start).Seconds(), nil
+}
+
+func insertBaseline(ctx context.Context, pool *pgxpool.Pool, items []spsync.Item) error {
+	var key, user, typ, cat, title, body, data, prod, pkey, ekey []string
+	var recv []time.Time
+	var hash [][]byte
+	for _, it := range items {
+		ev := it.Event
+		key = append(key, spsync.NotificationKey(it.Producer, ev.IdempotencyKey, ev.Recipients[0]))
+		ekey = append(ekey, spsync.EventKey(it.Producer, ev.IdempotencyKey))
+		hash = append(hash, it.Event.Hash())
+		user = append(user, ev.Recipients[0])
+		recv = append(recv, it.ReceivedAt)
+		typ, cat, title, body = append(typ, ev.Type), append(cat, ev.Category), append(title, ev.Title), append(body, ev.Body)
+		data, prod, pkey = append(data, string(ev.Data)), append(prod, it.Producer), append(pkey, ev.IdempotencyKey)
+	}
+	_, err := pool.Exec(ctx, baselineSQL, key, user, recv, typ, cat, title, body, data, prod, pkey, hash, ekey)
+	return err
 }
 
 func forwarder(ctx context.Context, url, spoolPath string, items []spsync.Item, batch, workers int) (float64, error) {
@@ -218,6 +277,16 @@ func forwarder(ctx context.Context, url, spoolPath string, items []spsync.Item, 
 	f, err := spsync.NewForwarder(spsync.ForwarderConfig{Spool: sp, DB: pool, BatchSize: batch, Workers: workers, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return 0, err
+	}
+	if profilePath != "" {
+		pf, err := os.Create(profilePath)
+		if err != nil {
+			return 0, err
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return 0, err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
 	f.Start(ctx)

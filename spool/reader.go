@@ -171,3 +171,23 @@ func (r *Reader) list(ctx context.Context, q listQuery) ([]Record, error) {
 	}
 	return out, nil
 }
+
+// RequeueDead puts the dead rows of the spool at path back in the forwarding
+// queue, once what made Postgres refuse them is fixed. It is safe while a relay
+// runs on the file: that relay's forwarder picks them up when it is idle.
+func RequeueDead(ctx context.Context, path string) (int64, error) {
+	if _, err := os.Stat(path); err != nil {
+		return 0, fmt.Errorf("no spool at %s: %w", path, err)
+	}
+	cfg := Config{}.withDefaults()
+	db, err := sql.Open("sqlite", dsn(path, cfg, modeWriter))
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	res, err := db.ExecContext(ctx, `UPDATE events SET forwarded_at = NULL, dead_reason = NULL WHERE dead_reason IS NOT NULL`)
+	if err != nil {
+		return 0, fmt.Errorf("requeue dead rows: %w", err)
+	}
+	return res.RowsAffected()
+}

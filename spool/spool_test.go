@@ -341,3 +341,40 @@ func TestConfigValidateNamesTheProblem(t *testing.T) {
 		})
 	}
 }
+
+func TestDeadRowsAreKeptAndCanBeRequeued(t *testing.T) {
+	t.Parallel()
+	clock := newClock()
+	path := filepath.Join(t.TempDir(), "spool.db")
+	s := openSpool(t, spool.Config{Path: path, Now: clock.Now, KeyTTL: time.Hour})
+	ctx := context.Background()
+	if _, err := s.Claim(ctx, entry("bad", "h")); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := s.NextBatch(ctx, 0, 10)
+	if err := s.MarkDead(ctx, rows[0].Seq, "22P05: unsupported Unicode escape sequence"); err != nil {
+		t.Fatal(err)
+	}
+	if next, _ := s.NextBatch(ctx, 0, 10); len(next) != 0 {
+		t.Fatal("a dead row is still pending")
+	}
+	clock.Advance(48 * time.Hour)
+	if n, _ := s.Prune(ctx); n != 0 {
+		t.Fatal("a dead row was pruned")
+	}
+	st, _ := s.Stats(ctx)
+	if st.Dead != 1 {
+		t.Errorf("stats dead = %d", st.Dead)
+	}
+	dead, _ := s.List(ctx, spool.DeadRows, 0)
+	if len(dead) != 1 || dead[0].DeadReason == "" {
+		t.Fatalf("dead rows = %+v", dead)
+	}
+	n, err := spool.RequeueDead(ctx, path)
+	if err != nil || n != 1 {
+		t.Fatalf("RequeueDead = %d, %v", n, err)
+	}
+	if next, _ := s.NextBatch(ctx, 0, 10); len(next) != 1 || next[0].DeadReason != "" {
+		t.Errorf("after requeue, pending = %+v", next)
+	}
+}

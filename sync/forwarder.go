@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -49,7 +50,7 @@ type ForwarderConfig struct {
 	// WakeUpInterval is the least time between the NOTIFY wake-ups the
 	// forwarder's transactions send; batches in between are covered by a
 	// trailing wake-up. Notifying commits serialize in Postgres, so this bounds
-	// that cost under load. Default 25ms; negative notifies on every batch.
+	// that cost under load. Default 100ms; negative notifies on every batch.
 	WakeUpInterval time.Duration
 	// Metrics receives the forwarder's metrics. Default: not exported.
 	Metrics *Metrics
@@ -80,22 +81,33 @@ func (c ForwarderConfig) Validate() error {
 // Forwarder moves spooled events into Postgres: at least once from the spool's
 // side, exactly once in effect thanks to Ingest's claim. Its workers take
 // consecutive batches from a shared cursor, so several batches are in flight
-// at once; a worker retries its own batch until it lands, so nothing behind the
-// cursor is left pending while the forwarder runs.
+// at once; a worker retries its own batch until every row has landed (or been
+// set aside as dead), so nothing behind the cursor is left behind. When no
+// batch is in flight, workers read from the top again, which also picks up
+// rows whose acknowledgement failed or that an operator requeued.
 type Forwarder struct {
-	cfg     ForwarderConfig
-	log     *slog.Logger
-	cancel  context.CancelFunc
-	workers gosync.WaitGroup
-	kick    chan struct{}
-	acks    gosync.WaitGroup
-	limiter *logLimiter
-	wake    *wakeHint
-	once    gosync.Once
+	cfg      ForwarderConfig
+	log      *slog.Logger
+	cancel   context.CancelFunc // stops taking batches, waiting and backing off
+	ioCtx    context.Context    // Postgres and spool I/O of batches in flight
+	ioCancel context.CancelFunc // aborts that I/O once Stop's deadline passes
+	workers  gosync.WaitGroup
+	acks     gosync.WaitGroup
+	kick     chan struct{}
+	limiter  *logLimiter
+	wake     *wakeHint
+	once     gosync.Once
+	landed   atomic.Int64 // unix nanoseconds when a batch last landed in Postgres
 
-	mu     gosync.Mutex
-	cursor int64 // highest seq handed to a worker
+	mu       gosync.Mutex
+	cursor   int64               // highest seq handed to a worker
+	inflight int                 // batches handed out and not yet acknowledged
+	refused  map[int64]time.Time // rows refused for good, not yet set aside: when first refused
 }
+
+// errRefusedEverything: Postgres refused every row it was given and nothing
+// shows the rows are at fault; the batch is given back and tried again later.
+var errRefusedEverything = errors.New("Postgres refuses every row of the batch")
 
 // NewForwarder returns a forwarder; Start runs it.
 func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
@@ -125,19 +137,21 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 		kick:    make(chan struct{}, cfg.Workers),
 		limiter: newLogLimiter(10 * time.Second),
 		wake:    newWakeHint(cfg.DB, cfg.WakeUpInterval, log),
+		refused: map[int64]time.Time{},
 	}, nil
 }
 
 // Start runs the forwarding workers in the background and returns at once.
 func (f *Forwarder) Start(ctx context.Context) {
+	f.ioCtx, f.ioCancel = context.WithCancel(context.WithoutCancel(ctx))
 	ctx, f.cancel = context.WithCancel(ctx)
 	for range f.cfg.Workers {
 		f.workers.Go(func() { f.work(ctx) })
 	}
 }
 
-// Stop stops the workers, then forwards what is still pending until ctx ends.
-// Safe to call twice.
+// Stop stops taking new batches and lets the batches in flight finish, then
+// forwards what is still pending, all until ctx ends. Safe to call twice.
 func (f *Forwarder) Stop(ctx context.Context) error {
 	var err error
 	f.once.Do(func() {
@@ -145,16 +159,20 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 			return
 		}
 		f.cancel()
-		f.workers.Wait()
-		f.acks.Wait()
-		defer f.acks.Wait() // the final flush's acknowledgements
-		defer f.wake.stop(ctx)
+		stopIO := context.AfterFunc(ctx, f.ioCancel)
+		defer stopIO()
+		defer f.ioCancel()
+		defer f.wake.stop()
+		if !waitFor(ctx, &f.workers) || !waitFor(ctx, &f.acks) {
+			err = fmt.Errorf("final flush: %w", ctx.Err())
+			return
+		}
 		// Batches the workers gave up on are still pending: start from the top.
 		var after int64
 		for ctx.Err() == nil {
 			batch, ferr := f.cfg.Spool.NextBatch(ctx, after, f.cfg.BatchSize)
 			if ferr == nil && len(batch) > 0 {
-				ferr = f.forward(ctx, batch)
+				_, ferr = f.forward(ctx, batch, &f.acks)
 				after = batch[len(batch)-1].Seq
 			}
 			if ferr != nil {
@@ -165,19 +183,40 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 				break
 			}
 		}
+		if !waitFor(ctx, &f.acks) && err == nil {
+			err = fmt.Errorf("final flush: acknowledgements: %w", ctx.Err())
+		}
 	})
 	return err
 }
 
-// take hands the next batch after the shared cursor to a worker.
+// waitFor waits for wg until ctx ends; false when ctx ended first.
+func waitFor(ctx context.Context, wg *gosync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// take hands the next batch to a worker: after the shared cursor, or from the
+// top when no batch is in flight.
 func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	batch, err := f.cfg.Spool.NextBatch(ctx, f.cursor, f.cfg.BatchSize)
+	after := f.cursor
+	if f.inflight == 0 {
+		after = 0
+	}
+	batch, err := f.cfg.Spool.NextBatch(ctx, after, f.cfg.BatchSize)
 	if err != nil || len(batch) == 0 {
 		return nil, err
 	}
 	f.cursor = batch[len(batch)-1].Seq
+	f.inflight++
 	if len(batch) == f.cfg.BatchSize {
 		// More is waiting: wake an idle worker to take it.
 		select {
@@ -186,6 +225,16 @@ func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
 		}
 	}
 	return batch, nil
+}
+
+// release ends a batch's time in flight, once its acknowledgements are in.
+func (f *Forwarder) release(acks *gosync.WaitGroup) {
+	f.acks.Go(func() {
+		acks.Wait()
+		f.mu.Lock()
+		f.inflight--
+		f.mu.Unlock()
+	})
 }
 
 func (f *Forwarder) work(ctx context.Context) {
@@ -209,20 +258,46 @@ func (f *Forwarder) work(ctx context.Context) {
 			}
 			continue
 		}
-		// This worker owns the batch until it lands: retry with backoff.
+		// This worker owns the batch until every row has landed: retry with
+		// backoff, leaving out the rows already handled.
+		var acks gosync.WaitGroup
 		for failures := 1; ; failures++ {
-			err := f.forward(ctx, batch)
-			if err == nil {
+			handled, err := f.forward(f.ioCtx, batch, &acks)
+			batch = without(batch, handled)
+			if err == nil && len(batch) == 0 {
 				if failures > 1 {
 					f.log.Info("forwarding recovered", "after_failures", failures-1)
 				}
 				break
 			}
+			if err == nil {
+				err = errors.New("rows left unsent")
+			}
 			if !f.failed(ctx, err, failures) {
-				return
+				break // stopping: what is left stays pending for the final flush
+			}
+			if errors.Is(err, errRefusedEverything) {
+				break // give it back: it is read again, with what came after it, once no batch is in flight
 			}
 		}
+		f.release(&acks)
+		if ctx.Err() != nil {
+			return
+		}
 	}
+}
+
+func without(batch []spool.Record, handled map[int64]bool) []spool.Record {
+	if len(handled) == 0 {
+		return batch
+	}
+	rest := batch[:0:0]
+	for _, rec := range batch {
+		if !handled[rec.Seq] {
+			rest = append(rest, rec)
+		}
+	}
+	return rest
 }
 
 // failed counts and logs a failure and waits out its backoff; false when the
@@ -240,87 +315,161 @@ func (f *Forwarder) failed(ctx context.Context, err error, failures int) bool {
 	return sleep(ctx, wait)
 }
 
-// forward sends one batch to Postgres and acknowledges it in the spool. A row
-// Postgres refuses for good is found by halving the batch and set aside as
-// dead, so it never holds up the rows around it.
-func (f *Forwarder) forward(ctx context.Context, batch []spool.Record) error {
-	start := time.Now()
-	items := make([]Item, 0, len(batch))
+// refusal is a row Postgres refused on its own.
+type refusal struct {
+	rec spool.Record
+	err error
+}
+
+// forward writes a batch to Postgres and acknowledges what landed. It returns
+// the seqs it handled: landed, or set aside as dead. A row Postgres refuses for
+// good is found by halving the batch; it is set aside only when there is
+// evidence that the row, not Postgres, is at fault: other rows of the batch
+// landed, or other rows landed since the row was first refused. A refusal of
+// everything (a schema change, say) is an error to retry, never a reason to
+// bury every row.
+func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *gosync.WaitGroup) (map[int64]bool, error) {
+	handled := map[int64]bool{}
 	sendable := make([]spool.Record, 0, len(batch))
+	items := make([]Item, 0, len(batch))
 	for _, rec := range batch {
 		ev, err := event.Parse(rec.Payload)
 		if err != nil {
+			// The relay wrote this payload canonically; an unreadable one is a
+			// damaged row, whatever Postgres would say.
 			if err := f.bury(ctx, rec, err); err != nil {
-				return err
+				return handled, err
 			}
+			handled[rec.Seq] = true
 			continue
 		}
-		items = append(items, Item{Producer: rec.Producer, Event: ev, Hash: event.HashCanonical(rec.Payload), ReceivedAt: rec.ReceivedAt})
 		sendable = append(sendable, rec)
+		items = append(items, Item{Producer: rec.Producer, Event: ev, Hash: event.HashCanonical(rec.Payload), ReceivedAt: rec.ReceivedAt})
 	}
-	if len(sendable) == 0 {
-		return nil
+	landed, refused, err := f.send(ctx, sendable, items, acks)
+	for _, seq := range landed {
+		handled[seq] = true
 	}
-	seqs := make([]int64, len(sendable))
-	for i, rec := range sendable {
+	if len(refused) == 0 || err != nil {
+		return handled, err
+	}
+	var firstErr error
+	for _, r := range refused {
+		if !f.atFault(r.rec.Seq, len(landed) > 0) {
+			firstErr = cmp.Or(firstErr, r.err)
+			continue
+		}
+		if err := f.bury(ctx, r.rec, r.err); err != nil {
+			return handled, err
+		}
+		handled[r.rec.Seq] = true
+	}
+	if firstErr != nil {
+		return handled, fmt.Errorf("%w: %w", errRefusedEverything, firstErr)
+	}
+	return handled, nil
+}
+
+// forgetRefusals drops what was remembered of rows that have now landed.
+func (f *Forwarder) forgetRefusals(seqs []int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.refused) == 0 {
+		return
+	}
+	for _, seq := range seqs {
+		delete(f.refused, seq)
+	}
+}
+
+// atFault decides whether a refused row is to blame: rows beside it landed, or
+// rows landed since it was first refused. Otherwise it remembers the refusal.
+func (f *Forwarder) atFault(seq int64, othersLanded bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	first, seen := f.refused[seq]
+	if othersLanded || (seen && f.landed.Load() > first.UnixNano()) {
+		delete(f.refused, seq)
+		return true
+	}
+	if !seen {
+		f.refused[seq] = time.Now()
+	}
+	return false
+}
+
+// send writes rows in one ingest transaction, halving on a refusal for good to
+// find the rows at fault. It returns the seqs that landed and the rows refused
+// on their own; err is a failure worth retrying as it is.
+func (f *Forwarder) send(ctx context.Context, rows []spool.Record, items []Item, acks *gosync.WaitGroup) (landed []int64, refused []refusal, err error) {
+	if len(rows) == 0 {
+		return nil, nil, nil
+	}
+	start := time.Now()
+	seqs := make([]int64, len(rows))
+	for i, rec := range rows {
 		seqs[i] = rec.Seq
 	}
-	ictx, cancel := context.WithTimeout(ctx, f.cfg.IngestTimeout)
+	notify := f.wake.decide(time.Now())
 	ingestFn := IngestWithoutWakeUp
-	if f.wake.take(time.Now()) {
+	if notify {
 		ingestFn = Ingest
 	}
+	ictx, cancel := context.WithTimeout(ctx, f.cfg.IngestTimeout)
 	results, err := ingestFn(ictx, f.cfg.DB, items)
 	cancel()
+	f.wake.committed(notify, err == nil)
 	if err != nil {
-		if refusedForGood(err) {
-			if len(sendable) == 1 {
-				return f.bury(ctx, sendable[0], err)
+		if !refusedForGood(err) {
+			if markErr := f.cfg.Spool.MarkFailed(ctx, seqs); markErr != nil {
+				f.log.Debug("count failed attempt", "err", markErr)
 			}
-			mid := len(sendable) / 2
-			if err := f.forward(ctx, sendable[:mid]); err != nil {
-				return err
-			}
-			return f.forward(ctx, sendable[mid:])
+			return nil, nil, err
 		}
-		if markErr := f.cfg.Spool.MarkFailed(context.WithoutCancel(ctx), seqs); markErr != nil {
-			f.log.Debug("count failed attempt", "err", markErr)
+		if len(rows) == 1 {
+			return nil, []refusal{{rows[0], err}}, nil
 		}
-		return err
+		mid := len(rows) / 2
+		l1, r1, err := f.send(ctx, rows[:mid], items[:mid], acks)
+		if err != nil {
+			return l1, r1, err
+		}
+		l2, r2, err := f.send(ctx, rows[mid:], items[mid:], acks)
+		return append(l1, l2...), append(r1, r2...), err
 	}
 	committed := f.cfg.Now()
+	f.landed.Store(committed.UnixNano())
+	f.forgetRefusals(seqs)
 	if f.cfg.AfterIngest != nil {
 		f.cfg.AfterIngest()
 	}
-	f.cfg.Metrics.observeBatch(sendable, results, committed, time.Since(start))
+	f.cfg.Metrics.observeBatch(rows, results, committed, time.Since(start))
 	for i, r := range results {
 		if r.Outcome == Conflict {
-			f.log.Warn("event key reused with a different request; Postgres kept the first", "producer", sendable[i].Producer, "key", sendable[i].Key)
+			f.log.Warn("event key reused with a different request; Postgres kept the first", "producer", rows[i].Producer, "key", rows[i].Key)
 		}
 	}
-	// The batch is in Postgres. The worker moves on while the spool commits the
-	// acknowledgement; if that fails, the rows are read again from the top and
-	// re-sent, harmlessly.
-	f.acks.Go(func() {
+	// The rows are in Postgres. The worker moves on while the spool commits the
+	// acknowledgement; if that fails, the rows are read again once no batch is
+	// in flight, and re-sent harmlessly.
+	acks.Go(func() {
 		if err := f.cfg.Spool.MarkForwarded(context.WithoutCancel(ctx), seqs); err != nil {
 			f.log.Warn("acknowledge forwarded batch; it will be sent again", "err", err)
-			f.mu.Lock()
-			f.cursor = 0
-			f.mu.Unlock()
 		}
 	})
-	return nil
+	return seqs, nil, nil
 }
 
 // bury sets aside a row that can never be forwarded. It stays in the spool
-// with the reason, for an operator; losing it silently would be worse.
+// with the reason, for an operator (`spoolcast spool requeue --dead` puts it
+// back); losing it silently would be worse.
 func (f *Forwarder) bury(ctx context.Context, rec spool.Record, cause error) error {
+	if err := f.cfg.Spool.MarkDead(ctx, rec.Seq, cause.Error()); err != nil {
+		return fmt.Errorf("set aside dead row %d: %w", rec.Seq, err)
+	}
 	f.cfg.Metrics.dead.Inc()
 	f.log.Error("Postgres refuses this event for good; it is kept in the spool as dead (spoolcast spool ls --dead)",
 		"producer", rec.Producer, "key", rec.Key, "seq", rec.Seq, "err", cause)
-	if err := f.cfg.Spool.MarkDead(context.WithoutCancel(ctx), rec.Seq, cause.Error()); err != nil {
-		return fmt.Errorf("set aside dead row %d: %w", rec.Seq, err)
-	}
 	return nil
 }
 

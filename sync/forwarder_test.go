@@ -401,3 +401,47 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+func TestARefusalOfEveryRowIsRetriedNotBuried(t *testing.T) {
+	t.Parallel()
+	pool := connect(t, pgtest.DB(t))
+	ctx := context.Background()
+	sp, err := spool.Open(ctx, spool.Config{Path: filepath.Join(t.TempDir(), "spool.db"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close(ctx)
+	claim := func(key string, payload []byte) {
+		if _, err := sp.Claim(ctx, spool.Entry{Producer: "p", Key: key, Hash: event.HashCanonical(payload), Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		claim(fmt.Sprintf("nul-%d", i), fmt.Appendf(nil, `{"idempotency_key":"nul-%d","type":"t","category":"c","recipients":["u1"],"data":{"a":"\u0000"}}`, i))
+	}
+	reg := prometheus.NewRegistry()
+	f, err := sync.NewForwarder(sync.ForwarderConfig{Spool: sp, DB: pool, Workers: 1, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+		Metrics: sync.NewMetrics(reg), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx)
+	defer f.Stop(ctx)
+	waitFor(t, "retries", 10*time.Second, func() bool { return metricValue(t, reg, "spoolcast_sync_errors_total") >= 3 })
+	if dead, _ := sp.List(ctx, spool.DeadRows, 0); len(dead) != 0 {
+		t.Fatalf("%d rows buried although Postgres took nothing at all: that may be Postgres's fault", len(dead))
+	}
+	// Once Postgres is seen to take other rows, the refused ones are the rows' fault.
+	good := mustEvent(t, "good", "u1")
+	claim(good.IdempotencyKey, good.Canonical())
+	waitFor(t, "the spool to drain", 20*time.Second, func() bool {
+		next, err := sp.NextBatch(ctx, 0, 1)
+		return err == nil && len(next) == 0
+	})
+	if dead, _ := sp.List(ctx, spool.DeadRows, 0); len(dead) != 3 {
+		t.Errorf("dead rows = %d, want the 3 refused", len(dead))
+	}
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 1 {
+		t.Errorf("notifications = %d, want 1", n)
+	}
+}

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"fmt"
@@ -117,12 +118,24 @@ func ingest(ctx context.Context, db DB, items []Item, notify bool) ([]Result, er
 	if len(items) == 0 {
 		return nil, nil
 	}
+	// One key may come twice in a batch; only its first request is sent, and
+	// the others are answered against it below.
+	hashes := make([][]byte, len(items))
+	first := make(map[string]int, len(items))
+	repeatOf := make([]int, len(items))
 	var a ingestArgs
 	for i, it := range items {
 		hash := it.Hash
 		if hash == nil {
 			hash = it.Event.Hash()
 		}
+		hashes[i] = hash
+		eventKey := EventKey(it.Producer, it.Event.IdempotencyKey)
+		if j, seen := first[eventKey]; seen {
+			repeatOf[i] = j
+			continue
+		}
+		first[eventKey], repeatOf[i] = i, -1
 		var received *time.Time
 		if !it.ReceivedAt.IsZero() {
 			t := it.ReceivedAt
@@ -132,7 +145,6 @@ func ingest(ctx context.Context, db DB, items []Item, notify bool) ([]Result, er
 		if len(it.Event.Data) > 0 {
 			data = string(it.Event.Data)
 		}
-		eventKey := EventKey(it.Producer, it.Event.IdempotencyKey)
 		for _, r := range it.Event.Recipients {
 			a.key = append(a.key, NotificationKey(it.Producer, it.Event.IdempotencyKey, r))
 			a.ev = append(a.ev, int32(i))
@@ -168,6 +180,17 @@ func ingest(ctx context.Context, db DB, items []Item, notify bool) ([]Result, er
 	for _, ev := range created {
 		results[ev].Outcome = New
 		results[ev].Created++
+	}
+	for i, j := range repeatOf {
+		switch {
+		case j < 0:
+		case !bytes.Equal(hashes[i], hashes[j]):
+			results[i].Outcome = Conflict
+		case results[j].Outcome == Conflict:
+			results[i].Outcome = Conflict
+		default:
+			results[i].Outcome = Duplicate
+		}
 	}
 	return results, nil
 }

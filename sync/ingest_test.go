@@ -174,6 +174,26 @@ func TestRacingRequestsForOneKeyMakeOneWinnerAndConflicts(t *testing.T) {
 	}
 }
 
+func TestAKeyTwiceInOneBatchIsAnsweredAgainstItsFirstRequest(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	same := mustEvent(t, "twice", "u1", "u2")
+	other := mustEvent(t, "twice", "u2", "u3")
+	res, err := sync.Ingest(context.Background(), pool, []sync.Item{{Producer: "p", Event: same}, {Producer: "p", Event: same}, {Producer: "p", Event: other}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sync.Outcome{sync.New, sync.Duplicate, sync.Conflict}
+	for i := range want {
+		if res[i].Outcome != want[i] {
+			t.Errorf("item %d = %v, want %v", i, res[i].Outcome, want[i])
+		}
+	}
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 2 {
+		t.Errorf("notifications = %d, want the first request's 2", n)
+	}
+}
+
 func TestIngestNotifiesOncePerTransaction(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)

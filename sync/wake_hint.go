@@ -9,16 +9,19 @@ import (
 
 // wakeHint decides which of the forwarder's ingest transactions send the
 // NOTIFY wake-up. A notifying commit takes a database-wide lock, so notifying
-// commits serialize; under load, one per interval notifies. A batch that
-// skipped it is covered by a trailing wake-up at the end of the interval, so a
-// listener never waits longer than the interval for a hint.
+// commits serialize; under load, one batch per interval notifies. A batch that
+// committed without one leaves a wake-up owed, which the next notifying commit
+// pays or a trailing NOTIFY sends at the end of the interval, so a listener
+// never waits longer than the interval for a hint, and never gets one before
+// the rows it is for have committed.
 type wakeHint struct {
 	interval time.Duration
 	db       DB
 	log      *slog.Logger
+	sends    gosync.WaitGroup
 
 	mu      gosync.Mutex
-	last    time.Time
+	last    time.Time // when a batch last took the turn to notify
 	owed    bool
 	trailer *time.Timer
 	stopped bool
@@ -28,38 +31,55 @@ func newWakeHint(db DB, interval time.Duration, log *slog.Logger) *wakeHint {
 	return &wakeHint{interval: interval, db: db, log: log}
 }
 
-// take reports whether the transaction about to commit should notify. When it
-// should not, a trailing wake-up is owed.
-func (h *wakeHint) take(now time.Time) bool {
+// decide reports whether the transaction about to run should notify.
+func (h *wakeHint) decide(now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.interval <= 0 || now.Sub(h.last) >= h.interval {
-		h.last, h.owed = now, false
+		h.last = now
 		return true
-	}
-	h.owed = true
-	if h.trailer == nil && !h.stopped {
-		h.trailer = time.AfterFunc(h.last.Add(h.interval).Sub(now), h.trail)
 	}
 	return false
 }
 
-// trail sends the owed wake-up unless a notifying batch already did.
+// committed records the transaction's end: a notifying commit pays what is
+// owed; a commit without a NOTIFY, or a notifying one that failed while a
+// wake-up was owed, leaves one owed.
+func (h *wakeHint) committed(notified, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case notified && ok:
+		h.owed = false
+		return
+	case notified && !ok:
+		h.last = time.Time{} // the turn was not used
+	case ok:
+		h.owed = true
+	}
+	if h.owed && h.trailer == nil && !h.stopped {
+		h.trailer = time.AfterFunc(max(0, time.Until(h.last.Add(h.interval))), h.trail)
+	}
+}
+
+// trail sends the owed wake-up unless a notifying commit already paid it.
 func (h *wakeHint) trail() {
 	h.mu.Lock()
 	h.trailer = nil
 	owed := h.owed && !h.stopped
 	if owed {
 		h.last, h.owed = time.Now(), false
+		h.sends.Add(1)
 	}
 	h.mu.Unlock()
 	if owed {
-		h.send(context.Background())
+		defer h.sends.Done()
+		h.send()
 	}
 }
 
-// stop cancels the trailing timer and sends what is owed.
-func (h *wakeHint) stop(ctx context.Context) {
+// stop cancels the trailing timer, sends what is owed and waits for sends in flight.
+func (h *wakeHint) stop() {
 	h.mu.Lock()
 	h.stopped = true
 	if h.trailer != nil {
@@ -70,12 +90,13 @@ func (h *wakeHint) stop(ctx context.Context) {
 	h.owed = false
 	h.mu.Unlock()
 	if owed {
-		h.send(ctx)
+		h.send()
 	}
+	h.sends.Wait()
 }
 
-func (h *wakeHint) send(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+func (h *wakeHint) send() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := WakeUp(ctx, h.db); err != nil {
 		// Only a hint: listeners read committed rows on their own schedule too.

@@ -29,11 +29,15 @@ func TestWakeUpsAreThrottledButNeverOwedForLong(t *testing.T) {
 	}
 	h := newWakeHint(pool, 200*time.Millisecond, slog.New(slog.DiscardHandler))
 	now := time.Now()
-	if !h.take(now) {
+	if !h.decide(now) {
 		t.Fatal("the first batch after a quiet spell did not notify")
 	}
-	if h.take(now.Add(10*time.Millisecond)) || h.take(now.Add(20*time.Millisecond)) {
-		t.Fatal("batches within the interval notified")
+	h.committed(true, true)
+	for i := range 2 {
+		if h.decide(now.Add(time.Duration(i+1) * 10 * time.Millisecond)) {
+			t.Fatal("a batch within the interval notified")
+		}
+		h.committed(false, true)
 	}
 	// The skipped batches are covered by one trailing wake-up.
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -46,5 +50,5 @@ func TestWakeUpsAreThrottledButNeverOwedForLong(t *testing.T) {
 	if n, err := listener.Conn().WaitForNotification(quiet); err == nil {
 		t.Errorf("a second trailing wake-up %q for the same interval", n.Payload)
 	}
-	h.stop(ctx)
+	h.stop()
 }

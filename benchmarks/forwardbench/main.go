@@ -46,7 +46,7 @@ func main() {
 		rate        = flag.Int("rate", 2000, "events/s for the lag measurement")
 		lagDuration = flag.Duration("lag-duration", 15*time.Second, "how long the steady load runs")
 		databaseURL = flag.String("database-url", "", "Postgres maintenance URL (default: start a local cluster)")
-		rounds      = flag.Int("rounds", 3, "alternating baseline and forwarder rounds")
+		rounds      = flag.Int("rounds", 5, "alternating baseline and forwarder rounds")
 		workers     = flag.Int("workers", 2, "forwarder workers, one Postgres connection each (the relay's --db-max-conns)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the forwarder's drain to this file")
 	)

@@ -13,28 +13,40 @@ import (
 	"github.com/spoolcast/spoolcast/spool"
 )
 
-// spoolCommand is `spoolcast spool stats|ls`: it reads a spool file read-only,
-// safe beside a running relay.
+// spoolCommand is `spoolcast spool stats|ls|requeue`: stats and ls read a
+// spool file read-only; requeue --dead writes it. All are safe beside a
+// running relay.
 func spoolCommand() (*flag.FlagSet, runFunc) {
 	var path string
 	var asJSON, pendingOnly, deadOnly bool
 	var limit int
-	fs := newFlagSet("spool", "spoolcast spool stats|ls --spool PATH [--json] [--pending] [--limit N]")
+	fs := newFlagSet("spool", "spoolcast spool stats|ls|requeue --spool PATH [--json] [--pending|--dead] [--limit N]")
 	fs.StringVar(&path, "spool", "./data/spool.db", "path of the spool file to read (opened read-only)")
 	fs.BoolVar(&asJSON, "json", false, "print JSON (one object per row for ls)")
 	fs.BoolVar(&pendingOnly, "pending", false, "ls: only rows not yet forwarded")
-	fs.BoolVar(&deadOnly, "dead", false, "ls: only rows Postgres refused for good, with the reason")
+	fs.BoolVar(&deadOnly, "dead", false, "ls: only rows Postgres refused for good, with the reason; requeue: put them back in the queue")
 	fs.IntVar(&limit, "limit", 0, "ls: at most this many rows, oldest first (0 lists all)")
 	flagUsage := fs.Usage
 	fs.Usage = func() {
 		flagUsage()
-		fmt.Fprint(fs.Output(), "\nSubcommands:\n  stats  depth, oldest pending age, rows and bytes\n  ls     rows: key, producer, received_at, forwarded_at, attempts, dead_reason\n")
+		fmt.Fprint(fs.Output(), "\nSubcommands:\n  stats    depth, oldest pending age, rows, dead rows and bytes\n  ls       rows: key, producer, received_at, forwarded_at, attempts, dead_reason\n  requeue  with --dead: put dead rows back in the forwarding queue (safe beside a running relay)\n")
 	}
 	return fs, func(ctx context.Context, args []string) error {
 		if len(args) != 1 {
-			return errors.New("want one subcommand: spool stats or spool ls")
+			return errors.New("want one subcommand: spool stats, spool ls or spool requeue --dead")
 		}
 		sub := args[0]
+		if sub == "requeue" {
+			if !deadOnly {
+				return errors.New("requeue what? `spoolcast spool requeue --dead` puts dead rows back in the queue")
+			}
+			n, err := spool.RequeueDead(ctx, path)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("requeued %d dead rows\n", n)
+			return nil
+		}
 		r, err := spool.OpenReadOnly(path)
 		if err != nil {
 			return err
@@ -55,7 +67,7 @@ func spoolCommand() (*flag.FlagSet, runFunc) {
 			}
 			return printList(ctx, r, filter, limit, asJSON)
 		}
-		return fmt.Errorf("unknown subcommand %q: want stats or ls", sub)
+		return fmt.Errorf("unknown subcommand %q: want stats, ls or requeue", sub)
 	}
 }
 

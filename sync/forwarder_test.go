@@ -445,3 +445,30 @@ func TestARefusalOfEveryRowIsRetriedNotBuried(t *testing.T) {
 		t.Errorf("notifications = %d, want 1", n)
 	}
 }
+
+func TestShutdownForwardsTheBacklog(t *testing.T) {
+	t.Parallel()
+	cluster := pgtest.Cluster(t)
+	ctx := context.Background()
+	if _, err := migrations.Up(ctx, cluster.URL, nil); err != nil {
+		t.Fatal(err)
+	}
+	pool := connect(t, cluster.URL)
+	if err := cluster.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	r := startRelay(t, cluster.URL, filepath.Join(t.TempDir(), "spool.db"))
+	for i := range 200 {
+		r.mustPost(t, eventBody(fmt.Sprintf("backlog:%d", i), "u1"))
+	}
+	if err := cluster.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.Stop() // SIGTERM with a backlog: the final forward sends it
+	if p := pendingIn(t, r.spool); p != 0 {
+		t.Errorf("%d events still pending after a clean shutdown with Postgres up", p)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 200 {
+		t.Errorf("notifications = %d, want 200", n)
+	}
+}

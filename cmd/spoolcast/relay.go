@@ -167,18 +167,22 @@ func (r *runningRelay) wait(ctx context.Context, timeout time.Duration) error {
 	return errors.Join(err, r.shutdown(timeout))
 }
 
+// spoolCloseReserve is the part of the shutdown budget kept for closing the
+// spool (commit what is queued, checkpoint the WAL), whatever came before.
+const spoolCloseReserve = 2 * time.Second
+
 // shutdown stops accepting, answers what is in flight, forwards what it can,
-// then closes the spool.
+// then closes the spool, all within timeout.
 func (r *runningRelay) shutdown(timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	r.log.Info("relay shutting down")
 	errShutdown := r.http.stop(ctx)
 	if r.forwarder != nil {
-		// The final forward gets part of what is left, so that a hanging
-		// Postgres cannot eat the time the spool needs to close cleanly.
-		left := time.Until(deadlineOf(ctx))
-		fctx, fcancel := context.WithTimeout(context.Background(), min(left/2, 5*time.Second))
+		// The final forward may use what is left, but the spool's reserve, so
+		// that a hanging Postgres cannot eat the time the spool needs.
+		fctx, fcancel := context.WithDeadline(context.Background(), deadline.Add(-spoolCloseReserve))
 		if err := r.forwarder.Stop(fctx); err != nil {
 			// Not a failed shutdown: what is left waits safely in the spool.
 			r.log.Warn("some events were not forwarded before shutdown; they stay in the spool for the next start", "err", err)
@@ -186,8 +190,7 @@ func (r *runningRelay) shutdown(timeout time.Duration) error {
 		fcancel()
 		r.pool.Close()
 	}
-	// The spool closes on its own budget: it must checkpoint whatever happened before.
-	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sctx, scancel := context.WithDeadline(context.Background(), later(deadline, time.Now().Add(spoolCloseReserve)))
 	defer scancel()
 	errSpool := r.spool.Close(sctx)
 	if err := errors.Join(errShutdown, errSpool); err != nil {
@@ -195,6 +198,13 @@ func (r *runningRelay) shutdown(timeout time.Duration) error {
 	}
 	r.log.Info("relay stopped cleanly")
 	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // faultEnv names a test-only fault to inject; see docs/operations.md.
@@ -235,13 +245,6 @@ func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, lo
 		return nil, nil, err
 	}
 	return pool, f, nil
-}
-
-func deadlineOf(ctx context.Context) time.Time {
-	if d, ok := ctx.Deadline(); ok {
-		return d
-	}
-	return time.Now()
 }
 
 func isLoopback(listen string) bool {

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -133,6 +132,14 @@ func (p *Process) Stop() {
 	}
 }
 
+// Signal sends sig to the process.
+func (p *Process) Signal(sig os.Signal) {
+	_ = p.cmd.Process.Signal(sig)
+}
+
+// ExitCode is the exit status once Done is closed (-1 when killed by a signal).
+func (p *Process) ExitCode() int { return p.cmd.ProcessState.ExitCode() }
+
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
@@ -154,9 +161,6 @@ func (p *Process) WaitOutput(ctx context.Context, s string) bool {
 		}
 	}
 }
-
-// Pid is the process id.
-func (p *Process) Pid() string { return strconv.Itoa(p.cmd.Process.Pid) }
 
 type syncBuffer struct {
 	mu  sync.Mutex

@@ -324,65 +324,83 @@ func TestKill9WhileForwardingLandsEveryEventOnce(t *testing.T) {
 	r.Stop()
 }
 
-func TestRowsPostgresRefusesAreSetAsideWithoutHoldingUpTheRest(t *testing.T) {
-	t.Parallel()
-	pool := connect(t, pgtest.DB(t))
-	ctx := context.Background()
-	sp, err := spool.Open(ctx, spool.Config{Path: filepath.Join(t.TempDir(), "spool.db"), Logger: slog.New(slog.DiscardHandler)})
+// inProcess is a spool and a forwarder into a test database, in this process.
+type inProcess struct {
+	t    *testing.T
+	sp   *spool.Spool
+	pool *pgxpool.Pool
+	reg  *prometheus.Registry
+}
+
+func newInProcess(t *testing.T) *inProcess {
+	t.Helper()
+	sp, err := spool.Open(context.Background(), spool.Config{Path: filepath.Join(t.TempDir(), "spool.db"), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sp.Close(ctx)
-	claim := func(key string, payload []byte) {
-		if _, err := sp.Claim(ctx, spool.Entry{Producer: "p", Key: key, Hash: event.HashCanonical(payload), Payload: payload}); err != nil {
-			t.Fatal(err)
-		}
+	t.Cleanup(func() { sp.Close(context.Background()) })
+	return &inProcess{t: t, sp: sp, pool: connect(t, pgtest.DB(t)), reg: prometheus.NewRegistry()}
+}
+
+// claim spools payload as is, as a relay of another version might have.
+func (h *inProcess) claim(key string, payload []byte) {
+	h.t.Helper()
+	if _, err := h.sp.Claim(context.Background(), spool.Entry{Producer: "p", Key: key, Hash: event.HashCanonical(payload), Payload: payload}); err != nil {
+		h.t.Fatal(err)
 	}
+}
+
+// start runs a forwarder with cfg's settings over the spool and database.
+func (h *inProcess) start(cfg sync.ForwarderConfig) *sync.Forwarder {
+	h.t.Helper()
+	cfg.Spool, cfg.DB, cfg.Metrics, cfg.Logger = h.sp, h.pool, sync.NewMetrics(h.reg), slog.New(slog.DiscardHandler)
+	f, err := sync.NewForwarder(cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	f.Start(context.Background())
+	h.t.Cleanup(func() { f.Stop(context.Background()) })
+	return f
+}
+
+func (h *inProcess) waitDrained(timeout time.Duration) {
+	h.t.Helper()
+	waitFor(h.t, "the spool to drain", timeout, func() bool {
+		next, err := h.sp.NextBatch(context.Background(), 0, 1)
+		return err == nil && len(next) == 0
+	})
+}
+
+func TestRowsPostgresRefusesAreSetAsideWithoutHoldingUpTheRest(t *testing.T) {
+	t.Parallel()
+	h := newInProcess(t)
 	for i := range 20 {
 		switch i {
 		case 7: // an old relay's payload that Postgres refuses: jsonb holds no NUL
-			claim("nul", []byte(`{"idempotency_key":"nul","type":"t","category":"c","recipients":["u1"],"data":{"a":"\u0000"}}`))
+			h.claim("nul", []byte(`{"idempotency_key":"nul","type":"t","category":"c","recipients":["u1"],"data":{"a":"\u0000"}}`))
 		case 13: // a damaged row
-			claim("garbage", []byte(`not json`))
+			h.claim("garbage", []byte(`not json`))
 		default:
 			ev := mustEvent(t, fmt.Sprintf("good-%d", i), "u1")
-			claim(ev.IdempotencyKey, ev.Canonical())
+			h.claim(ev.IdempotencyKey, ev.Canonical())
 		}
 	}
-	reg := prometheus.NewRegistry()
-	f, err := sync.NewForwarder(sync.ForwarderConfig{Spool: sp, DB: pool, Metrics: sync.NewMetrics(reg), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
+	f := h.start(sync.ForwarderConfig{})
+	h.waitDrained(30 * time.Second)
+	if err := f.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	f.Start(ctx)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		next, err := sp.NextBatch(ctx, 0, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(next) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the spool did not drain; %s is still pending", next[0].Key)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := f.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 18 {
+	if n := count(t, h.pool, "SELECT count(*) FROM notifications"); n != 18 {
 		t.Errorf("notifications = %d, want the 18 good events", n)
 	}
-	dead, err := sp.List(ctx, spool.DeadRows, 0)
+	dead, err := h.sp.List(context.Background(), spool.DeadRows, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(dead) != 2 || dead[0].Key != "nul" || dead[1].Key != "garbage" || dead[0].DeadReason == "" {
 		t.Errorf("dead rows = %+v; want nul and garbage with reasons", dead)
 	}
-	if got := metricValue(t, reg, "spoolcast_sync_dead_total"); got != 2 {
+	if got := metricValue(t, h.reg, "spoolcast_sync_dead_total"); got != 2 {
 		t.Errorf("spoolcast_sync_dead_total = %v, want 2", got)
 	}
 }
@@ -404,44 +422,23 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 
 func TestARefusalOfEveryRowIsRetriedNotBuried(t *testing.T) {
 	t.Parallel()
-	pool := connect(t, pgtest.DB(t))
-	ctx := context.Background()
-	sp, err := spool.Open(ctx, spool.Config{Path: filepath.Join(t.TempDir(), "spool.db"), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close(ctx)
-	claim := func(key string, payload []byte) {
-		if _, err := sp.Claim(ctx, spool.Entry{Producer: "p", Key: key, Hash: event.HashCanonical(payload), Payload: payload}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h := newInProcess(t)
 	for i := range 3 {
-		claim(fmt.Sprintf("nul-%d", i), fmt.Appendf(nil, `{"idempotency_key":"nul-%d","type":"t","category":"c","recipients":["u1"],"data":{"a":"\u0000"}}`, i))
+		h.claim(fmt.Sprintf("nul-%d", i), fmt.Appendf(nil, `{"idempotency_key":"nul-%d","type":"t","category":"c","recipients":["u1"],"data":{"a":"\u0000"}}`, i))
 	}
-	reg := prometheus.NewRegistry()
-	f, err := sync.NewForwarder(sync.ForwarderConfig{Spool: sp, DB: pool, Workers: 1, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
-		Metrics: sync.NewMetrics(reg), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Start(ctx)
-	defer f.Stop(ctx)
-	waitFor(t, "retries", 10*time.Second, func() bool { return metricValue(t, reg, "spoolcast_sync_errors_total") >= 3 })
-	if dead, _ := sp.List(ctx, spool.DeadRows, 0); len(dead) != 0 {
+	h.start(sync.ForwarderConfig{Workers: 1, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	waitFor(t, "retries", 10*time.Second, func() bool { return metricValue(t, h.reg, "spoolcast_sync_errors_total") >= 3 })
+	if dead, _ := h.sp.List(context.Background(), spool.DeadRows, 0); len(dead) != 0 {
 		t.Fatalf("%d rows buried although Postgres took nothing at all: that may be Postgres's fault", len(dead))
 	}
 	// Once Postgres is seen to take other rows, the refused ones are the rows' fault.
 	good := mustEvent(t, "good", "u1")
-	claim(good.IdempotencyKey, good.Canonical())
-	waitFor(t, "the spool to drain", 20*time.Second, func() bool {
-		next, err := sp.NextBatch(ctx, 0, 1)
-		return err == nil && len(next) == 0
-	})
-	if dead, _ := sp.List(ctx, spool.DeadRows, 0); len(dead) != 3 {
+	h.claim(good.IdempotencyKey, good.Canonical())
+	h.waitDrained(20 * time.Second)
+	if dead, _ := h.sp.List(context.Background(), spool.DeadRows, 0); len(dead) != 3 {
 		t.Errorf("dead rows = %d, want the 3 refused", len(dead))
 	}
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 1 {
+	if n := count(t, h.pool, "SELECT count(*) FROM notifications"); n != 1 {
 		t.Errorf("notifications = %d, want 1", n)
 	}
 }

@@ -393,7 +393,7 @@ func (f *Forwarder) atFault(seq int64, othersLanded bool) bool {
 		return true
 	}
 	if !seen {
-		f.refused[seq] = time.Now()
+		f.refused[seq] = f.cfg.Now()
 	}
 	return false
 }

@@ -105,8 +105,10 @@ func NewUserVerifier(cfg UserVerifierConfig) (*UserVerifier, error) {
 		Client:            cfg.HTTPClient,
 		RefreshInterval:   cfg.RefreshInterval,
 		RefreshUnknownKID: rate.NewLimiter(rate.Every(cfg.UnknownKIDRefresh), 1),
-		// A rate-limited refresh answers at once (401) rather than holding the request.
-		RateLimitWaitMax: time.Millisecond,
+		// jwkset bounds both the wait for the refresh limiter and the refresh
+		// request itself by this one timeout, so it must fit a JWKS fetch. A
+		// request whose refresh is more than this away is refused at once.
+		RateLimitWaitMax: 5 * time.Second,
 		RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
 			return func(_ context.Context, err error) { log.Warn("refresh JWKS", "url", u, "err", err) }
 		},

@@ -18,6 +18,7 @@ import (
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/central"
 	"github.com/spoolcast/spoolcast/docs"
+	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/problem"
 )
 
@@ -149,12 +150,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		return fail(err)
 	}
 	c.verifier = users
-	pcfg, err := pgxpool.ParseConfig(o.databaseURL)
-	if err != nil {
-		return fail(fmt.Errorf("--database-url: %w", err))
-	}
-	pcfg.MaxConns = int32(max(1, o.dbMaxConns))
-	if c.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+	if c.pool, err = pgpool.New(ctx, o.databaseURL, max(1, o.dbMaxConns)); err != nil {
 		return fail(fmt.Errorf("--database-url: %w", err))
 	}
 	api, err := central.New(central.Config{

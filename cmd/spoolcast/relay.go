@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/relay"
 	"github.com/spoolcast/spoolcast/spool"
 	"github.com/spoolcast/spoolcast/sync"
@@ -214,13 +215,7 @@ func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, lo
 	if o.dbMaxConns < 1 {
 		return nil, nil, fmt.Errorf("--db-max-conns %d: want at least 1", o.dbMaxConns)
 	}
-	cfg, err := pgxpool.ParseConfig(o.databaseURL)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--database-url: %w", err)
-	}
-	cfg.MaxConns = int32(o.dbMaxConns)
-	cfg.MinConns = 0
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	pool, err := pgpool.New(context.Background(), o.databaseURL, o.dbMaxConns)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--database-url: %w", err)
 	}

@@ -7,11 +7,16 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -178,4 +183,102 @@ func withDatabase(rawURL, name string) string {
 	}
 	u.Path = "/" + name
 	return u.String()
+}
+
+// PgBouncer starts PgBouncer in transaction pooling mode in front of the
+// database at dbURL and returns the URL to reach it through PgBouncer; it is
+// stopped when the test ends. Without a pgbouncer binary the test skips, or
+// fails when SPOOLCAST_REQUIRE_PGBOUNCER=1.
+func PgBouncer(t testing.TB, dbURL string) string {
+	t.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/pgbouncer"); serr == nil {
+			bin, err = "/usr/sbin/pgbouncer", nil
+		}
+	}
+	if err != nil {
+		if os.Getenv("SPOOLCAST_REQUIRE_PGBOUNCER") == "1" {
+			t.Fatalf("PgBouncer is required (SPOOLCAST_REQUIRE_PGBOUNCER=1) but not installed: %v", err)
+		}
+		t.Skipf("no pgbouncer: %v", err)
+	}
+	target, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "spoolcast-pgbouncer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil { // PgBouncer may run as another user
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	ini := fmt.Sprintf(`[databases]
+* = host=%s port=%s user=%s
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = any
+pool_mode = transaction
+server_round_robin = 1
+default_pool_size = 4
+max_client_conn = 200
+ignore_startup_parameters = extra_float_digits
+logfile = %s/pgbouncer.log
+pidfile = %s/pgbouncer.pid
+`, target.Hostname(), target.Port(), target.User.Username(), port, dir, dir)
+	iniPath := filepath.Join(dir, "pgbouncer.ini")
+	if err := os.WriteFile(iniPath, []byte(ini), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, iniPath)
+	if os.Geteuid() == 0 {
+		// PgBouncer refuses to run as root.
+		cmd.Args = []string{bin, "-u", "postgres", iniPath}
+	}
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	through := *target
+	through.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		conn, err := pgx.Connect(context.Background(), through.String())
+		if err == nil {
+			conn.Close(context.Background())
+			return through.String()
+		}
+		select {
+		case <-done:
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			t.Fatalf("pgbouncer exited: %s\n%s", out.String(), log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pgbouncer not ready: %v\n%s", err, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -18,7 +18,8 @@ const (
 	OutcomeInvalid      = "invalid"
 	OutcomeUnauthorized = "unauthorized"
 	OutcomeOverloaded   = "overloaded"
-	OutcomeError        = "error"
+	OutcomeError        = "error"    // the spool could not be written
+	OutcomeCanceled     = "canceled" // the producer hung up before the answer
 )
 
 // Metrics are the relay's request metrics.
@@ -32,7 +33,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spoolcast_relay_requests_total",
-			Help: "Ingest requests by outcome: accepted, duplicate, conflict, invalid, unauthorized, overloaded, error.",
+			Help: "Ingest requests by outcome: accepted, duplicate, conflict, invalid, unauthorized, overloaded, error (spool write failed), canceled (producer hung up).",
 		}, []string{"outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "spoolcast_relay_request_duration_seconds",
@@ -40,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"outcome"}),
 	}
-	for _, o := range []string{OutcomeAccepted, OutcomeDuplicate, OutcomeConflict, OutcomeInvalid, OutcomeUnauthorized, OutcomeOverloaded, OutcomeError} {
+	for _, o := range []string{OutcomeAccepted, OutcomeDuplicate, OutcomeConflict, OutcomeInvalid, OutcomeUnauthorized, OutcomeOverloaded, OutcomeError, OutcomeCanceled} {
 		m.requests.WithLabelValues(o)
 		m.duration.WithLabelValues(o)
 	}
@@ -66,6 +67,7 @@ type SpoolMetrics struct {
 	pending     *prometheus.Desc
 	oldestAge   *prometheus.Desc
 	bytes       *prometheus.Desc
+	usedBytes   *prometheus.Desc
 	batchSize   prometheus.Histogram
 	commitTaken prometheus.Histogram
 }
@@ -78,6 +80,7 @@ func NewSpoolMetrics(reg prometheus.Registerer, log *slog.Logger) *SpoolMetrics 
 		pending:   prometheus.NewDesc("spoolcast_spool_pending", "Rows in the spool not yet forwarded to Postgres.", nil, nil),
 		oldestAge: prometheus.NewDesc("spoolcast_spool_oldest_pending_age_seconds", "Age of the oldest row not yet forwarded; 0 when none is pending.", nil, nil),
 		bytes:     prometheus.NewDesc("spoolcast_spool_bytes", "Size of the spool's database file and WAL on disk.", nil, nil),
+		usedBytes: prometheus.NewDesc("spoolcast_spool_used_bytes", "Live data in the spool, the measure --spool-max-bytes limits; pages freed by pruning are reused.", nil, nil),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "spoolcast_spool_commit_batch_size",
 			Help:    "Writes carried by one spool transaction (group commit).",
@@ -107,6 +110,7 @@ func (m *SpoolMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.pending
 	ch <- m.oldestAge
 	ch <- m.bytes
+	ch <- m.usedBytes
 }
 
 // Collect implements prometheus.Collector.
@@ -124,4 +128,5 @@ func (m *SpoolMetrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.pending, prometheus.GaugeValue, float64(st.Pending))
 	ch <- prometheus.MustNewConstMetric(m.oldestAge, prometheus.GaugeValue, st.OldestPendingAge.Seconds())
 	ch <- prometheus.MustNewConstMetric(m.bytes, prometheus.GaugeValue, float64(st.FileBytes))
+	ch <- prometheus.MustNewConstMetric(m.usedBytes, prometheus.GaugeValue, float64(st.UsedBytes))
 }

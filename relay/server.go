@@ -77,6 +77,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	handler http.Handler
+	ops     http.Handler
 }
 
 // NewRegistry returns a registry with the Go and process collectors.
@@ -100,23 +101,39 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "relay"), metrics: NewMetrics(cfg.Registry)}
-	router := httprouter.New()
+	router := newRouter()
 	router.HandlerFunc(http.MethodPost, "/v1/events", s.postEvent)
+	s.routeOps(router)
+	ops := newRouter()
+	s.routeOps(ops)
+	s.ops = ops
+	s.handler = router
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler: ingest and the operations routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Ops serves only /healthz, /readyz and /metrics: for a listener that
+// kubelet probes and Prometheus scrapes reach while ingest stays on loopback.
+func (s *Server) Ops() http.Handler { return s.ops }
+
+func (s *Server) routeOps(router *httprouter.Router) {
 	router.HandlerFunc(http.MethodGet, "/healthz", s.healthz)
 	router.HandlerFunc(http.MethodGet, "/readyz", s.readyz)
-	router.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	router.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+}
+
+func newRouter() *httprouter.Router {
+	router := httprouter.New()
 	router.NotFound = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no route for "+r.URL.Path))
 	})
 	router.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, problem.New(http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", r.Method+" is not allowed on "+r.URL.Path))
 	})
-	s.handler = router
-	return s, nil
+	return router
 }
-
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 func (s *Server) postEvent(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -157,7 +174,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 		s.retryLater(w, r, "the relay is shutting down; retry later")
 		return OutcomeOverloaded
 	case err != nil && r.Context().Err() != nil:
-		return OutcomeError // the producer hung up; nobody reads an answer
+		return OutcomeCanceled // the producer hung up; nobody reads an answer
 	case err != nil:
 		s.log.Error("spool claim failed", "err", err, "key", ev.IdempotencyKey)
 		problem.Write(w, r, problem.New(http.StatusInternalServerError, "spool-error", "Spool error", "the event could not be written to the spool; retry with the same key"))

@@ -33,7 +33,7 @@ func commands() []command {
 		{"central", "run the central API: authenticated feed, read state, internal ingress", centralCommand},
 		{"migrate", "apply or list the Postgres schema migrations: `migrate up` or `migrate status`", migrateCommand},
 		{"emit", "post one sample event to a relay and print the answer", emitCommand},
-		{"spool", "inspect a spool file: `spool stats` or `spool ls`", spoolCommand},
+		{"spool", "inspect a spool file (`spool stats`, `spool ls`) or requeue its dead rows (`spool requeue --dead`)", spoolCommand},
 	}
 }
 

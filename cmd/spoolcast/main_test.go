@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestHelpListsEveryRelayFlagWithDefaultAndEnv(t *testing.T) {
@@ -62,5 +66,26 @@ func TestByteSizesParseTheUnitsTheDocsName(t *testing.T) {
 	var b byteSize
 	if err := b.Set("-1"); err == nil {
 		t.Error("a negative size was accepted")
+	}
+}
+
+func TestOpsListenerServesOnlyHealthAndMetrics(t *testing.T) {
+	dir := t.TempDir()
+	o := relayOptions{producer: "p", listen: "127.0.0.1:0", opsListen: "127.0.0.1:0", spoolPath: dir + "/s.db", syncMode: "full", maxBody: 1 << 16, spoolMaxBytes: 1 << 30, keyTTL: time.Hour}
+	r, err := startRelay(context.Background(), o, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.shutdown(5 * time.Second)
+	base := "http://" + r.opsAddr
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200, "/v1/events": 404} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s on the ops listener = %d, want %d", path, resp.StatusCode, want)
+		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 // relayOptions are the relay's flags.
 type relayOptions struct {
 	listen          string
+	opsListen       string
 	spoolPath       string
 	producer        string
 	maxBody         byteSize
@@ -42,6 +43,7 @@ func (o *relayOptions) register(fs *flag.FlagSet) {
 	o.maxBody = 64 << 10
 	o.spoolMaxBytes = 1 << 30
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:7070", "address to serve producers on; a non-loopback address needs --service-jwt-secret-file")
+	fs.StringVar(&o.opsListen, "ops-listen", "", "extra address serving only /healthz, /readyz and /metrics, for probes and scrapers when --listen is loopback (e.g. 0.0.0.0:7071)")
 	fs.StringVar(&o.spoolPath, "spool", "./data/spool.db", "path of the SQLite spool file (created if missing)")
 	fs.StringVar(&o.producer, "producer", "", "logical producing service that scopes idempotency keys, the same on every replica (required)")
 	fs.Var(&o.maxBody, "max-body", "largest request body accepted (413 above it)")
@@ -78,9 +80,11 @@ func relayCommand() (*flag.FlagSet, runFunc) {
 // runningRelay is a started relay: its spool, server and forwarder.
 type runningRelay struct {
 	addr      string
+	opsAddr   string // "" without --ops-listen
 	log       *slog.Logger
 	spool     *spool.Spool
 	http      *httpService
+	ops       *httpService // nil without --ops-listen
 	forwarder *sync.Forwarder
 	pool      *pgxpool.Pool
 }
@@ -136,6 +140,13 @@ func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runn
 		}
 	}
 	ln, err := net.Listen("tcp", o.listen)
+	var opsLn net.Listener
+	if err == nil && o.opsListen != "" {
+		if opsLn, err = net.Listen("tcp", o.opsListen); err != nil {
+			ln.Close()
+			err = fmt.Errorf("--ops-listen: %w", err)
+		}
+	}
 	if err != nil {
 		if pool != nil {
 			pool.Close()
@@ -150,6 +161,10 @@ func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runn
 		http:      serveHTTP(ln, handler, logger),
 		forwarder: forwarder,
 		pool:      pool,
+	}
+	if opsLn != nil {
+		r.ops, r.opsAddr = serveHTTP(opsLn, handler.Ops(), logger), opsLn.Addr().String()
+		r.log.Info("serving health and metrics", "addr", opsLn.Addr().String())
 	}
 	r.log.Info("relay listening", "addr", r.addr, "producer", o.producer, "spool", o.spoolPath, "sync", o.syncMode, "auth", verifier != nil)
 	if forwarder != nil {
@@ -180,6 +195,9 @@ func (r *runningRelay) shutdown(timeout time.Duration) error {
 	defer cancel()
 	r.log.Info("relay shutting down")
 	errShutdown := r.http.stop(ctx)
+	if r.ops != nil {
+		errShutdown = errors.Join(errShutdown, r.ops.stop(ctx))
+	}
 	if r.forwarder != nil {
 		// The final forward may use what is left, but the spool's reserve, so
 		// that a hanging Postgres cannot eat the time the spool needs.

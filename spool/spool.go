@@ -238,9 +238,6 @@ func dsn(path string, cfg Config, mode connMode) string {
 // forwarder waits on it between batches; one signal may cover many commits.
 func (s *Spool) Wake() <-chan struct{} { return s.wake }
 
-// Path returns the spool file's path.
-func (s *Spool) Path() string { return s.cfg.Path }
-
 // Full reports whether the spool is over its byte limit.
 func (s *Spool) Full() bool { return s.full.Load() }
 

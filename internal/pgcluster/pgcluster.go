@@ -151,9 +151,6 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	return err
 }
 
-// Port is the TCP port the cluster listens on.
-func (c *Cluster) Port() int { return c.cfg.Port }
-
 func (c *Cluster) url() string {
 	u := url.URL{Scheme: "postgres", User: url.User("postgres"), Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.cfg.Port)), Path: "/postgres"}
 	return u.String() + "?sslmode=disable"

@@ -172,9 +172,6 @@ func Cluster(t testing.TB) *pgcluster.Cluster {
 	return c
 }
 
-// WithDatabase returns rawURL pointing at database name.
-func WithDatabase(rawURL, name string) string { return withDatabase(rawURL, name) }
-
 func withDatabase(rawURL, name string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil || !strings.Contains(rawURL, "://") {

@@ -4,7 +4,6 @@ package proctest
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,23 +23,35 @@ var (
 	buildErr  error
 )
 
-// Binary builds cmd/spoolcast once per test process and returns its path.
+// Binary builds cmd/spoolcast once per test process and returns its path. All
+// test processes share one path: each builds to a temporary name and renames
+// it into place, which is atomic (a running copy keeps its own file), and the
+// Go build cache makes the second build cheap. So runs leave one binary
+// behind, not one per test process.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
-		dir, err := os.MkdirTemp("", "spoolcast-bin-")
+		dir := filepath.Join(os.TempDir(), "spoolcast-proctest")
+		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
+			return
+		}
+		tmp, err := os.CreateTemp(dir, "spoolcast-*.tmp")
 		if err != nil {
 			buildErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "spoolcast")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/spoolcast")
+		tmp.Close()
+		defer os.Remove(tmp.Name())
+		cmd := exec.Command("go", "build", "-o", tmp.Name(), "./cmd/spoolcast")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			return
 		}
+		binPath = filepath.Join(dir, "spoolcast")
+		buildErr = os.Rename(tmp.Name(), binPath)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -142,25 +153,6 @@ func (p *Process) ExitCode() int { return p.cmd.ProcessState.ExitCode() }
 
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
-
-// Output returns what the process has printed so far.
-func (p *Process) Output() string { return p.output.String() }
-
-// WaitOutput waits until the process has printed s.
-func (p *Process) WaitOutput(ctx context.Context, s string) bool {
-	for {
-		if bytes.Contains([]byte(p.output.String()), []byte(s)) {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-p.done:
-			return bytes.Contains([]byte(p.output.String()), []byte(s))
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
 
 type syncBuffer struct {
 	mu  sync.Mutex

@@ -12,6 +12,7 @@ type Record struct {
 	Seq         int64
 	Producer    string
 	Key         string
+	Hash        []byte // the request hash claimed with the key; read with the payload
 	Payload     []byte
 	ReceivedAt  time.Time
 	ForwardedAt time.Time // zero while pending

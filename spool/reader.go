@@ -130,7 +130,7 @@ func (r *Reader) list(ctx context.Context, q listQuery) ([]Record, error) {
 	var b strings.Builder
 	b.WriteString("SELECT seq, producer, key, received_at, forwarded_at, attempts, coalesce(dead_reason, '')")
 	if q.withPayload {
-		b.WriteString(", payload")
+		b.WriteString(", request_hash, payload")
 	}
 	b.WriteString(" FROM events WHERE seq > ?")
 	if q.pendingOnly {
@@ -155,7 +155,7 @@ func (r *Reader) list(ctx context.Context, q listQuery) ([]Record, error) {
 		var forwarded sql.NullInt64
 		dest := []any{&rec.Seq, &rec.Producer, &rec.Key, &received, &forwarded, &rec.Attempts, &rec.DeadReason}
 		if q.withPayload {
-			dest = append(dest, &rec.Payload)
+			dest = append(dest, &rec.Hash, &rec.Payload)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("list spool: %w", err)

@@ -169,8 +169,8 @@ func TestBatchesForwardInOrderAndPruneAfterTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(batch) != 3 || batch[0].Key != "k0" || batch[2].Key != "k2" || string(batch[1].Payload) != `{"k":"k1"}` {
-		t.Fatalf("first batch = %+v; want k0..k2 with payloads", batch)
+	if len(batch) != 3 || batch[0].Key != "k0" || batch[2].Key != "k2" || string(batch[1].Payload) != `{"k":"k1"}` || string(batch[1].Hash) != "h" {
+		t.Fatalf("first batch = %+v; want k0..k2 with payloads and hashes", batch)
 	}
 	if err := s.MarkFailed(ctx, []int64{batch[0].Seq}); err != nil {
 		t.Fatal(err)

@@ -344,7 +344,7 @@ func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *gos
 			continue
 		}
 		sendable = append(sendable, rec)
-		items = append(items, Item{Producer: rec.Producer, Event: ev, Hash: event.HashCanonical(rec.Payload), ReceivedAt: rec.ReceivedAt})
+		items = append(items, Item{Producer: rec.Producer, Event: ev, Hash: rec.Hash, ReceivedAt: rec.ReceivedAt})
 	}
 	landed, refused, err := f.send(ctx, sendable, items, acks)
 	for _, seq := range landed {

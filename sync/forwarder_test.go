@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/migrations"
@@ -221,14 +222,21 @@ func acceptedKeys(t *testing.T, spoolPath string) int {
 	return len(rows)
 }
 
-func TestPostgresOutageDelaysButLosesNothing(t *testing.T) {
-	t.Parallel()
+// migratedCluster starts a Postgres of the test's own, to stop and restart,
+// with the schema applied.
+func migratedCluster(t *testing.T) (*pgcluster.Cluster, *pgxpool.Pool) {
+	t.Helper()
 	cluster := pgtest.Cluster(t)
-	ctx := context.Background()
-	if _, err := migrations.Up(ctx, cluster.URL, nil); err != nil {
+	if _, err := migrations.Up(context.Background(), cluster.URL, nil); err != nil {
 		t.Fatal(err)
 	}
-	pool := connect(t, cluster.URL)
+	return cluster, connect(t, cluster.URL)
+}
+
+func TestPostgresOutageDelaysButLosesNothing(t *testing.T) {
+	t.Parallel()
+	cluster, pool := migratedCluster(t)
+	ctx := context.Background()
 	r := startRelay(t, cluster.URL, filepath.Join(t.TempDir(), "spool.db"))
 	for i := range 50 {
 		r.mustPost(t, eventBody(fmt.Sprintf("before:%d", i), "u1"))
@@ -445,12 +453,8 @@ func TestARefusalOfEveryRowIsRetriedNotBuried(t *testing.T) {
 
 func TestShutdownForwardsTheBacklog(t *testing.T) {
 	t.Parallel()
-	cluster := pgtest.Cluster(t)
+	cluster, pool := migratedCluster(t)
 	ctx := context.Background()
-	if _, err := migrations.Up(ctx, cluster.URL, nil); err != nil {
-		t.Fatal(err)
-	}
-	pool := connect(t, cluster.URL)
 	if err := cluster.Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/problem"
 )
 
@@ -76,7 +77,9 @@ func (s *Server) writePage(w http.ResponseWriter, r *http.Request, userID string
 		problem.Write(w, r, *p)
 		return
 	}
-	page, err := s.feed.Page(r.Context(), q)
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	page, err := s.feed.Page(ctx, q)
 	if err != nil {
 		s.dbError(w, r, "read feed", err)
 		return
@@ -95,13 +98,15 @@ func (s *Server) writePage(w http.ResponseWriter, r *http.Request, userID string
 		// Add, not Set: a deprecated version's Link rel="deprecation" stays.
 		w.Header().Add("Link", "<"+r.URL.Path+"?"+link.Encode()+`>; rel="next"`)
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) markRead(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User) {
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
 	id, err := feed.ParseID(ps.ByName("id"))
 	if err == nil {
-		err = s.feed.MarkRead(r.Context(), u.ID, id)
+		err = s.feed.MarkRead(ctx, u.ID, id)
 	}
 	switch {
 	case errors.Is(err, feed.ErrNotFound):
@@ -118,29 +123,35 @@ func (s *Server) readAll(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no route for "+r.URL.Path))
 		return
 	}
-	n, err := s.feed.MarkAllRead(r.Context(), u.ID)
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	n, err := s.feed.MarkAllRead(ctx, u.ID)
 	if err != nil {
 		s.dbError(w, r, "mark all read", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int64{"updated": n})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]int64{"updated": n})
 }
 
 func (s *Server) unreadCount(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
-	n, capped, err := s.feed.UnreadCount(r.Context(), u.ID)
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	n, capped, err := s.feed.UnreadCount(ctx, u.ID)
 	if err != nil {
 		s.dbError(w, r, "unread count", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"count": n, "capped": capped})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"count": n, "capped": capped})
 }
 
-// dbError answers 503 for a Postgres failure: the client should retry.
+// dbError answers 503 for a Postgres failure or timeout: the client should
+// retry. It answers even a client that has gone: no request ends unanswered.
 func (s *Server) dbError(w http.ResponseWriter, r *http.Request, what string, err error) {
-	if r.Context().Err() != nil {
-		return // the client is gone
+	if r.Context().Err() == nil {
+		s.dbLog.Do(func(suppressed int64) {
+			s.log.Error("Postgres failed: "+what, "err", err, "suppressed", suppressed)
+		})
 	}
-	s.log.Error(what, "err", err)
 	w.Header().Set("Retry-After", "2")
 	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "database-unavailable", "Service unavailable", "the notification store is unavailable; retry shortly"))
 }

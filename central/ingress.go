@@ -25,7 +25,11 @@ func (s *Server) ingestEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 		return
 	}
 	now := s.cfg.Now()
-	results, err := sync.Ingest(r.Context(), s.cfg.DB, []sync.Item{{Producer: c.Subject, Event: ev, ReceivedAt: now}})
+	// Once sent, the event is answered with its real outcome even if the
+	// client hangs up or half-closes meanwhile; only DBTimeout bounds it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.DBTimeout)
+	defer cancel()
+	results, err := sync.Ingest(ctx, s.cfg.DB, []sync.Item{{Producer: c.Subject, Event: ev, ReceivedAt: now}})
 	if err != nil {
 		s.dbError(w, r, "ingest", err)
 		return
@@ -37,7 +41,7 @@ func (s *Server) ingestEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 		eventhttp.WriteAnswer(w, answer)
 	case sync.Duplicate:
 		answer.Status = eventhttp.StatusDuplicate
-		if first, err := s.firstClaim(r.Context(), c.Subject, ev.IdempotencyKey, ev.Recipients[0]); err == nil {
+		if first, err := s.firstClaim(ctx, c.Subject, ev.IdempotencyKey, ev.Recipients[0]); err == nil {
 			answer.ReceivedAt = first.UTC()
 		}
 		eventhttp.WriteAnswer(w, answer)

@@ -1,12 +1,14 @@
 package central
 
 import (
-	"encoding/json"
+	"cmp"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spoolcast/spoolcast/internal/httpapi"
 )
 
 type metrics struct {
@@ -33,36 +35,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) instrument(route string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		h.ServeHTTP(sw, r)
-		m.requests.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
+		rec := &httpapi.Recorder{ResponseWriter: w}
+		h.ServeHTTP(rec, r)
+		m.requests.WithLabelValues(route, strconv.Itoa(cmp.Or(rec.Status, http.StatusInternalServerError))).Inc() // unanswered: httpapi.Answered sends 500
 		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if !w.wrote {
-		w.status, w.wrote = code, true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(p)
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

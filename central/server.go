@@ -25,6 +25,8 @@ import (
 	"github.com/spoolcast/spoolcast/apiversion"
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/httpapi"
+	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/problem"
 )
 
@@ -68,6 +70,10 @@ type Config struct {
 	Versions *apiversion.Registry
 	// MaxBody caps an internal ingest body. Default 64 KiB.
 	MaxBody int64
+	// DBTimeout bounds the Postgres work of one request; past it the request
+	// is answered 503 and Postgres is asked to cancel the statement.
+	// Default 5s.
+	DBTimeout time.Duration
 	// OpenAPI is the document served at /openapi.yaml.
 	OpenAPI []byte
 	// Registry serves /metrics and receives central's metrics. Default a new
@@ -88,6 +94,8 @@ func (c Config) Validate() error {
 		return errors.New("central: a user token verifier is required")
 	case c.MaxBody < 0:
 		return errors.New("central: max body must not be negative")
+	case c.DBTimeout < 0:
+		return errors.New("central: database timeout must not be negative")
 	}
 	return nil
 }
@@ -99,7 +107,9 @@ type Server struct {
 	feed    *feed.Store
 	metrics *metrics
 	router  *httprouter.Router
+	handler http.Handler
 	routes  []Route
+	dbLog   *lograte.Limiter // one line per interval while Postgres fails
 }
 
 // Route is one registered route, as the OpenAPI check lists them.
@@ -115,6 +125,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.AdminRole = cmp.Or(cfg.AdminRole, "admin")
 	cfg.MaxBody = cmp.Or(cfg.MaxBody, 64<<10)
+	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, 5*time.Second)
 	if cfg.Versions == nil {
 		cfg.Versions = apiversion.Default()
 	}
@@ -128,19 +139,22 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	log := cfg.Logger.With("component", "central")
 	s := &Server{
 		cfg:     cfg,
-		log:     cfg.Logger.With("component", "central"),
+		log:     log,
 		feed:    feed.NewStore(cfg.DB),
 		metrics: newMetrics(cfg.Registry),
-		router:  httprouter.New(),
+		router:  httpapi.NewRouter(log),
+		dbLog:   lograte.New(10 * time.Second),
 	}
 	s.routeAll()
+	s.handler = httpapi.Answered(s.router, log)
 	return s, nil
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // Routes lists every registered route.
 func (s *Server) Routes() []Route { return s.routes }
@@ -158,8 +172,8 @@ type userHandler func(w http.ResponseWriter, r *http.Request, ps httprouter.Para
 type serviceHandler func(w http.ResponseWriter, r *http.Request, c auth.ServiceClaims)
 
 func (s *Server) routeAll() {
-	s.handle(http.MethodGet, "/healthz", s.healthz)
-	s.handle(http.MethodGet, "/readyz", s.readyz)
+	s.handle(http.MethodGet, "/healthz", httpapi.Healthz)
+	s.handle(http.MethodGet, "/readyz", httpapi.Readyz(2*time.Second, s.ready))
 	s.handle(http.MethodGet, "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}).ServeHTTP)
 	s.handle(http.MethodGet, "/openapi.yaml", s.openapi)
 
@@ -173,17 +187,6 @@ func (s *Server) routeAll() {
 	s.handleUser(http.MethodGet, "/v1/admin/users/:user/notifications", admin, s.adminListNotifications)
 
 	s.handleService(http.MethodPost, "/internal/v1/events", auth.ScopeEmit, s.ingestEvent)
-
-	s.router.NotFound = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no route for "+r.URL.Path))
-	})
-	s.router.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, r, problem.New(http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", r.Method+" is not allowed on "+r.URL.Path))
-	})
-	s.router.PanicHandler = func(w http.ResponseWriter, r *http.Request, v any) {
-		s.log.Error("handler panic", "path", r.URL.Path, "panic", v)
-		problem.Write(w, r, problem.New(http.StatusInternalServerError, "internal-error", "Internal error", "the server failed to answer this request"))
-	}
 }
 
 // handle registers a route anyone may call: health, metrics, the API description.
@@ -245,19 +248,17 @@ func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
 	problem.Write(w, r, problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", detail))
 }
 
-func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+// ready is nil while Postgres answers.
+func (s *Server) ready(ctx context.Context) error {
+	if err := s.cfg.DB.Ping(ctx); err != nil {
+		return errors.New("Postgres is not reachable")
+	}
+	return nil
 }
 
-// readyz answers 200 while Postgres answers.
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := s.cfg.DB.Ping(ctx); err != nil {
-		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "not-ready", "Not ready", "Postgres is not reachable"))
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+// dbContext bounds a request's Postgres work by DBTimeout.
+func (s *Server) dbContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.cfg.DBTimeout)
 }
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {

@@ -79,6 +79,11 @@ type Event struct {
 // recipients sorted and unique, data re-encoded with sorted keys, the default
 // category filled in.
 func Decode(body []byte, headerKey string) (Event, error) {
+	// encoding/json turns invalid UTF-8 into U+FFFD, so two distinct keys
+	// could become one: refuse it, naming the field, before decoding.
+	if !utf8.Valid(body) {
+		return Event{}, invalid(fieldAt(body, invalidUTF8At(body)), "is not valid UTF-8")
+	}
 	var ev Event
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -100,6 +105,40 @@ func Decode(body []byte, headerKey string) (Event, error) {
 	return ev, nil
 }
 
+// invalidUTF8At returns the offset of the first byte of body that is not valid UTF-8.
+func invalidUTF8At(body []byte) int {
+	for i := 0; i < len(body); {
+		r, size := utf8.DecodeRune(body[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return i
+		}
+		i += size
+	}
+	return len(body)
+}
+
+// fieldAt names the top-level field of the JSON object in body whose name or
+// value holds offset; "" when there is none.
+func fieldAt(body []byte, offset int) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		name, _ := t.(string)
+		var value json.RawMessage
+		err = dec.Decode(&value)
+		if int(dec.InputOffset()) > offset || err != nil {
+			return name
+		}
+	}
+	return ""
+}
+
 func describeJSONError(err error) string {
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
@@ -118,48 +157,51 @@ func describeJSONError(err error) string {
 }
 
 func (ev *Event) canonicalize() error {
-	if err := checkText("idempotency_key", ev.IdempotencyKey, MaxKeyLen, true); err != nil {
-		return err
-	}
-	if err := checkText("type", ev.Type, MaxTypeLen, true); err != nil {
-		return err
-	}
 	ev.Category = strings.TrimSpace(ev.Category)
 	if ev.Category == "" {
 		ev.Category = DefaultCategory
 	}
-	if err := checkText("category", ev.Category, MaxCategoryLen, false); err != nil {
+	ev.Recipients = slices.Compact(slices.Sorted(slices.Values(ev.Recipients)))
+	if err := ev.check(); err != nil {
 		return err
 	}
-	if err := checkText("title", ev.Title, MaxTitleLen, false); err != nil {
-		return err
-	}
-	if err := checkText("body", ev.Body, MaxBodyLen, false); err != nil {
-		return err
-	}
-	if err := checkText("run_id", ev.RunID, MaxRunIDLen, false); err != nil {
-		return err
-	}
-	if len(ev.Recipients) == 0 {
-		return invalid("recipients", "at least one recipient is required")
-	}
-	recipients := slices.Clone(ev.Recipients)
-	slices.Sort(recipients)
-	recipients = slices.Compact(recipients)
-	if len(recipients) > MaxRecipients {
-		return invalid("recipients", fmt.Sprintf("at most %d recipients per event", MaxRecipients))
-	}
-	for _, r := range recipients {
-		if err := checkText("recipients", r, MaxRecipientLen, true); err != nil {
-			return err
-		}
-	}
-	ev.Recipients = recipients
 	data, err := canonicalData(ev.Data)
 	if err != nil {
 		return err
 	}
 	ev.Data = data
+	return nil
+}
+
+// check applies the rules on every field but data's content.
+func (ev *Event) check() error {
+	for _, f := range []struct {
+		name, value string
+		max         int
+		required    bool
+	}{
+		{"idempotency_key", ev.IdempotencyKey, MaxKeyLen, true},
+		{"type", ev.Type, MaxTypeLen, true},
+		{"category", ev.Category, MaxCategoryLen, true},
+		{"title", ev.Title, MaxTitleLen, false},
+		{"body", ev.Body, MaxBodyLen, false},
+		{"run_id", ev.RunID, MaxRunIDLen, false},
+	} {
+		if err := checkText(f.name, f.value, f.max, f.required); err != nil {
+			return err
+		}
+	}
+	if len(ev.Recipients) == 0 {
+		return invalid("recipients", "at least one recipient is required")
+	}
+	if len(ev.Recipients) > MaxRecipients {
+		return invalid("recipients", fmt.Sprintf("at most %d recipients per event", MaxRecipients))
+	}
+	for _, r := range ev.Recipients {
+		if err := checkText("recipients", r, MaxRecipientLen, true); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -284,11 +326,27 @@ func HashCanonical(canonical []byte) []byte {
 	return sum[:]
 }
 
-// Parse reads an event back from its canonical encoding, as spooled.
+// Parse reads an event back from its canonical encoding, as spooled, and
+// checks it again: a payload written by another version of the relay, or
+// damaged on disk, that breaks a rule (no recipients, an unknown field, data
+// that is not an object) is an error wrapping ErrMalformed or ErrInvalid.
+// Data is taken as it is, not re-encoded.
 func Parse(canonical []byte) (Event, error) {
 	var ev Event
-	if err := json.Unmarshal(canonical, &ev); err != nil {
-		return Event{}, fmt.Errorf("parse spooled event: %w", err)
+	dec := json.NewDecoder(bytes.NewReader(canonical))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ev); err != nil {
+		return Event{}, malformed("spooled event: " + describeJSONError(err))
+	}
+	ev.Recipients = slices.Compact(slices.Sorted(slices.Values(ev.Recipients)))
+	if err := ev.check(); err != nil {
+		return Event{}, err
+	}
+	switch data := bytes.TrimSpace(ev.Data); {
+	case len(data) == 0 || bytes.Equal(data, []byte("null")):
+		ev.Data = nil
+	case data[0] != '{':
+		return Event{}, invalid("data", "must be a JSON object")
 	}
 	return ev, nil
 }

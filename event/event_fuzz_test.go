@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/spoolcast/spoolcast/event"
 )
@@ -19,6 +20,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`[]`), "k")
 	f.Add([]byte(`{"idempotency_key":"k","type":"t","recipients":["u"],"data":"x"}`), "")
 	f.Add([]byte("{\"idempotency_key\":\"k\\u0000\",\"type\":\"t\",\"recipients\":[\"u\"]}"), "")
+	f.Add([]byte("{\"idempotency_key\":\"k\xff\",\"type\":\"t\",\"recipients\":[\"u\"]}"), "")
+	f.Add([]byte(`{"type":"t","recipients":["u"]}`), "k\xc3")
 	f.Fuzz(func(t *testing.T, body []byte, header string) {
 		key := ""
 		if header != "" {
@@ -37,6 +40,9 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("Decode error %v is neither ErrMalformed nor ErrInvalid", err)
 			}
 			return
+		}
+		if !utf8.Valid(body) || !utf8.ValidString(key) {
+			t.Fatalf("a body or key that is not valid UTF-8 decoded: %q", body)
 		}
 		if ev.IdempotencyKey == "" || ev.Type == "" || len(ev.Recipients) == 0 {
 			t.Fatalf("decoded event lacks a required field: %+v", ev)

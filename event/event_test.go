@@ -76,3 +76,54 @@ func TestDataPostgresWouldRefuseIsInvalid(t *testing.T) {
 		t.Errorf("ordinary data refused: %v", err)
 	}
 }
+
+func TestInvalidUTF8IsRefusedNamingItsField(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		body, field string
+	}{
+		{"{\"idempotency_key\":\"k\xff\",\"type\":\"t\",\"recipients\":[\"u\"]}", "idempotency_key"},
+		{"{\"idempotency_key\":\"k\",\"type\":\"t\",\"recipients\":[\"u\",\"v\xc3\"]}", "recipients"},
+		{"{\"idempotency_key\":\"k\",\"type\":\"t\",\"recipients\":[\"u\"],\"data\":{\"a\":[\"\xed\xa0\x80\"]}}", "data"},
+		{"{\"idempotency_key\":\"k\",\"type\":\"t\",\"recipients\":[\"u\"],\"title\":\"\xfe\"}", "title"},
+	} {
+		_, err := event.Decode([]byte(tc.body), "")
+		var evErr *event.Error
+		if !errors.As(err, &evErr) || !errors.Is(err, event.ErrInvalid) || evErr.Field != tc.field || !strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("Decode(%q) = %v; want invalid UTF-8 in %s", tc.body, err, tc.field)
+		}
+	}
+	// Two keys that differ only in their invalid bytes must never become one.
+	a, errA := event.Decode([]byte("{\"idempotency_key\":\"k\xff\",\"type\":\"t\",\"recipients\":[\"u\"]}"), "")
+	b, errB := event.Decode([]byte("{\"idempotency_key\":\"k\xfe\",\"type\":\"t\",\"recipients\":[\"u\"]}"), "")
+	if errA == nil || errB == nil {
+		t.Errorf("keys with invalid UTF-8 were accepted as %q and %q", a.IdempotencyKey, b.IdempotencyKey)
+	}
+	if _, err := event.ParseKeyHeader("k\xff"); !errors.Is(err, event.ErrInvalid) {
+		t.Errorf("ParseKeyHeader of invalid UTF-8 = %v; want ErrInvalid", err)
+	}
+}
+
+func TestParseChecksASpooledEventAgain(t *testing.T) {
+	t.Parallel()
+	ev, err := event.Decode([]byte(`{"idempotency_key":"k","type":"t","recipients":["u2","u1"],"data":{"a":1}}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := event.Parse(ev.Canonical())
+	if err != nil || !bytes.Equal(back.Canonical(), ev.Canonical()) {
+		t.Fatalf("Parse(Canonical) = %s, %v; want the same event", back.Canonical(), err)
+	}
+	for name, payload := range map[string]string{
+		"no recipients":        `{"idempotency_key":"k","type":"t","category":"c","recipients":[]}`,
+		"no key":               `{"type":"t","category":"c","recipients":["u"]}`,
+		"an unknown field":     `{"idempotency_key":"k","type":"t","category":"c","recipients":["u"],"priority":1}`,
+		"data that is a list":  `{"idempotency_key":"k","type":"t","category":"c","recipients":["u"],"data":[1]}`,
+		"not JSON":             `garbage`,
+		"a title over the cap": `{"idempotency_key":"k","type":"t","category":"c","recipients":["u"],"title":"` + strings.Repeat("x", event.MaxTitleLen+1) + `"}`,
+	} {
+		if _, err := event.Parse([]byte(payload)); err == nil {
+			t.Errorf("Parse of a payload with %s succeeded", name)
+		}
+	}
+}

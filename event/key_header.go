@@ -2,6 +2,7 @@ package event
 
 import (
 	"strings"
+	"unicode/utf8"
 )
 
 // ParseKeyHeader reads an Idempotency-Key header value. The IETF
@@ -14,6 +15,9 @@ func ParseKeyHeader(v string) (string, error) {
 		return "", invalid("Idempotency-Key", "header is empty")
 	}
 	if v[0] != '"' {
+		if !utf8.ValidString(v) {
+			return "", invalid("Idempotency-Key", "is not valid UTF-8")
+		}
 		return v, nil
 	}
 	var b strings.Builder

@@ -17,9 +17,9 @@ const (
 	OutcomeConflict     = "conflict"
 	OutcomeInvalid      = "invalid"
 	OutcomeUnauthorized = "unauthorized"
-	OutcomeOverloaded   = "overloaded"
-	OutcomeError        = "error"    // the spool could not be written
-	OutcomeCanceled     = "canceled" // the producer hung up before the answer
+	OutcomeOverloaded   = "overloaded" // spool at its limit, shutting down, or a claim that timed out
+	OutcomeDiskFull     = "disk_full"
+	OutcomeError        = "error" // the spool could not be written
 )
 
 // Metrics are the relay's request metrics.
@@ -33,7 +33,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spoolcast_relay_requests_total",
-			Help: "Ingest requests by outcome: accepted, duplicate, conflict, invalid, unauthorized, overloaded, error (spool write failed), canceled (producer hung up).",
+			Help: "Ingest requests by outcome: accepted, duplicate, conflict, invalid, unauthorized, overloaded (503: spool at its limit, shutting down or slow), disk_full (503), error (spool write failed).",
 		}, []string{"outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "spoolcast_relay_request_duration_seconds",
@@ -41,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"outcome"}),
 	}
-	for _, o := range []string{OutcomeAccepted, OutcomeDuplicate, OutcomeConflict, OutcomeInvalid, OutcomeUnauthorized, OutcomeOverloaded, OutcomeError, OutcomeCanceled} {
+	for _, o := range []string{OutcomeAccepted, OutcomeDuplicate, OutcomeConflict, OutcomeInvalid, OutcomeUnauthorized, OutcomeOverloaded, OutcomeDiskFull, OutcomeError} {
 		m.requests.WithLabelValues(o)
 		m.duration.WithLabelValues(o)
 	}
@@ -57,30 +57,43 @@ func (m *Metrics) observe(outcome string, took time.Duration) {
 // SpoolStatser is what the spool collector reads on each scrape.
 type SpoolStatser interface {
 	Stats(ctx context.Context) (spool.Stats, error)
+	DiskFull() bool
 }
 
-// SpoolMetrics exports the spool's depth, lag and size (read at scrape time) and
-// its group-commit sizes and durations (observed by ObserveCommit).
+// SpoolMetrics exports the spool's depth, lag and size (read at scrape time,
+// at the same cost whatever the spool holds) and its group-commit sizes and
+// durations (observed by ObserveCommit).
 type SpoolMetrics struct {
-	spool       SpoolStatser
-	log         *slog.Logger
-	pending     *prometheus.Desc
-	oldestAge   *prometheus.Desc
-	bytes       *prometheus.Desc
-	usedBytes   *prometheus.Desc
-	batchSize   prometheus.Histogram
-	commitTaken prometheus.Histogram
+	spool        SpoolStatser
+	maxBytes     int64
+	log          *slog.Logger
+	pending      *prometheus.Desc
+	pendingBytes *prometheus.Desc
+	maxBytesDesc *prometheus.Desc
+	oldestAge    *prometheus.Desc
+	keptKeys     *prometheus.Desc
+	dead         *prometheus.Desc
+	deadBytes    *prometheus.Desc
+	fileBytes    *prometheus.Desc
+	diskFull     *prometheus.Desc
+	batchSize    prometheus.Histogram
+	commitTaken  prometheus.Histogram
 }
 
 // NewSpoolMetrics registers the spool metrics with reg. Call SetSpool once the
 // spool is open; until then the gauges are absent.
 func NewSpoolMetrics(reg prometheus.Registerer, log *slog.Logger) *SpoolMetrics {
 	m := &SpoolMetrics{
-		log:       log,
-		pending:   prometheus.NewDesc("spoolcast_spool_pending", "Rows in the spool not yet forwarded to Postgres.", nil, nil),
-		oldestAge: prometheus.NewDesc("spoolcast_spool_oldest_pending_age_seconds", "Age of the oldest row not yet forwarded; 0 when none is pending.", nil, nil),
-		bytes:     prometheus.NewDesc("spoolcast_spool_bytes", "Size of the spool's database file and WAL on disk.", nil, nil),
-		usedBytes: prometheus.NewDesc("spoolcast_spool_used_bytes", "Live data in the spool, the measure --spool-max-bytes limits; pages freed by pruning are reused.", nil, nil),
+		log:          log,
+		pending:      prometheus.NewDesc("spoolcast_spool_pending", "Events in the spool not yet forwarded to Postgres.", nil, nil),
+		pendingBytes: prometheus.NewDesc("spoolcast_spool_pending_bytes", "Payload bytes of the events not yet forwarded, the measure --spool-max-bytes limits.", nil, nil),
+		maxBytesDesc: prometheus.NewDesc("spoolcast_spool_max_bytes", "The spool's limit on pending bytes (--spool-max-bytes).", nil, nil),
+		oldestAge:    prometheus.NewDesc("spoolcast_spool_oldest_pending_age_seconds", "Age of the oldest event not yet forwarded; 0 when none is pending.", nil, nil),
+		keptKeys:     prometheus.NewDesc("spoolcast_spool_kept_keys", "Forwarded keys kept (without payloads) to answer retries until --key-ttl.", nil, nil),
+		dead:         prometheus.NewDesc("spoolcast_spool_dead", "Dead rows: events Postgres refused for good or found in conflict, kept for --dead-ttl.", nil, nil),
+		deadBytes:    prometheus.NewDesc("spoolcast_spool_dead_bytes", "Payload bytes of dead rows.", nil, nil),
+		fileBytes:    prometheus.NewDesc("spoolcast_spool_bytes", "Size of the spool's database file and WAL on disk.", nil, nil),
+		diskFull:     prometheus.NewDesc("spoolcast_spool_disk_full", "1 while the spool's last write found its disk full (new events get 503), else 0.", nil, nil),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "spoolcast_spool_commit_batch_size",
 			Help:    "Writes carried by one spool transaction (group commit).",
@@ -96,8 +109,8 @@ func NewSpoolMetrics(reg prometheus.Registerer, log *slog.Logger) *SpoolMetrics 
 	return m
 }
 
-// SetSpool sets the spool whose stats are exported.
-func (m *SpoolMetrics) SetSpool(s SpoolStatser) { m.spool = s }
+// SetSpool sets the spool whose stats are exported, and its byte limit.
+func (m *SpoolMetrics) SetSpool(s SpoolStatser, maxBytes int64) { m.spool, m.maxBytes = s, maxBytes }
 
 // ObserveCommit records one group commit; it fits spool.Config.OnCommit.
 func (m *SpoolMetrics) ObserveCommit(writes int, took time.Duration) {
@@ -107,10 +120,9 @@ func (m *SpoolMetrics) ObserveCommit(writes int, took time.Duration) {
 
 // Describe implements prometheus.Collector.
 func (m *SpoolMetrics) Describe(ch chan<- *prometheus.Desc) {
-	ch <- m.pending
-	ch <- m.oldestAge
-	ch <- m.bytes
-	ch <- m.usedBytes
+	for _, d := range []*prometheus.Desc{m.pending, m.pendingBytes, m.maxBytesDesc, m.oldestAge, m.keptKeys, m.dead, m.deadBytes, m.fileBytes, m.diskFull} {
+		ch <- d
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -125,8 +137,24 @@ func (m *SpoolMetrics) Collect(ch chan<- prometheus.Metric) {
 		m.log.Warn("read spool stats for metrics", "err", err)
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(m.pending, prometheus.GaugeValue, float64(st.Pending))
-	ch <- prometheus.MustNewConstMetric(m.oldestAge, prometheus.GaugeValue, st.OldestPendingAge.Seconds())
-	ch <- prometheus.MustNewConstMetric(m.bytes, prometheus.GaugeValue, float64(st.FileBytes))
-	ch <- prometheus.MustNewConstMetric(m.usedBytes, prometheus.GaugeValue, float64(st.UsedBytes))
+	diskFull := 0.0
+	if m.spool.DiskFull() {
+		diskFull = 1
+	}
+	for _, v := range []struct {
+		d *prometheus.Desc
+		v float64
+	}{
+		{m.pending, float64(st.Pending)},
+		{m.pendingBytes, float64(st.PendingBytes)},
+		{m.maxBytesDesc, float64(m.maxBytes)},
+		{m.oldestAge, st.OldestPendingAge.Seconds()},
+		{m.keptKeys, float64(st.KeptKeys)},
+		{m.dead, float64(st.Dead)},
+		{m.deadBytes, float64(st.DeadBytes)},
+		{m.fileBytes, float64(st.FileBytes)},
+		{m.diskFull, diskFull},
+	} {
+		ch <- prometheus.MustNewConstMetric(v.d, prometheus.GaugeValue, v.v)
+	}
 }

@@ -9,13 +9,13 @@ package relay
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
+		"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -25,6 +25,8 @@ import (
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/eventhttp"
+	"github.com/spoolcast/spoolcast/internal/httpapi"
+	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/problem"
 	"github.com/spoolcast/spoolcast/spool"
 )
@@ -32,7 +34,7 @@ import (
 // Spool is what the relay needs of the spool.
 type Spool interface {
 	Claim(ctx context.Context, e spool.Entry) (spool.ClaimResult, error)
-	Ping(ctx context.Context) error
+	Ready(ctx context.Context, size int64) error
 }
 
 var _ Spool = (*spool.Spool)(nil)
@@ -51,6 +53,10 @@ type Config struct {
 	Verifier *auth.ServiceVerifier
 	// RetryAfter is what a 503 tells producers to wait. Default 5s.
 	RetryAfter time.Duration
+	// ClaimTimeout bounds the wait for the spool to commit a claim (a stuck
+	// disk); past it the producer gets 503 and retries with the same key.
+	// Default 10s.
+	ClaimTimeout time.Duration
 	// Registry serves /metrics and receives the relay's metrics. Default a new
 	// registry with the Go and process collectors.
 	Registry *prometheus.Registry
@@ -67,17 +73,24 @@ func (c Config) Validate() error {
 		return errors.New("spool is required")
 	case c.MaxBody < 0:
 		return fmt.Errorf("max body %d: must not be negative", c.MaxBody)
+	case c.RetryAfter < 0:
+		return fmt.Errorf("retry after %s: must not be negative", c.RetryAfter)
+	case c.ClaimTimeout < 0:
+		return fmt.Errorf("claim timeout %s: must not be negative", c.ClaimTimeout)
 	}
 	return nil
 }
 
 // Server answers the relay's HTTP API.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	metrics *Metrics
-	handler http.Handler
-	ops     http.Handler
+	cfg      Config
+	log      *slog.Logger
+	metrics  *Metrics
+	handler  http.Handler
+	ops      http.Handler
+	draining atomic.Bool
+	// One line per interval for each kind of repeated failure.
+	diskFullLog, spoolErrLog *lograte.Limiter
 }
 
 // NewRegistry returns a registry with the Go and process collectors.
@@ -94,20 +107,25 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.MaxBody = cmp.Or(cfg.MaxBody, 64<<10)
 	cfg.RetryAfter = cmp.Or(cfg.RetryAfter, 5*time.Second)
+	cfg.ClaimTimeout = cmp.Or(cfg.ClaimTimeout, 10*time.Second)
 	if cfg.Registry == nil {
 		cfg.Registry = NewRegistry()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "relay"), metrics: NewMetrics(cfg.Registry)}
-	router := newRouter()
+	log := cfg.Logger.With("component", "relay")
+	s := &Server{
+		cfg: cfg, log: log, metrics: NewMetrics(cfg.Registry),
+		diskFullLog: lograte.New(10 * time.Second), spoolErrLog: lograte.New(10 * time.Second),
+	}
+	router := httpapi.NewRouter(log)
 	router.HandlerFunc(http.MethodPost, "/v1/events", s.postEvent)
 	s.routeOps(router)
-	ops := newRouter()
+	ops := httpapi.NewRouter(log)
 	s.routeOps(ops)
-	s.ops = ops
-	s.handler = router
+	s.ops = httpapi.Answered(ops, log)
+	s.handler = httpapi.Answered(router, log)
 	return s, nil
 }
 
@@ -118,21 +136,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // kubelet probes and Prometheus scrapes reach while ingest stays on loopback.
 func (s *Server) Ops() http.Handler { return s.ops }
 
-func (s *Server) routeOps(router *httprouter.Router) {
-	router.HandlerFunc(http.MethodGet, "/healthz", s.healthz)
-	router.HandlerFunc(http.MethodGet, "/readyz", s.readyz)
-	router.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
-}
+// Drain makes /readyz answer 503 from now on: the relay is shutting down.
+// Requests still arriving are answered as usual.
+func (s *Server) Drain() { s.draining.Store(true) }
 
-func newRouter() *httprouter.Router {
-	router := httprouter.New()
-	router.NotFound = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no route for "+r.URL.Path))
-	})
-	router.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, r, problem.New(http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", r.Method+" is not allowed on "+r.URL.Path))
-	})
-	return router
+func (s *Server) routeOps(router *httprouter.Router) {
+	router.HandlerFunc(http.MethodGet, "/healthz", httpapi.Healthz)
+	router.HandlerFunc(http.MethodGet, "/readyz", httpapi.Readyz(2*time.Second, s.ready))
+	router.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 }
 
 func (s *Server) postEvent(w http.ResponseWriter, r *http.Request) {
@@ -160,23 +171,41 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 		return OutcomeInvalid
 	}
 	canonical := ev.Canonical()
-	res, err := s.cfg.Spool.Claim(r.Context(), spool.Entry{
+	// The claim gets its real answer even if the producer hangs up or
+	// half-closes its socket meanwhile: what was submitted is answered as it
+	// ended, never left to an implicit reply.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ClaimTimeout)
+	defer cancel()
+	res, err := s.cfg.Spool.Claim(ctx, spool.Entry{
 		Producer: s.cfg.Producer,
 		Key:      ev.IdempotencyKey,
 		Hash:     event.HashCanonical(canonical),
 		Payload:  canonical,
+		Fanout:   len(ev.Recipients),
 	})
 	switch {
 	case errors.Is(err, spool.ErrFull):
-		s.retryLater(w, r, "the spool is over its byte limit while Postgres catches up; retry later")
+		s.retryLater(w, r, "overloaded", "the spool holds its limit of events awaiting Postgres; retry later with the same key")
 		return OutcomeOverloaded
+	case errors.Is(err, spool.ErrDiskFull):
+		s.diskFullLog.Do(func(suppressed int64) {
+			s.log.Error("the spool's disk is full: new events get 503", "err", err, "suppressed", suppressed)
+		})
+		s.retryLater(w, r, "disk-full", "the relay's disk is full; retry later with the same key")
+		return OutcomeDiskFull
 	case errors.Is(err, spool.ErrClosed):
-		s.retryLater(w, r, "the relay is shutting down; retry later")
+		s.retryLater(w, r, "overloaded", "the relay is shutting down; retry later with the same key")
 		return OutcomeOverloaded
-	case err != nil && r.Context().Err() != nil:
-		return OutcomeCanceled // the producer hung up; nobody reads an answer
+	case errors.Is(err, context.DeadlineExceeded):
+		s.spoolErrLog.Do(func(suppressed int64) {
+			s.log.Error("spool claim timed out", "timeout", s.cfg.ClaimTimeout, "suppressed", suppressed)
+		})
+		s.retryLater(w, r, "overloaded", "the spool did not commit in time; retry with the same key (if it committed meanwhile, the retry is answered as a duplicate)")
+		return OutcomeOverloaded
 	case err != nil:
-		s.log.Error("spool claim failed", "err", err, "key", ev.IdempotencyKey)
+		s.spoolErrLog.Do(func(suppressed int64) {
+			s.log.Error("spool claim failed", "err", err, "suppressed", suppressed)
+		})
 		problem.Write(w, r, problem.New(http.StatusInternalServerError, "spool-error", "Spool error", "the event could not be written to the spool; retry with the same key"))
 		return OutcomeError
 	}
@@ -197,28 +226,30 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 	}
 }
 
-func (s *Server) retryLater(w http.ResponseWriter, r *http.Request, detail string) {
+func (s *Server) retryLater(w http.ResponseWriter, r *http.Request, slug, detail string) {
 	w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Round(time.Second).Seconds()))))
-	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "overloaded", "Service unavailable", detail))
-}
-
-func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-// readyz answers 200 while the spool takes writes.
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := s.cfg.Spool.Ping(ctx); err != nil {
-		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "not-ready", "Not ready", "the spool is not writable: "+err.Error()))
-		return
+	title := "Service unavailable"
+	if slug == "disk-full" {
+		title = "Disk full"
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, slug, title, detail))
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+// ready is nil while a new event of the largest legal size would be taken:
+// not while shutting down, with the spool at its limit, or with its disk full.
+func (s *Server) ready(ctx context.Context) error {
+	if s.draining.Load() {
+		return errors.New("the relay is shutting down")
+	}
+	switch err := s.cfg.Spool.Ready(ctx, s.cfg.MaxBody); {
+	case errors.Is(err, spool.ErrFull):
+		return errors.New("the spool holds its limit of events awaiting Postgres (--spool-max-bytes)")
+	case errors.Is(err, spool.ErrDiskFull):
+		return errors.New("the spool's disk is full")
+	case errors.Is(err, spool.ErrClosed):
+		return errors.New("the relay is shutting down")
+	case err != nil:
+		return fmt.Errorf("the spool is not writable: %w", err)
+	}
+	return nil
 }

@@ -1,14 +1,17 @@
 package relay_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/internal/disktest"
 	"github.com/spoolcast/spoolcast/relay"
 	"github.com/spoolcast/spoolcast/spool"
 )
@@ -27,20 +31,26 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var testSecret = []byte("0123456789abcdef0123456789abcdef-relay-tests")
 
 type harness struct {
-	url   string
-	spool *spool.Spool
+	url    string
+	spool  *spool.Spool
+	server *relay.Server
 }
 
 type harnessOpts struct {
 	auth          bool
 	spoolMaxBytes int64
+	spoolDir      string        // default a temporary directory
+	readTimeout   time.Duration // the HTTP server's; default none
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if o.spoolDir == "" {
+		o.spoolDir = t.TempDir()
+	}
 	sp, err := spool.Open(context.Background(), spool.Config{
-		Path:     filepath.Join(t.TempDir(), "spool.db"),
+		Path:     filepath.Join(o.spoolDir, "spool.db"),
 		MaxBytes: o.spoolMaxBytes,
 		Logger:   logger,
 	})
@@ -57,14 +67,16 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(srv)
+	ts := httptest.NewUnstartedServer(srv)
+	ts.Config.ReadTimeout = o.readTimeout
+	ts.Start()
 	t.Cleanup(func() {
 		ts.Close()
 		if err := sp.Close(context.Background()); err != nil {
 			t.Error(err)
 		}
 	})
-	return &harness{url: ts.URL, spool: sp}
+	return &harness{url: ts.URL, spool: sp, server: srv}
 }
 
 type tWriter struct{ t *testing.T }
@@ -120,7 +132,7 @@ func (h *harness) rows(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return int(st.Rows)
+	return int(st.Pending + st.KeptKeys + st.Dead)
 }
 
 func event(key, title string) string {
@@ -356,5 +368,166 @@ func TestUnknownRoutesAndMethodsAreProblems(t *testing.T) {
 	req, _ = http.NewRequest(http.MethodGet, h.url+"/nope", nil)
 	if r := do(t, req); r.status != http.StatusNotFound {
 		t.Errorf("GET /nope = %d", r.status)
+	}
+}
+
+func TestHalfClosedRequestsGetTheirRealAnswer(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	addr := strings.TrimPrefix(h.url, "http://")
+	const n = 150
+	type answer struct {
+		key    string
+		status int
+		body   string
+		err    error
+	}
+	answers := make(chan answer, n)
+	for i := range n {
+		go func() {
+			key := fmt.Sprintf("half-%d", i)
+			body := event(key, "t")
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				answers <- answer{key: key, err: err}
+				return
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			// The producer is done writing: it half-closes and waits for the answer.
+			if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+				answers <- answer{key: key, err: err}
+				return
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				answers <- answer{key: key, err: err}
+				return
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answers <- answer{key: key, status: resp.StatusCode, body: string(raw)}
+		}()
+	}
+	accepted := 0
+	for range n {
+		a := <-answers
+		switch {
+		case a.err != nil:
+			t.Errorf("%s: %v", a.key, a.err)
+		case a.status == http.StatusAccepted && strings.Contains(a.body, `"status":"accepted"`):
+			accepted++
+		default:
+			t.Errorf("%s: %d %q; want 202 accepted with its body", a.key, a.status, a.body)
+		}
+	}
+	if got := h.rows(t); accepted != n || got != n {
+		t.Errorf("%d of %d half-closed requests answered 202, spool holds %d; want every one of both", accepted, n, got)
+	}
+}
+
+func TestABodyThatArrivesTooSlowlyIs408(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{readTimeout: 300 * time.Millisecond})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := event("slow", "t")
+	fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:10])
+	// The rest of the body never comes; the server's read deadline passes.
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&p)
+	if resp.StatusCode != http.StatusRequestTimeout || p["type"] != "urn:spoolcast:problem:request-timeout" {
+		t.Errorf("slow body = %d %v; want 408 request-timeout", resp.StatusCode, p)
+	}
+	if got := h.rows(t); got != 0 {
+		t.Errorf("spool rows = %d, want 0", got)
+	}
+}
+
+func TestInvalidUTF8Is400NamingTheField(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	a := h.post(t, "{\"idempotency_key\":\"k\xff\",\"type\":\"t\",\"recipients\":[\"u\"]}")
+	b := h.post(t, "{\"idempotency_key\":\"k\xfe\",\"type\":\"t\",\"recipients\":[\"u\"]}")
+	for _, r := range []response{a, b} {
+		if r.status != http.StatusBadRequest || r.body["field"] != "idempotency_key" || r.body["type"] != "urn:spoolcast:problem:invalid-event" {
+			t.Errorf("invalid UTF-8 key = %d %v; want 400 invalid-event naming idempotency_key", r.status, r.body)
+		}
+	}
+	if r := h.post(t, "{\"idempotency_key\":\"ok\",\"type\":\"t\",\"recipients\":[\"u\"],\"data\":{\"x\":\"\xc3\"}}"); r.status != http.StatusBadRequest || r.body["field"] != "data" {
+		t.Errorf("invalid UTF-8 in data = %d %v; want 400 naming data", r.status, r.body)
+	}
+	if got := h.rows(t); got != 0 {
+		t.Errorf("spool rows = %d, want 0", got)
+	}
+}
+
+func readyz(t *testing.T, h *harness) response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, h.url+"/readyz", nil)
+	return do(t, req)
+}
+
+func TestReadinessSaysWhetherNewEventsWouldBeTaken(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{spoolMaxBytes: 24 << 10})
+	if r := readyz(t, h); r.status != http.StatusOK {
+		t.Fatalf("readyz of an empty relay = %d %v", r.status, r.body)
+	}
+	for i := 0; ; i++ {
+		if r := h.post(t, event(fmt.Sprintf("fill-%d", i), strings.Repeat("t", 1000))); r.status != http.StatusAccepted {
+			break
+		}
+	}
+	if r := readyz(t, h); r.status != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(r.body["detail"]), "limit") {
+		t.Errorf("readyz with the spool at its limit = %d %v; want 503 naming the limit", r.status, r.body)
+	}
+	h2 := newHarness(t, harnessOpts{})
+	h2.server.Drain()
+	if r := readyz(t, h2); r.status != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(r.body["detail"]), "shutting down") {
+		t.Errorf("readyz while draining = %d %v; want 503 shutting down", r.status, r.body)
+	}
+	if r := h2.post(t, event("during-drain", "t")); r.status != http.StatusAccepted {
+		t.Errorf("an event posted while draining = %d; want it still answered 202", r.status)
+	}
+}
+
+func TestAFullDiskIs503WithItsOwnProblemUntilThereIsRoom(t *testing.T) {
+	t.Parallel()
+	dir := disktest.Small(t, 2<<20)
+	h := newHarness(t, harnessOpts{spoolDir: dir})
+	if r := h.post(t, event("before", "t")); r.status != http.StatusAccepted {
+		t.Fatalf("first post = %d", r.status)
+	}
+	filler := disktest.Fill(t, dir, 0)
+	var last response
+	for i := range 500 {
+		last = h.post(t, event(fmt.Sprintf("k%d", i), strings.Repeat("t", 1000)))
+		if last.status != http.StatusAccepted {
+			break
+		}
+	}
+	if last.status != http.StatusServiceUnavailable || last.header.Get("Retry-After") == "" || last.body["type"] != "urn:spoolcast:problem:disk-full" {
+		t.Fatalf("post on a full disk = %d %v %v; want 503 disk-full with Retry-After", last.status, last.header, last.body)
+	}
+	if r := readyz(t, h); r.status != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(r.body["detail"]), "disk is full") {
+		t.Errorf("readyz on a full disk = %d %v; want 503 naming the disk", r.status, r.body)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if r := readyz(t, h); r.status != http.StatusOK {
+		t.Errorf("readyz once space is freed = %d %v", r.status, r.body)
+	}
+	if r := h.post(t, event("after", "t")); r.status != http.StatusAccepted {
+		t.Errorf("post once space is freed = %d %v", r.status, r.body)
 	}
 }

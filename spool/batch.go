@@ -2,6 +2,7 @@ package spool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -13,43 +14,87 @@ type Record struct {
 	Producer    string
 	Key         string
 	Hash        []byte // the request hash claimed with the key; read with the payload
-	Payload     []byte
+	Payload     []byte // empty once forwarded
+	Fanout      int
 	ReceivedAt  time.Time
 	ForwardedAt time.Time // zero while pending
 	Attempts    int
-	// DeadReason is why Postgres refused the row for good; empty for a normal row.
+	// DeadReason is why the row was set aside; empty for a normal row.
 	DeadReason string
 }
 
 // Pending reports whether the row still waits for the forwarder.
 func (r Record) Pending() bool { return r.ForwardedAt.IsZero() }
 
-// NextBatch returns up to limit pending rows with a seq above afterSeq, in the
-// order they were accepted. Rows stay pending until MarkForwarded, so a crash
-// between the two re-sends them. Seqs are never reused, so a reader that
-// remembers the last seq it took never misses a later row.
-func (s *Spool) NextBatch(ctx context.Context, afterSeq int64, limit int) ([]Record, error) {
-	return s.reader.list(ctx, listQuery{pendingOnly: true, afterSeq: afterSeq, limit: limit, withPayload: true})
+// BatchLimit bounds what NextBatch returns. A row over a limit on its own
+// still makes a batch of one, so no row is ever stuck behind a limit.
+type BatchLimit struct {
+	// Rows caps the rows. Required.
+	Rows int
+	// Fanout caps the sum of the rows' Fanout; 0 means no cap.
+	Fanout int
+	// Bytes caps the sum of the rows' payload bytes; 0 means no cap.
+	Bytes int64
+}
+
+// NextBatch returns pending rows with a seq above afterSeq, in the order they
+// were accepted, as many as lim allows. Rows stay pending until MarkForwarded,
+// so a crash between the two re-sends them. Seqs are never reused, so a reader
+// that remembers the last seq it took never misses a later row.
+func (s *Spool) NextBatch(ctx context.Context, afterSeq int64, lim BatchLimit) ([]Record, error) {
+	if lim.Rows < 1 {
+		return nil, fmt.Errorf("next batch: row limit %d: want at least 1", lim.Rows)
+	}
+	rows, err := s.reader.db.QueryContext(ctx, `SELECT seq, producer, key, received_at, attempts, request_hash, payload, fanout
+		FROM events WHERE seq > ? AND forwarded_at IS NULL ORDER BY seq LIMIT ?`, afterSeq, lim.Rows)
+	if err != nil {
+		return nil, fmt.Errorf("next batch: %w", err)
+	}
+	defer rows.Close()
+	var out []Record
+	var fanout int
+	var size int64
+	for rows.Next() {
+		var rec Record
+		var received int64
+		if err := rows.Scan(&rec.Seq, &rec.Producer, &rec.Key, &received, &rec.Attempts, &rec.Hash, &rec.Payload, &rec.Fanout); err != nil {
+			return nil, fmt.Errorf("next batch: %w", err)
+		}
+		fanout += rec.Fanout
+		size += int64(len(rec.Payload))
+		if len(out) > 0 && ((lim.Fanout > 0 && fanout > lim.Fanout) || (lim.Bytes > 0 && size > lim.Bytes)) {
+			break
+		}
+		rec.ReceivedAt = time.Unix(0, received)
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("next batch: %w", err)
+	}
+	return out, nil
 }
 
 // MarkForwarded records that the rows with these seqs are safely in Postgres.
+// Each keeps its key, request hash and receipt time to answer retries until
+// the key TTL; its payload is dropped.
 func (s *Spool) MarkForwarded(ctx context.Context, seqs []int64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
 	now := s.cfg.Now().UnixNano()
 	return s.write(ctx, func(ctx context.Context, tx execer) error {
-		return execForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ? WHERE forwarded_at IS NULL AND seq IN (%s)", []any{now}, seqs)
+		return execForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ?, payload = x'' WHERE forwarded_at IS NULL AND seq IN (%s)", []any{now}, seqs)
 	})
 }
 
-// MarkDead takes a row that Postgres refuses for good out of the forwarding
-// queue, with the reason. The row is kept (never pruned) for an operator to
-// inspect with `spoolcast spool ls --dead`.
+// MarkDead takes a row out of the forwarding queue with the reason: Postgres
+// refuses it for good, or found its key claimed by another request. The row
+// keeps its payload for Config.DeadTTL, for an operator to inspect with
+// `spoolcast spool ls --dead` or put back with `spoolcast spool requeue --dead`.
 func (s *Spool) MarkDead(ctx context.Context, seq int64, reason string) error {
 	now := s.cfg.Now().UnixNano()
 	return s.write(ctx, func(ctx context.Context, tx execer) error {
-		_, err := tx.ExecContext(ctx, `UPDATE events SET forwarded_at = ?, dead_reason = ?, attempts = attempts + 1 WHERE seq = ?`, now, reason, seq)
+		_, err := tx.ExecContext(ctx, `UPDATE events SET forwarded_at = ?, dead_reason = ?, attempts = attempts + 1 WHERE seq = ? AND forwarded_at IS NULL`, now, reason, seq)
 		return err
 	})
 }
@@ -83,9 +128,8 @@ func execForSeqs(ctx context.Context, tx execer, query string, fixed []any, seqs
 	return nil
 }
 
-// runPruner deletes forwarded rows older than the key TTL, every PruneInterval.
+// runPruner deletes rows past their retention every PruneInterval.
 func (s *Spool) runPruner(ctx context.Context) {
-	defer s.bg.Done()
 	t := time.NewTicker(s.cfg.PruneInterval)
 	defer t.Stop()
 	for {
@@ -93,7 +137,7 @@ func (s *Spool) runPruner(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if n, err := s.Prune(ctx); err != nil && ctx.Err() == nil {
+			if n, err := s.Prune(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 				s.log.Warn("prune spool", "err", err)
 			} else if n > 0 {
 				s.log.Debug("pruned spool", "rows", n)
@@ -102,16 +146,30 @@ func (s *Spool) runPruner(ctx context.Context) {
 	}
 }
 
-// Prune deletes forwarded rows whose forwarding is older than the key TTL, in
-// small transactions so claims keep flowing. Pending and dead rows are never deleted.
+// Prune deletes kept keys forwarded longer ago than KeyTTL and dead rows set
+// aside longer ago than DeadTTL, in small transactions so claims keep flowing.
+// Pending rows are never deleted.
 func (s *Spool) Prune(ctx context.Context) (int64, error) {
-	cutoff := s.cfg.Now().Add(-s.cfg.KeyTTL).UnixNano()
+	now := s.cfg.Now()
+	kept, err := s.pruneWhere(ctx, "dead_reason IS NULL", now.Add(-s.cfg.KeyTTL))
+	if err != nil {
+		return kept, err
+	}
+	dead, err := s.pruneWhere(ctx, "dead_reason IS NOT NULL", now.Add(-s.cfg.DeadTTL))
+	if dead > 0 {
+		s.log.Warn("dead rows past their retention were deleted", "rows", dead, "dead_ttl", s.cfg.DeadTTL)
+	}
+	return kept + dead, err
+}
+
+func (s *Spool) pruneWhere(ctx context.Context, cond string, cutoff time.Time) (int64, error) {
+	const chunk = 2000
 	var total int64
 	for {
 		var n int64
 		err := s.write(ctx, func(ctx context.Context, tx execer) error {
 			res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE seq IN (
-				SELECT seq FROM events WHERE forwarded_at IS NOT NULL AND forwarded_at < ? AND dead_reason IS NULL LIMIT 2000)`, cutoff)
+				SELECT seq FROM events WHERE forwarded_at IS NOT NULL AND forwarded_at < ? AND `+cond+` LIMIT ?)`, cutoff.UnixNano(), chunk)
 			if err != nil {
 				return fmt.Errorf("prune: %w", err)
 			}
@@ -122,7 +180,7 @@ func (s *Spool) Prune(ctx context.Context) (int64, error) {
 			return total, err
 		}
 		total += n
-		if n < 2000 {
+		if n < chunk {
 			return total, nil
 		}
 	}

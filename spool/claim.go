@@ -16,6 +16,9 @@ type Entry struct {
 	Key      string
 	Hash     []byte
 	Payload  []byte
+	// Fanout is how many rows the entry becomes downstream (an event's
+	// recipients); forwarding batches are capped by its sum. Default 1.
+	Fanout int
 }
 
 // Outcome is how a claim was answered.
@@ -59,7 +62,10 @@ type claimOp struct {
 // Claim spools e unless its key is already claimed. It returns after the
 // transaction that carries it has committed, so Accepted means durable. When the
 // spool is full, a new key gets ErrFull, while a key already spooled is still
-// answered Duplicate or Conflict.
+// answered Duplicate or Conflict. A full disk is ErrDiskFull.
+//
+// Once handed to the writer, a claim commits or fails whatever happens to ctx;
+// ctx only bounds the wait for the answer.
 func (s *Spool) Claim(ctx context.Context, e Entry) (ClaimResult, error) {
 	if e.Producer == "" || e.Key == "" {
 		return ClaimResult{}, errors.New("claim: producer and key are required")
@@ -73,7 +79,7 @@ func (s *Spool) Claim(ctx context.Context, e Entry) (ClaimResult, error) {
 
 // writerStmts are the writer's statements, prepared once on its connection.
 type writerStmts struct {
-	insert, lookup, usage *sql.Stmt
+	insert, lookup, totals *sql.Stmt
 }
 
 func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
@@ -82,9 +88,9 @@ func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
 		dst   **sql.Stmt
 		query string
 	}{
-		{&st.insert, `INSERT OR IGNORE INTO events (producer, key, request_hash, payload, received_at) VALUES (?, ?, ?, ?, ?)`},
+		{&st.insert, `INSERT OR IGNORE INTO events (seq, producer, key, request_hash, payload, fanout, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)`},
 		{&st.lookup, `SELECT request_hash, received_at FROM events WHERE producer = ? AND key = ?`},
-		{&st.usage, `SELECT (SELECT page_count FROM pragma_page_count), (SELECT freelist_count FROM pragma_freelist_count), (SELECT page_size FROM pragma_page_size)`},
+		{&st.totals, `SELECT pending_bytes FROM totals WHERE id = 1`},
 	} {
 		stmt, err := conn.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -97,7 +103,7 @@ func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
 }
 
 func (st *writerStmts) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.lookup, st.usage} {
+	for _, s := range []*sql.Stmt{st.insert, st.lookup, st.totals} {
 		if s != nil {
 			s.Close()
 		}
@@ -105,11 +111,13 @@ func (st *writerStmts) close() {
 }
 
 // applyClaim runs one claim inside the writer's transaction. The loser of a race
-// (an earlier row, or an earlier claim in the same batch) reads the winner's hash.
+// (an earlier row, or an earlier claim in the same batch) reads the winner's
+// hash. A new key is inserted only if its payload fits under MaxBytes.
 func (s *Spool) applyClaim(ctx context.Context, c *claimOp) (isNew bool, err error) {
 	e, st := c.entry, s.stmts
-	if !s.full.Load() {
-		res, err := st.insert.ExecContext(ctx, e.Producer, e.Key, e.Hash, e.Payload, c.receivedAt.UnixNano())
+	size := int64(len(e.Payload))
+	if s.pending+size <= s.cfg.MaxBytes {
+		res, err := st.insert.ExecContext(ctx, s.nextSeq, e.Producer, e.Key, e.Hash, e.Payload, max(1, e.Fanout), c.receivedAt.UnixNano())
 		if err != nil {
 			return false, fmt.Errorf("claim %q: %w", e.Key, err)
 		}
@@ -118,6 +126,8 @@ func (s *Spool) applyClaim(ctx context.Context, c *claimOp) (isNew bool, err err
 			return false, fmt.Errorf("claim %q: %w", e.Key, err)
 		}
 		if n == 1 {
+			s.nextSeq++
+			s.pending += size
 			c.result = ClaimResult{Outcome: Accepted, ReceivedAt: c.receivedAt}
 			return true, nil
 		}
@@ -127,7 +137,7 @@ func (s *Spool) applyClaim(ctx context.Context, c *claimOp) (isNew bool, err err
 	err = st.lookup.QueryRowContext(ctx, e.Producer, e.Key).Scan(&hash, &receivedAt)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		// Only reachable when full: the insert was skipped and the key is new.
+		// Only reachable when the payload did not fit: the key is new.
 		return false, ErrFull
 	case err != nil:
 		return false, fmt.Errorf("claim %q: read winner: %w", e.Key, err)

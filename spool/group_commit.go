@@ -9,31 +9,40 @@ import (
 
 // op is one write waiting for the writer. Exactly one of claim and fn is set.
 type op struct {
-	ctx    context.Context
 	claim  *claimOp
 	fn     func(context.Context, execer) error
 	result chan error // buffered: the writer never blocks on an abandoned caller
 }
 
-// submit hands op to the writer and waits for the commit that carries it.
+// submit hands op to the writer and waits for the commit that carries it. It
+// holds no lock while it waits: Close, a full queue or a stuck disk never
+// leave it blocked past ctx.
 func (s *Spool) submit(ctx context.Context, o *op) error {
-	o.ctx = ctx
 	o.result = make(chan error, 1)
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
+	select {
+	case <-s.closing:
 		return ErrClosed
+	default:
 	}
 	select {
 	case s.ops <- o:
-		s.mu.RUnlock()
+	case <-s.closing:
+		return ErrClosed
 	case <-ctx.Done():
-		s.mu.RUnlock()
 		return ctx.Err()
 	}
 	select {
 	case err := <-o.result:
 		return err
+	case <-s.writerDone:
+		// The writer answers before it stops; an op queued after its last
+		// batch was never run.
+		select {
+		case err := <-o.result:
+			return err
+		default:
+			return ErrClosed
+		}
 	case <-ctx.Done():
 		// The write may still commit; the caller has stopped waiting for it.
 		return ctx.Err()
@@ -43,6 +52,7 @@ func (s *Spool) submit(ctx context.Context, o *op) error {
 // execer is the writer's connection while its transaction is open.
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 // write runs fn inside the writer's next transaction.
@@ -52,26 +62,38 @@ func (s *Spool) write(ctx context.Context, fn func(context.Context, execer) erro
 
 // runWriter is the group-commit loop: it takes one waiting op, then everything
 // else already queued (up to MaxCommitBatch), and runs them all in one
-// transaction with one fsync. It exits when ops is closed and drained.
+// transaction with one fsync. Once Close is called it commits what was queued
+// before, then stops.
 func (s *Spool) runWriter() {
-	defer s.writerWG.Done()
+	defer close(s.writerDone)
 	batch := make([]*op, 0, s.cfg.MaxCommitBatch)
-	for first := range s.ops {
-		batch = append(batch[:0], first)
-	drain:
-		for len(batch) < s.cfg.MaxCommitBatch {
-			select {
-			case o, ok := <-s.ops:
-				if !ok {
-					break drain
+	for {
+		select {
+		case first := <-s.ops:
+			batch = s.drain(append(batch[:0], first))
+			s.commit(batch)
+		case <-s.closing:
+			for {
+				if batch = s.drain(batch[:0]); len(batch) == 0 {
+					return
 				}
-				batch = append(batch, o)
-			default:
-				break drain
+				s.commit(batch)
 			}
 		}
-		s.commit(batch)
 	}
+}
+
+// drain adds the ops already queued to batch, up to MaxCommitBatch.
+func (s *Spool) drain(batch []*op) []*op {
+	for len(batch) < s.cfg.MaxCommitBatch {
+		select {
+		case o := <-s.ops:
+			batch = append(batch, o)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 func (s *Spool) commit(batch []*op) {
@@ -92,8 +114,7 @@ func (s *Spool) commit(batch []*op) {
 		o.result <- errs[i]
 	}
 	if err != nil {
-		s.log.Error("spool commit failed", "err", err, "writes", len(batch))
-		return
+		return // each caller has the error; they log it at their own rate
 	}
 	if added > 0 {
 		s.signalWake()
@@ -101,10 +122,25 @@ func (s *Spool) commit(batch []*op) {
 }
 
 // runBatch runs the batch's ops in one transaction. A failing op gets its own
-// error and the others still commit; a failing commit fails them all. The
-// transaction is opened with BEGIN IMMEDIATE on the writer's own connection, so
-// the statements prepared once at Open run inside it.
+// error and the others still commit; a failing commit, or a full disk (after
+// which SQLite may have rolled back), fails them all. The transaction is opened
+// with BEGIN IMMEDIATE on the writer's own connection, so the statements
+// prepared once at Open run inside it.
 func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added int, err error) {
+	defer func() {
+		if err != nil {
+			if _, rbErr := s.wconn.ExecContext(ctx, "ROLLBACK"); rbErr != nil {
+				s.log.Debug("rollback after a failed batch", "err", rbErr)
+			}
+		}
+		s.diskFull.Store(err != nil && isDiskFull(err))
+		if err != nil && isDiskFull(err) {
+			err = fmt.Errorf("%w: %w", ErrDiskFull, err)
+		}
+		if terr := s.loadTotals(ctx); terr != nil {
+			s.log.Warn("read spool totals after commit", "err", terr)
+		}
+	}()
 	if err := s.setSync(ctx, hasClaim(batch)); err != nil {
 		return 0, err
 	}
@@ -118,18 +154,15 @@ func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added 
 			if isNew {
 				added++
 			}
-			continue
+		} else {
+			errs[i] = o.fn(ctx, s.wconn)
 		}
-		errs[i] = o.fn(ctx, s.wconn)
+		if errs[i] != nil && isDiskFull(errs[i]) {
+			return 0, errs[i]
+		}
 	}
 	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
-		if _, rbErr := s.wconn.ExecContext(ctx, "ROLLBACK"); rbErr != nil {
-			s.log.Debug("rollback after failed commit", "err", rbErr)
-		}
 		return 0, fmt.Errorf("commit spool transaction: %w", err)
-	}
-	if err := s.refreshUsage(ctx); err != nil {
-		s.log.Warn("measure spool after commit", "err", err)
 	}
 	return added, nil
 }

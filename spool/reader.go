@@ -47,22 +47,27 @@ func openReader(path string, cfg Config, mode connMode) (*Reader, error) {
 // Close closes the reader's connections.
 func (r *Reader) Close() error { return r.db.Close() }
 
-// Stats describes a spool at one moment.
+// Stats describes a spool at one moment. Reading it costs the same whatever
+// the spool holds: the counts are running totals, the oldest pending row is
+// one index lookup.
 type Stats struct {
-	// Pending is the number of rows not yet forwarded.
+	// Pending is the number of events not yet forwarded.
 	Pending int64 `json:"pending"`
+	// PendingBytes is their payload bytes, the measure --spool-max-bytes limits.
+	PendingBytes int64 `json:"pending_bytes"`
 	// OldestPending is when the oldest pending row was received; zero when none is pending.
 	OldestPending time.Time `json:"oldest_pending,omitzero"`
 	// OldestPendingAge is how long the oldest pending row has waited; zero when none is pending.
 	OldestPendingAge time.Duration `json:"-"`
-	// Rows counts all rows, pending and forwarded-but-not-yet-pruned.
-	Rows int64 `json:"rows"`
-	// Dead counts rows Postgres refused for good; see `spoolcast spool ls --dead`.
+	// KeptKeys counts forwarded keys kept to answer retries until the key TTL.
+	KeptKeys int64 `json:"kept_keys"`
+	// Dead counts rows set aside (refused by Postgres, or a conflict found
+	// there); see `spoolcast spool ls --dead`.
 	Dead int64 `json:"dead"`
+	// DeadBytes is the payload bytes of dead rows.
+	DeadBytes int64 `json:"dead_bytes"`
 	// FileBytes is the size of the database file and its WAL on disk.
 	FileBytes int64 `json:"file_bytes"`
-	// UsedBytes is the bytes of live data, the measure the byte limit applies to.
-	UsedBytes int64 `json:"used_bytes"`
 }
 
 // Stats reads the spool's depth, lag and size.
@@ -73,19 +78,17 @@ func (s *Spool) List(ctx context.Context, filter Filter, limit int) ([]Record, e
 	return s.reader.List(ctx, filter, limit)
 }
 
+// statsQuery reads the running totals and the oldest pending row (through
+// the pending index): no scan, whatever the spool holds.
+const statsQuery = `SELECT pending_rows, pending_bytes, kept_rows, dead_rows, dead_bytes,
+	(SELECT received_at FROM events WHERE forwarded_at IS NULL ORDER BY seq LIMIT 1)
+	FROM totals WHERE id = 1`
+
 // Stats reads the spool's depth, lag and size.
 func (r *Reader) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	var oldest sql.NullInt64
-	var pages, free, size int64
-	err := r.db.QueryRowContext(ctx, `SELECT
-		(SELECT count(*) FROM events WHERE forwarded_at IS NULL),
-		(SELECT received_at FROM events WHERE forwarded_at IS NULL ORDER BY seq LIMIT 1),
-		(SELECT count(*) FROM events),
-		(SELECT count(*) FROM events WHERE dead_reason IS NOT NULL),
-		(SELECT page_count FROM pragma_page_count),
-		(SELECT freelist_count FROM pragma_freelist_count),
-		(SELECT page_size FROM pragma_page_size)`).Scan(&st.Pending, &oldest, &st.Rows, &st.Dead, &pages, &free, &size)
+	err := r.db.QueryRowContext(ctx, statsQuery).Scan(&st.Pending, &st.PendingBytes, &st.KeptKeys, &st.Dead, &st.DeadBytes, &oldest)
 	if err != nil {
 		return Stats{}, fmt.Errorf("spool stats: %w", err)
 	}
@@ -93,7 +96,6 @@ func (r *Reader) Stats(ctx context.Context) (Stats, error) {
 		st.OldestPending = time.Unix(0, oldest.Int64)
 		st.OldestPendingAge = max(0, r.now().Sub(st.OldestPending))
 	}
-	st.UsedBytes = (pages - free) * size
 	for _, p := range []string{r.path, r.path + "-wal"} {
 		if fi, err := os.Stat(p); err == nil {
 			st.FileBytes += fi.Size()
@@ -112,38 +114,22 @@ const (
 	DeadRows
 )
 
-// List returns up to limit rows in seq order (0 means all) that pass filter.
-// Payloads are left out.
+// List returns up to limit rows in seq order (0 means all) that pass filter,
+// with their payloads (empty for kept keys).
 func (r *Reader) List(ctx context.Context, filter Filter, limit int) ([]Record, error) {
-	return r.list(ctx, listQuery{pendingOnly: filter == PendingRows, deadOnly: filter == DeadRows, limit: limit})
-}
-
-type listQuery struct {
-	pendingOnly bool
-	deadOnly    bool
-	afterSeq    int64
-	withPayload bool
-	limit       int
-}
-
-func (r *Reader) list(ctx context.Context, q listQuery) ([]Record, error) {
 	var b strings.Builder
-	b.WriteString("SELECT seq, producer, key, received_at, forwarded_at, attempts, coalesce(dead_reason, '')")
-	if q.withPayload {
-		b.WriteString(", request_hash, payload")
-	}
-	b.WriteString(" FROM events WHERE seq > ?")
-	if q.pendingOnly {
-		b.WriteString(" AND forwarded_at IS NULL")
-	}
-	if q.deadOnly {
-		b.WriteString(" AND dead_reason IS NOT NULL")
+	b.WriteString("SELECT seq, producer, key, received_at, forwarded_at, attempts, coalesce(dead_reason, ''), request_hash, payload, fanout FROM events")
+	switch filter {
+	case PendingRows:
+		b.WriteString(" WHERE forwarded_at IS NULL")
+	case DeadRows:
+		b.WriteString(" WHERE dead_reason IS NOT NULL")
 	}
 	b.WriteString(" ORDER BY seq")
-	if q.limit > 0 {
-		fmt.Fprintf(&b, " LIMIT %d", q.limit)
+	if limit > 0 {
+		fmt.Fprintf(&b, " LIMIT %d", limit)
 	}
-	rows, err := r.db.QueryContext(ctx, b.String(), q.afterSeq)
+	rows, err := r.db.QueryContext(ctx, b.String())
 	if err != nil {
 		return nil, fmt.Errorf("list spool: %w", err)
 	}
@@ -153,11 +139,7 @@ func (r *Reader) list(ctx context.Context, q listQuery) ([]Record, error) {
 		var rec Record
 		var received int64
 		var forwarded sql.NullInt64
-		dest := []any{&rec.Seq, &rec.Producer, &rec.Key, &received, &forwarded, &rec.Attempts, &rec.DeadReason}
-		if q.withPayload {
-			dest = append(dest, &rec.Hash, &rec.Payload)
-		}
-		if err := rows.Scan(dest...); err != nil {
+		if err := rows.Scan(&rec.Seq, &rec.Producer, &rec.Key, &received, &forwarded, &rec.Attempts, &rec.DeadReason, &rec.Hash, &rec.Payload, &rec.Fanout); err != nil {
 			return nil, fmt.Errorf("list spool: %w", err)
 		}
 		rec.ReceivedAt = time.Unix(0, received)
@@ -174,7 +156,8 @@ func (r *Reader) list(ctx context.Context, q listQuery) ([]Record, error) {
 
 // RequeueDead puts the dead rows of the spool at path back in the forwarding
 // queue, once what made Postgres refuse them is fixed. It is safe while a relay
-// runs on the file: that relay's forwarder picks them up when it is idle.
+// runs on the file: that relay's forwarder picks them up when it is idle. The
+// spool's totals follow (they are kept by triggers in the file itself).
 func RequeueDead(ctx context.Context, path string) (int64, error) {
 	if _, err := os.Stat(path); err != nil {
 		return 0, fmt.Errorf("no spool at %s: %w", path, err)

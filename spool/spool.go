@@ -13,9 +13,11 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 //go:embed schema.sql
@@ -23,11 +25,16 @@ var schemaSQL string
 
 // Sentinel errors callers branch on.
 var (
-	// ErrFull: the spool holds more than Config.MaxBytes; new keys are refused
-	// until the forwarder drains it. Keys already spooled are still answered.
+	// ErrFull: the events awaiting forwarding hold Config.MaxBytes; new keys
+	// are refused until the forwarder drains them. Keys already spooled are
+	// still answered.
 	ErrFull = errors.New("spool is full")
+	// ErrDiskFull: the disk under the spool has no room for the write.
+	ErrDiskFull = errors.New("the spool's disk is full")
 	// ErrClosed: the spool is shutting down or shut.
 	ErrClosed = errors.New("spool is closed")
+	// ErrLocked: another process holds the spool file.
+	ErrLocked = errors.New("spool is in use by another process")
 )
 
 // SyncMode is SQLite's synchronous setting for the spool.
@@ -48,18 +55,22 @@ type Config struct {
 	Path string
 	// Sync is SQLite's synchronous mode. Default SyncFull.
 	Sync SyncMode
-	// MaxBytes caps the bytes of live data in the spool; past it, claims of new
-	// keys fail with ErrFull. Default 1 GiB.
+	// MaxBytes caps the payload bytes of events awaiting forwarding; a claim
+	// that would pass it fails with ErrFull. Kept keys and dead rows do not
+	// count. Default 1 GiB.
 	MaxBytes int64
-	// KeyTTL is how long a forwarded row is kept to answer retries as duplicates
-	// before it is pruned. Default 24h.
+	// KeyTTL is how long a forwarded key is kept to answer retries as
+	// duplicates before it is pruned. Default 24h.
 	KeyTTL time.Duration
+	// DeadTTL is how long a dead row is kept for an operator to inspect or
+	// requeue before it is pruned. Default 7 days.
+	DeadTTL time.Duration
 	// MaxCommitBatch caps the writes that share one transaction. Default 1024.
 	MaxCommitBatch int
 	// BusyTimeout is how long a connection waits for a lock held by another
-	// process (a `spoolcast spool` reader). Default 5s.
+	// process (a `spoolcast spool` tool). Default 5s.
 	BusyTimeout time.Duration
-	// PruneInterval is how often forwarded rows past the TTL are deleted. Default 1m.
+	// PruneInterval is how often rows past their retention are deleted. Default 1m.
 	PruneInterval time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -74,6 +85,7 @@ func (c Config) withDefaults() Config {
 	c.Sync = cmp.Or(c.Sync, SyncFull)
 	c.MaxBytes = cmp.Or(c.MaxBytes, 1<<30)
 	c.KeyTTL = cmp.Or(c.KeyTTL, 24*time.Hour)
+	c.DeadTTL = cmp.Or(c.DeadTTL, 7*24*time.Hour)
 	c.MaxCommitBatch = cmp.Or(c.MaxCommitBatch, 1024)
 	c.BusyTimeout = cmp.Or(c.BusyTimeout, 5*time.Second)
 	c.PruneInterval = cmp.Or(c.PruneInterval, time.Minute)
@@ -97,6 +109,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max bytes %d: must not be negative", c.MaxBytes)
 	case c.KeyTTL < 0:
 		return fmt.Errorf("key TTL %s: must not be negative", c.KeyTTL)
+	case c.DeadTTL < 0:
+		return fmt.Errorf("dead TTL %s: must not be negative", c.DeadTTL)
+	case c.MaxCommitBatch < 0:
+		return fmt.Errorf("max commit batch %d: must not be negative", c.MaxCommitBatch)
+	case c.BusyTimeout < 0:
+		return fmt.Errorf("busy timeout %s: must not be negative", c.BusyTimeout)
+	case c.PruneInterval < 0:
+		return fmt.Errorf("prune interval %s: must not be negative", c.PruneInterval)
 	}
 	return nil
 }
@@ -106,28 +126,34 @@ func (c Config) Validate() error {
 type Spool struct {
 	cfg    Config
 	log    *slog.Logger
+	lock   *os.File
 	reader *Reader
 	wdb    *sql.DB
 	wconn  *sql.Conn
 	stmts  *writerStmts
 
-	mu     sync.RWMutex // guards closed and sends on ops
-	closed bool
-	ops    chan *op
+	ops        chan *op
+	closing    chan struct{} // closed by Close: no new writes are taken
+	writerDone chan struct{} // closed when the writer has committed its last batch
 
-	wake      chan struct{}
-	syncNow   SyncMode // the writer connection's synchronous setting; writer only
-	full      atomic.Bool
-	usedBytes atomic.Int64
+	wake         chan struct{}
+	syncNow      SyncMode // the writer connection's synchronous setting; writer only
+	pending      int64    // pending payload bytes as the writer's open transaction sees them; writer only
+	nextSeq      int64    // the seq of the next inserted row; writer only
+	pendingBytes atomic.Int64
+	diskFull     atomic.Bool
 
 	cancelBG context.CancelFunc
 	bg       sync.WaitGroup
-	writerWG sync.WaitGroup
+	stopOnce sync.Once
+	closeSem chan struct{} // one Close at a time; waiting for it honours ctx
+	closed   bool
 	closeErr error
-	once     sync.Once
 }
 
-// Open opens or creates the spool at cfg.Path and starts its writer and pruner.
+// Open opens or creates the spool at cfg.Path and starts its writer and
+// pruner. It takes the file for this process alone: a second Open of the same
+// path, in this process or another, fails with ErrLocked.
 func Open(ctx context.Context, cfg Config) (*Spool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -138,56 +164,59 @@ func Open(ctx context.Context, cfg Config) (*Spool, error) {
 			return nil, fmt.Errorf("create spool directory: %w", err)
 		}
 	}
-	wdb, err := sql.Open("sqlite", dsn(cfg.Path, cfg, modeWriter))
+	lock, err := lockFile(cfg.Path + ".lock")
 	if err != nil {
 		return nil, fmt.Errorf("open spool %s: %w", cfg.Path, err)
-	}
-	wdb.SetMaxOpenConns(1)
-	wconn, err := wdb.Conn(ctx)
-	if err != nil {
-		wdb.Close()
-		return nil, fmt.Errorf("open spool %s: %w", cfg.Path, err)
-	}
-	if err := createSchema(ctx, wconn); err != nil {
-		wconn.Close()
-		wdb.Close()
-		return nil, fmt.Errorf("create spool schema in %s: %w", cfg.Path, err)
-	}
-	stmts, err := prepareWriter(ctx, wconn)
-	if err != nil {
-		wconn.Close()
-		wdb.Close()
-		return nil, err
-	}
-	reader, err := openReader(cfg.Path, cfg, modeReader)
-	if err != nil {
-		stmts.close()
-		wconn.Close()
-		wdb.Close()
-		return nil, err
 	}
 	s := &Spool{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "spool"),
-		reader:  reader,
-		wdb:     wdb,
-		wconn:   wconn,
-		stmts:   stmts,
-		syncNow: cfg.Sync,
-		ops:     make(chan *op, cfg.MaxCommitBatch),
-		wake:    make(chan struct{}, 1),
+		cfg:        cfg,
+		log:        cfg.Logger.With("component", "spool"),
+		lock:       lock,
+		syncNow:    cfg.Sync,
+		ops:        make(chan *op, cfg.MaxCommitBatch),
+		closing:    make(chan struct{}),
+		writerDone: make(chan struct{}),
+		wake:       make(chan struct{}, 1),
+		closeSem:   make(chan struct{}, 1),
 	}
-	if err := s.refreshUsage(ctx); err != nil {
-		s.closeDBs()
+	if err := s.openDBs(ctx); err != nil {
+		lock.Close()
 		return nil, err
 	}
-	s.writerWG.Add(1)
 	go s.runWriter()
 	bgCtx, cancel := context.WithCancel(context.Background())
 	s.cancelBG = cancel
-	s.bg.Add(1)
-	go s.runPruner(bgCtx)
+	s.bg.Go(func() { s.runPruner(bgCtx) })
 	return s, nil
+}
+
+func (s *Spool) openDBs(ctx context.Context) (err error) {
+	path := s.cfg.Path
+	if s.wdb, err = sql.Open("sqlite", dsn(path, s.cfg, modeWriter)); err != nil {
+		return fmt.Errorf("open spool %s: %w", path, err)
+	}
+	s.wdb.SetMaxOpenConns(1)
+	defer func() {
+		if err != nil {
+			s.closeDBs()
+		}
+	}()
+	if s.wconn, err = s.wdb.Conn(ctx); err != nil {
+		return fmt.Errorf("open spool %s: %w", path, err)
+	}
+	if err := migrate(ctx, s.wconn); err != nil {
+		return fmt.Errorf("create spool schema in %s: %w", path, err)
+	}
+	if s.stmts, err = prepareWriter(ctx, s.wconn); err != nil {
+		return err
+	}
+	if s.reader, err = openReader(path, s.cfg, modeReader); err != nil {
+		return err
+	}
+	if err := s.wconn.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) + 1 FROM events`).Scan(&s.nextSeq); err != nil {
+		return fmt.Errorf("read spool: %w", err)
+	}
+	return s.loadTotals(ctx)
 }
 
 type connMode int
@@ -198,20 +227,85 @@ const (
 	modeReadOnly                 // another process inspecting the file
 )
 
-// createSchema creates the spool's table, or brings an older one up to date.
-func createSchema(ctx context.Context, conn *sql.Conn) error {
-	if _, err := conn.ExecContext(ctx, schemaSQL); err != nil {
+// schemaVersion is the spool file's layout (PRAGMA user_version): 2 keeps
+// running totals, fan-outs and no payloads for forwarded rows.
+const schemaVersion = 2
+
+// migrate creates the spool's tables, or brings an older file up to date in
+// one transaction: its rows are copied into the current layout, kept rows
+// without their payloads and pending rows with their fan-out, and the totals
+// are counted once.
+func migrate(ctx context.Context, conn *sql.Conn) error {
+	var version int
+	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
 		return err
 	}
-	var hasDead int
-	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('events') WHERE name = 'dead_reason'`).Scan(&hasDead); err != nil {
+	if version >= schemaVersion {
+		return nil
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return err
 	}
-	if hasDead == 0 {
-		_, err := conn.ExecContext(ctx, `ALTER TABLE events ADD COLUMN dead_reason TEXT`)
+	err := func() error {
+		var old int
+		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'events'`).Scan(&old); err != nil {
+			return err
+		}
+		if old > 0 {
+			var hasDead int
+			if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('events') WHERE name = 'dead_reason'`).Scan(&hasDead); err != nil {
+				return err
+			}
+			steps := []string{`ALTER TABLE events RENAME TO events_v1`, `DROP INDEX IF EXISTS events_pending`, `DROP INDEX IF EXISTS events_forwarded`}
+			if hasDead == 0 {
+				steps = append(steps, `ALTER TABLE events_v1 ADD COLUMN dead_reason TEXT`)
+			}
+			for _, q := range steps {
+				if _, err := conn.ExecContext(ctx, q); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := conn.ExecContext(ctx, schemaSQL); err != nil {
+			return err
+		}
+		if old > 0 {
+			if _, err := conn.ExecContext(ctx, `INSERT INTO events (seq, producer, key, request_hash, payload, fanout, received_at, forwarded_at, attempts, dead_reason)
+				SELECT seq, producer, key, request_hash,
+				       iif(forwarded_at IS NOT NULL AND dead_reason IS NULL, x'', payload),
+				       iif(forwarded_at IS NULL AND json_valid(payload), coalesce(json_array_length(payload, '$.recipients'), 1), 1),
+				       received_at, forwarded_at, attempts, dead_reason
+				FROM events_v1`); err != nil {
+				return err
+			}
+			if _, err := conn.ExecContext(ctx, `DROP TABLE events_v1`); err != nil {
+				return err
+			}
+		}
+		for _, q := range []string{
+			`DELETE FROM totals`,
+			`INSERT INTO totals (id, pending_rows, pending_bytes, kept_rows, dead_rows, dead_bytes)
+			 SELECT 1,
+			        count(*) FILTER (WHERE forwarded_at IS NULL),
+			        coalesce(sum(length(payload)) FILTER (WHERE forwarded_at IS NULL), 0),
+			        count(*) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NULL),
+			        count(*) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL),
+			        coalesce(sum(length(payload)) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL), 0)
+			 FROM events`,
+			fmt.Sprintf("PRAGMA user_version = %d", schemaVersion),
+		} {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		_, _ = conn.ExecContext(ctx, "ROLLBACK")
 		return err
 	}
-	return nil
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	return err
 }
 
 // dsn builds the modernc.org/sqlite connection string. The writer opens its
@@ -227,8 +321,12 @@ func dsn(path string, cfg Config, mode connMode) string {
 		q.Add("_pragma", "query_only(1)")
 	case modeWriter:
 		q.Add("_pragma", "journal_mode(WAL)")
-		// Keep the key index in memory: random keys touch a different page each.
-		q.Add("_pragma", "cache_size(-65536)")
+		// A small page cache: with random keys a large one costs more than it
+		// saves (SQLite scans it at commits that split pages), see
+		// docs/design.md. Checkpoints every 10,000 pages rather than 1,000 keep
+		// them off most commits.
+		q.Add("_pragma", "cache_size(-2000)")
+		q.Add("_pragma", "wal_autocheckpoint(10000)")
 		q.Add("_pragma", fmt.Sprintf("synchronous(%s)", cfg.Sync))
 	}
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
@@ -238,67 +336,110 @@ func dsn(path string, cfg Config, mode connMode) string {
 // forwarder waits on it between batches; one signal may cover many commits.
 func (s *Spool) Wake() <-chan struct{} { return s.wake }
 
-// Full reports whether the spool is over its byte limit.
-func (s *Spool) Full() bool { return s.full.Load() }
+// Room is how many more payload bytes the spool takes before claims of new
+// keys fail with ErrFull.
+func (s *Spool) Room() int64 { return s.cfg.MaxBytes - s.pendingBytes.Load() }
 
-// Ping checks that the spool still takes writes: it runs an empty write
-// transaction through the writer.
-func (s *Spool) Ping(ctx context.Context) error {
+// Ready reports why a new event of size bytes would be refused now: ErrClosed,
+// ErrFull, ErrDiskFull or another write error; nil when it would be taken. It
+// runs a small write through the writer, which also notices when a full disk
+// has room again.
+func (s *Spool) Ready(ctx context.Context, size int64) error {
+	select {
+	case <-s.closing:
+		return ErrClosed
+	default:
+	}
+	if s.Room() < size {
+		return ErrFull
+	}
 	return s.write(ctx, func(ctx context.Context, tx execer) error {
-		_, err := tx.ExecContext(ctx, "SELECT 1")
+		if _, err := tx.ExecContext(ctx, `INSERT INTO probe (data) VALUES (zeroblob(4096))`); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM probe`)
 		return err
 	})
 }
 
+// DiskFull reports whether the last write found the disk full.
+func (s *Spool) DiskFull() bool { return s.diskFull.Load() }
+
 // Close stops taking writes, commits those already queued, stops the pruner,
-// checkpoints the WAL and closes the file. Safe to call more than once.
+// checkpoints the WAL and closes the file, all within ctx: if the disk hangs
+// past it, Close returns an error and leaves the writer to finish (the WAL
+// keeps what committed); a later Close picks up where it stopped. Safe to call
+// more than once.
 func (s *Spool) Close(ctx context.Context) error {
-	s.once.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		close(s.ops)
-		s.mu.Unlock()
+	s.stopOnce.Do(func() {
+		close(s.closing)
 		s.cancelBG()
-		s.bg.Wait()
-		done := make(chan struct{})
-		go func() { s.writerWG.Wait(); close(done) }()
-		select {
-		case <-done:
-		default:
-			select {
-			case <-done:
-			case <-ctx.Done():
-				// The writer is stuck on the disk; the WAL keeps what committed.
-				s.closeErr = fmt.Errorf("close spool: writer did not finish: %w", ctx.Err())
-				return
-			}
-		}
-		if _, err := s.wconn.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
-			s.log.Warn("checkpoint on close failed", "err", err)
-		}
-		s.closeErr = s.closeDBs()
 	})
+	select {
+	case s.closeSem <- struct{}{}:
+		defer func() { <-s.closeSem }()
+	case <-ctx.Done():
+		return fmt.Errorf("close spool: %w", ctx.Err())
+	}
+	if s.closed {
+		return s.closeErr
+	}
+	if !waitClosed(ctx, s.writerDone) {
+		return fmt.Errorf("close spool: writer did not finish: %w", ctx.Err())
+	}
+	bgDone := make(chan struct{})
+	go func() { s.bg.Wait(); close(bgDone) }()
+	if !waitClosed(ctx, bgDone) {
+		return fmt.Errorf("close spool: pruner did not finish: %w", ctx.Err())
+	}
+	if _, err := s.wconn.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		s.log.Warn("checkpoint on close failed", "err", err)
+	}
+	s.closeErr = s.closeDBs()
+	s.lock.Close()
+	s.closed = true
 	return s.closeErr
 }
 
-func (s *Spool) closeDBs() error {
-	s.stmts.close()
-	return errors.Join(s.reader.Close(), s.wconn.Close(), s.wdb.Close())
+func waitClosed(ctx context.Context, ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
 }
 
-// refreshUsage recomputes the bytes of live data and the full flag. Pages freed
-// by pruning are reused, so they do not count against the limit.
-func (s *Spool) refreshUsage(ctx context.Context) error {
-	var pages, free, size int64
-	if err := s.stmts.usage.QueryRowContext(ctx).Scan(&pages, &free, &size); err != nil {
-		return fmt.Errorf("measure spool: %w", err)
+func (s *Spool) closeDBs() error {
+	var errs []error
+	if s.stmts != nil {
+		s.stmts.close()
 	}
-	used := (pages - free) * size
-	s.usedBytes.Store(used)
-	wasFull := s.full.Swap(used >= s.cfg.MaxBytes)
-	if isFull := used >= s.cfg.MaxBytes; isFull != wasFull {
-		s.log.Warn("spool byte limit", "full", isFull, "used_bytes", used, "max_bytes", s.cfg.MaxBytes)
+	if s.reader != nil {
+		errs = append(errs, s.reader.Close())
 	}
+	if s.wconn != nil {
+		errs = append(errs, s.wconn.Close())
+	}
+	if s.wdb != nil {
+		errs = append(errs, s.wdb.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// loadTotals reads the pending bytes after a commit or rollback.
+func (s *Spool) loadTotals(ctx context.Context) error {
+	var pending int64
+	if err := s.stmts.totals.QueryRowContext(ctx).Scan(&pending); err != nil {
+		return fmt.Errorf("read spool totals: %w", err)
+	}
+	s.pending = pending
+	s.pendingBytes.Store(pending)
 	return nil
 }
 
@@ -307,4 +448,13 @@ func (s *Spool) signalWake() {
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// isDiskFull reports whether err is SQLite's or the system's "no space".
+func isDiskFull(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL {
+		return true
+	}
+	return errors.Is(err, syscall.ENOSPC)
 }

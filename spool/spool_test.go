@@ -2,10 +2,13 @@ package spool_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/spoolcast/spoolcast/internal/disktest"
 	"github.com/spoolcast/spoolcast/spool"
 )
 
@@ -83,8 +87,8 @@ func TestClaimAnswersAcceptedThenDuplicateThenConflict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Rows != 2 || st.Pending != 2 {
-		t.Errorf("stats = %+v; want 2 rows, 2 pending", st)
+	if st.Pending != 2 || st.KeptKeys != 0 || st.PendingBytes != int64(2*len(`{"k":"k1"}`)) {
+		t.Errorf("stats = %+v; want 2 pending of %d bytes, no kept keys", st, 2*len(`{"k":"k1"}`))
 	}
 }
 
@@ -165,7 +169,7 @@ func TestBatchesForwardInOrderAndPruneAfterTTL(t *testing.T) {
 	default:
 		t.Error("no wake-up after new rows committed")
 	}
-	batch, err := s.NextBatch(ctx, 0, 3)
+	batch, err := s.NextBatch(ctx, 0, spool.BatchLimit{Rows: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,14 +182,14 @@ func TestBatchesForwardInOrderAndPruneAfterTTL(t *testing.T) {
 	if err := s.MarkForwarded(ctx, []int64{batch[0].Seq, batch[1].Seq, batch[2].Seq}); err != nil {
 		t.Fatal(err)
 	}
-	rest, err := s.NextBatch(ctx, 0, 10)
+	rest, err := s.NextBatch(ctx, 0, spool.BatchLimit{Rows: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rest) != 2 || rest[0].Key != "k3" {
 		t.Fatalf("after ack, pending = %+v; want k3, k4", rest)
 	}
-	if after, _ := s.NextBatch(ctx, rest[0].Seq, 10); len(after) != 1 || after[0].Key != "k4" {
+	if after, _ := s.NextBatch(ctx, rest[0].Seq, spool.BatchLimit{Rows: 10}); len(after) != 1 || after[0].Key != "k4" {
 		t.Fatalf("pending after k3's seq = %+v; want k4", after)
 	}
 	st, _ := s.Stats(ctx)
@@ -224,7 +228,7 @@ func TestBatchesForwardInOrderAndPruneAfterTTL(t *testing.T) {
 	if _, err := s.Claim(ctx, entry("k9", "h")); err != nil {
 		t.Fatal(err)
 	}
-	if next, _ := s.NextBatch(ctx, rest[1].Seq, 10); len(next) != 2 || next[1].Key != "k9" {
+	if next, _ := s.NextBatch(ctx, rest[1].Seq, spool.BatchLimit{Rows: 10}); len(next) != 2 || next[1].Key != "k9" {
 		t.Errorf("rows after the last forwarded seq = %+v; want k0 and k9 with new seqs", next)
 	}
 }
@@ -253,8 +257,8 @@ func TestFullSpoolRefusesNewKeysAndKeepsAnsweringOldOnes(t *testing.T) {
 	if !errors.Is(fullErr, spool.ErrFull) {
 		t.Fatalf("after %d claims err = %v; want ErrFull", len(accepted), fullErr)
 	}
-	if !s.Full() {
-		t.Error("Full() = false on a full spool")
+	if err := s.Ready(ctx, 4<<10); !errors.Is(err, spool.ErrFull) {
+		t.Errorf("Ready() = %v on a full spool; want ErrFull", err)
 	}
 	for _, k := range accepted {
 		res, err := s.Claim(ctx, entry(k, "h"))
@@ -263,8 +267,11 @@ func TestFullSpoolRefusesNewKeysAndKeepsAnsweringOldOnes(t *testing.T) {
 		}
 	}
 	st, _ := s.Stats(ctx)
-	if st.Pending != int64(len(accepted)) {
-		t.Errorf("pending = %d, want every accepted row (%d)", st.Pending, len(accepted))
+	if st.Pending != int64(len(accepted)) || st.PendingBytes > 64<<10 || st.PendingBytes != int64(len(accepted))*4<<10 {
+		t.Errorf("stats = %+v; want every accepted row (%d) pending, within the limit", st, len(accepted))
+	}
+	if len(accepted) != 16 {
+		t.Errorf("accepted %d events of 4 KiB under a 64 KiB limit, want 16", len(accepted))
 	}
 }
 
@@ -287,8 +294,8 @@ func TestReadOnlyReaderSeesALiveSpool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Pending != 3 || st.Rows != 3 || st.FileBytes == 0 {
-		t.Errorf("read-only stats = %+v; want 3 pending of 3 rows", st)
+	if st.Pending != 3 || st.FileBytes == 0 {
+		t.Errorf("read-only stats = %+v; want 3 pending", st)
 	}
 	rows, err := r.List(ctx, spool.PendingRows, 0)
 	if err != nil || len(rows) != 3 {
@@ -333,6 +340,11 @@ func TestConfigValidateNamesTheProblem(t *testing.T) {
 		{"a missing path", spool.Config{}},
 		{"an unknown sync mode", spool.Config{Path: "x", Sync: "sometimes"}},
 		{"a negative limit", spool.Config{Path: "x", MaxBytes: -1}},
+		{"a negative key TTL", spool.Config{Path: "x", KeyTTL: -time.Hour}},
+		{"a negative dead TTL", spool.Config{Path: "x", DeadTTL: -time.Hour}},
+		{"a negative commit batch", spool.Config{Path: "x", MaxCommitBatch: -1}},
+		{"a negative busy timeout", spool.Config{Path: "x", BusyTimeout: -time.Second}},
+		{"a negative prune interval", spool.Config{Path: "x", PruneInterval: -time.Second}},
 	} {
 		t.Run("rejects "+tc.name, func(t *testing.T) {
 			if err := tc.cfg.Validate(); err == nil {
@@ -351,11 +363,11 @@ func TestDeadRowsAreKeptAndCanBeRequeued(t *testing.T) {
 	if _, err := s.Claim(ctx, entry("bad", "h")); err != nil {
 		t.Fatal(err)
 	}
-	rows, _ := s.NextBatch(ctx, 0, 10)
+	rows, _ := s.NextBatch(ctx, 0, spool.BatchLimit{Rows: 10})
 	if err := s.MarkDead(ctx, rows[0].Seq, "22P05: unsupported Unicode escape sequence"); err != nil {
 		t.Fatal(err)
 	}
-	if next, _ := s.NextBatch(ctx, 0, 10); len(next) != 0 {
+	if next, _ := s.NextBatch(ctx, 0, spool.BatchLimit{Rows: 10}); len(next) != 0 {
 		t.Fatal("a dead row is still pending")
 	}
 	clock.Advance(48 * time.Hour)
@@ -374,7 +386,308 @@ func TestDeadRowsAreKeptAndCanBeRequeued(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("RequeueDead = %d, %v", n, err)
 	}
-	if next, _ := s.NextBatch(ctx, 0, 10); len(next) != 1 || next[0].DeadReason != "" {
-		t.Errorf("after requeue, pending = %+v", next)
+	if next, _ := s.NextBatch(ctx, 0, spool.BatchLimit{Rows: 10}); len(next) != 1 || next[0].DeadReason != "" || string(next[0].Payload) != `{"k":"bad"}` {
+		t.Errorf("after requeue, pending = %+v; want the row with its payload", next)
+	}
+	if st, _ := s.Stats(ctx); st.Dead != 0 || st.Pending != 1 || st.PendingBytes != int64(len(`{"k":"bad"}`)) {
+		t.Errorf("after requeue from another connection, stats = %+v; want 1 pending, 0 dead", st)
+	}
+}
+
+func TestTheLimitCountsOnlyWhatAwaitsForwarding(t *testing.T) {
+	t.Parallel()
+	s := openSpool(t, spool.Config{MaxBytes: 16 << 10})
+	ctx := context.Background()
+	payload := make([]byte, 1<<10)
+	// 64 KiB through a 16 KiB spool: each event is forwarded before the next.
+	for i := range 64 {
+		e := entry(fmt.Sprintf("k%d", i), "h")
+		e.Payload = payload
+		if res, err := s.Claim(ctx, e); err != nil || res.Outcome != spool.Accepted {
+			t.Fatalf("claim %d of a healthy, drained spool = %v, %v; want accepted", i, res.Outcome, err)
+		}
+		batch, err := s.NextBatch(ctx, 0, spool.BatchLimit{Rows: 10})
+		if err != nil || len(batch) != 1 {
+			t.Fatalf("next batch = %d rows, %v", len(batch), err)
+		}
+		if err := s.MarkForwarded(ctx, []int64{batch[0].Seq}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != 0 || st.PendingBytes != 0 || st.KeptKeys != 64 {
+		t.Errorf("stats = %+v; want 64 kept keys and nothing pending", st)
+	}
+	if err := s.Ready(ctx, 1<<10); err != nil {
+		t.Errorf("Ready() = %v on a drained spool", err)
+	}
+	kept, err := s.List(ctx, spool.AllRows, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range kept {
+		if len(rec.Payload) != 0 || len(rec.Hash) == 0 {
+			t.Fatalf("kept row %s holds a %d-byte payload and a %d-byte hash; want only the hash", rec.Key, len(rec.Payload), len(rec.Hash))
+		}
+	}
+	// A retry of a forwarded key is still a duplicate, and a changed request a conflict.
+	if res, err := s.Claim(ctx, spool.Entry{Producer: "billing", Key: "k3", Hash: []byte("h"), Payload: payload}); err != nil || res.Outcome != spool.Duplicate {
+		t.Errorf("retry of a forwarded key = %v, %v; want duplicate", res.Outcome, err)
+	}
+	if res, err := s.Claim(ctx, spool.Entry{Producer: "billing", Key: "k3", Hash: []byte("other"), Payload: payload}); err != nil || res.Outcome != spool.Conflict {
+		t.Errorf("changed request under a forwarded key = %v, %v; want conflict", res.Outcome, err)
+	}
+}
+
+func TestBatchesAreBoundedByFanoutAndBytes(t *testing.T) {
+	t.Parallel()
+	s := openSpool(t, spool.Config{})
+	ctx := context.Background()
+	claim := func(key string, fanout, size int) {
+		t.Helper()
+		if _, err := s.Claim(ctx, spool.Entry{Producer: "p", Key: key, Hash: []byte("h"), Payload: make([]byte, size), Fanout: fanout}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("a", 400, 100)
+	claim("b", 400, 100)
+	claim("c", 1000, 100) // alone over the fan-out cap: a batch of its own
+	claim("d", 1, 3000)
+	claim("e", 1, 3000) // d and e together pass the byte cap
+	claim("f", 1, 10)
+	lim := spool.BatchLimit{Rows: 100, Fanout: 900, Bytes: 4000}
+	var got [][]string
+	var after int64
+	for {
+		batch, err := s.NextBatch(ctx, after, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) == 0 {
+			break
+		}
+		var keys []string
+		for _, rec := range batch {
+			keys = append(keys, rec.Key)
+		}
+		got = append(got, keys)
+		after = batch[len(batch)-1].Seq
+	}
+	want := "[[a b] [c] [d] [e f]]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("batches = %v, want %s", got, want)
+	}
+}
+
+func TestStatsCostTheSameWhateverTheSpoolHolds(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "spool.db")
+	s := openSpool(t, spool.Config{Path: path})
+	if _, err := s.Claim(context.Background(), entry("k", "h")); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := spool.StatsQueryPlan(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The oldest pending row is the first entry of the pending index, read
+	// in index order with LIMIT 1; anything else must be a search.
+	for _, step := range plan {
+		if strings.HasPrefix(step, "SCAN") && step != "SCAN events USING INDEX events_pending" {
+			t.Errorf("the stats query scans a table: %q (plan %q)", step, plan)
+		}
+	}
+}
+
+func TestASecondOwnerOfTheFileIsRefused(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "spool.db")
+	first := openSpool(t, spool.Config{Path: path})
+	_, err := spool.Open(context.Background(), spool.Config{Path: path})
+	if !errors.Is(err, spool.ErrLocked) || !strings.Contains(err.Error(), fmt.Sprint(os.Getpid())) {
+		t.Fatalf("second open = %v; want ErrLocked naming this process", err)
+	}
+	if err := first.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	second, err := spool.Open(context.Background(), spool.Config{Path: path})
+	if err != nil {
+		t.Fatalf("open after the first owner closed: %v", err)
+	}
+	second.Close(context.Background())
+}
+
+func TestCloseAndClaimsNeverBlockPastTheirContext(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "spool.db")
+	s, err := spool.Open(context.Background(), spool.Config{Path: path, MaxCommitBatch: 1, BusyTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another process's write transaction holds the file: the writer waits.
+	hold := holdWriteLock(t, path)
+	results := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			_, err := s.Claim(context.Background(), entry(fmt.Sprintf("k%d", i), "h"))
+			results <- err
+		}()
+	}
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.Claim(short, entry("late", "h")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("claim behind a stuck writer = %v; want its context's deadline", err)
+	}
+	closeCtx, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel2()
+	if err := s.Close(closeCtx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("close with a stuck writer = %v; want its context's deadline", err)
+	}
+	hold()
+	for range 3 {
+		if err := <-results; err != nil && !errors.Is(err, spool.ErrClosed) {
+			t.Errorf("claim = %v; want it committed or refused as closed", err)
+		}
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatalf("second close, once the writer could finish: %v", err)
+	}
+}
+
+// holdWriteLock opens a write transaction on the spool file from a connection
+// of its own; the returned function rolls it back.
+func holdWriteLock(t *testing.T, path string) func() {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			conn.ExecContext(context.Background(), "ROLLBACK")
+			conn.Close()
+			db.Close()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+func TestAFullDiskRefusesNewEventsUntilThereIsRoom(t *testing.T) {
+	t.Parallel()
+	dir := disktest.Small(t, 2<<20)
+	s := openSpool(t, spool.Config{Path: filepath.Join(dir, "spool.db")})
+	ctx := context.Background()
+	if _, err := s.Claim(ctx, entry("before", "h")); err != nil {
+		t.Fatal(err)
+	}
+	filler := disktest.Fill(t, dir, 0)
+	payload := make([]byte, 32<<10)
+	var fullErr error
+	for i := range 200 {
+		e := entry(fmt.Sprintf("k%d", i), "h")
+		e.Payload = payload
+		if _, err := s.Claim(ctx, e); err != nil {
+			fullErr = err
+			break
+		}
+	}
+	if !errors.Is(fullErr, spool.ErrDiskFull) {
+		t.Fatalf("claims on a full disk ended with %v; want ErrDiskFull", fullErr)
+	}
+	if err := s.Ready(ctx, 32<<10); !errors.Is(err, spool.ErrDiskFull) || !s.DiskFull() {
+		t.Errorf("Ready() = %v, DiskFull() = %v on a full disk; want ErrDiskFull", err, s.DiskFull())
+	}
+	if res, err := s.Claim(ctx, entry("before", "h")); err != nil || res.Outcome != spool.Duplicate {
+		t.Errorf("retry of a spooled key on a full disk = %v, %v; want duplicate", res.Outcome, err)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ready(ctx, 32<<10); err != nil || s.DiskFull() {
+		t.Errorf("Ready() = %v, DiskFull() = %v once space is freed; want ready", err, s.DiskFull())
+	}
+	e := entry("after", "h")
+	e.Payload = payload
+	if res, err := s.Claim(ctx, e); err != nil || res.Outcome != spool.Accepted {
+		t.Errorf("claim once space is freed = %v, %v; want accepted", res.Outcome, err)
+	}
+}
+
+func TestDeadRowsArePrunedAfterTheirOwnRetention(t *testing.T) {
+	t.Parallel()
+	clock := newClock()
+	s := openSpool(t, spool.Config{Now: clock.Now, KeyTTL: time.Hour, DeadTTL: 72 * time.Hour})
+	ctx := context.Background()
+	if _, err := s.Claim(ctx, entry("bad", "h")); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := s.NextBatch(ctx, 0, spool.BatchLimit{Rows: 10})
+	if err := s.MarkDead(ctx, rows[0].Seq, "conflict"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.Stats(ctx); st.Dead != 1 || st.DeadBytes != int64(len(`{"k":"bad"}`)) || st.Pending != 0 {
+		t.Errorf("stats = %+v; want one dead row with its payload", st)
+	}
+	clock.Advance(71 * time.Hour)
+	if n, _ := s.Prune(ctx); n != 0 {
+		t.Fatalf("a dead row was pruned before its retention")
+	}
+	clock.Advance(2 * time.Hour)
+	if n, err := s.Prune(ctx); err != nil || n != 1 {
+		t.Fatalf("prune after the dead TTL = %d, %v; want 1", n, err)
+	}
+	if st, _ := s.Stats(ctx); st.Dead != 0 || st.DeadBytes != 0 {
+		t.Errorf("stats after prune = %+v", st)
+	}
+}
+
+func TestAnOlderSpoolFileIsUpgradedInPlace(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "spool.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, producer TEXT NOT NULL, key TEXT NOT NULL,
+			request_hash BLOB NOT NULL, payload BLOB NOT NULL, received_at INTEGER NOT NULL, forwarded_at INTEGER,
+			attempts INTEGER NOT NULL DEFAULT 0, dead_reason TEXT, UNIQUE (producer, key))`,
+		`INSERT INTO events (producer, key, request_hash, payload, received_at, forwarded_at) VALUES
+			('p', 'kept', x'01', '{"recipients":["a"]}', 1, 2),
+			('p', 'pending', x'02', '{"recipients":["a","b","c"]}', 3, NULL)`,
+		`INSERT INTO events (producer, key, request_hash, payload, received_at, forwarded_at, dead_reason) VALUES
+			('p', 'dead', x'03', 'not json', 4, 5, 'refused')`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	s := openSpool(t, spool.Config{Path: path})
+	st, err := s.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != 1 || st.PendingBytes != int64(len(`{"recipients":["a","b","c"]}`)) || st.KeptKeys != 1 || st.Dead != 1 || st.DeadBytes != 8 {
+		t.Errorf("stats after upgrade = %+v", st)
+	}
+	rows, err := s.List(context.Background(), spool.AllRows, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows[0].Payload) != 0 || rows[1].Fanout != 3 || string(rows[2].Payload) != "not json" {
+		t.Errorf("rows after upgrade = %+v; want the kept payload dropped, fan-out 3 for the pending row, the dead payload kept", rows)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"time"
@@ -14,12 +15,15 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/spool"
 )
 
 // Spool is what the forwarder needs of the relay's spool.
 type Spool interface {
-	NextBatch(ctx context.Context, afterSeq int64, limit int) ([]spool.Record, error)
+	NextBatch(ctx context.Context, afterSeq int64, lim spool.BatchLimit) ([]spool.Record, error)
 	MarkForwarded(ctx context.Context, seqs []int64) error
 	MarkFailed(ctx context.Context, seqs []int64) error
 	MarkDead(ctx context.Context, seq int64, reason string) error
@@ -34,8 +38,14 @@ type ForwarderConfig struct {
 	Spool Spool
 	// DB is Postgres. Required.
 	DB DB
-	// BatchSize is the most rows sent in one ingest transaction. Default 500.
+	// BatchSize is the most events sent in one ingest transaction. Default 500.
 	BatchSize int
+	// BatchRecipients is the most recipient rows (notifications) in one
+	// ingest transaction; an event with more goes alone. Default 5,000.
+	BatchRecipients int
+	// BatchBytes is the most payload bytes in one ingest transaction; an
+	// event with more goes alone. Default 4 MiB.
+	BatchBytes int64
 	// Workers is how many batches are in flight at once, each on its own
 	// Postgres connection. Default 2.
 	Workers int
@@ -45,19 +55,20 @@ type ForwarderConfig struct {
 	MaxBackoff time.Duration
 	// PollInterval is how often the spool is checked without a wake-up. Default 1s.
 	PollInterval time.Duration
-	// IngestTimeout bounds one ingest transaction. Default 30s.
+	// IngestTimeout bounds one ingest transaction; a batch that runs past it
+	// is sent in halves. Default 30s.
 	IngestTimeout time.Duration
 	// WakeUpInterval is the least time between the NOTIFY wake-ups the
 	// forwarder's transactions send; batches in between are covered by a
 	// trailing wake-up. Notifying commits serialize in Postgres, so this bounds
-	// that cost under load. Default 100ms; negative notifies on every batch.
+	// that cost under load. Default 100ms.
 	WakeUpInterval time.Duration
 	// Metrics receives the forwarder's metrics. Default: not exported.
 	Metrics *Metrics
 	// Logger receives the forwarder's logs. Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
+	// Clock times backoffs, polls and wake-ups. Default the wall clock.
+	Clock clock.Clock
 	// AfterIngest, when set, runs after a batch is committed in Postgres and
 	// before it is acknowledged in the spool: where a crash re-sends the batch.
 	AfterIngest func()
@@ -70,10 +81,12 @@ func (c ForwarderConfig) Validate() error {
 		return errors.New("forwarder: spool is required")
 	case c.DB == nil:
 		return errors.New("forwarder: database is required")
-	case c.BatchSize < 0 || c.Workers < 0:
-		return errors.New("forwarder: batch size and workers must not be negative")
+	case c.BatchSize < 0 || c.BatchRecipients < 0 || c.BatchBytes < 0 || c.Workers < 0:
+		return errors.New("forwarder: batch limits and workers must not be negative")
 	case c.MaxBackoff < 0 || c.MinBackoff < 0:
 		return errors.New("forwarder: backoff must not be negative")
+	case c.PollInterval < 0 || c.IngestTimeout < 0 || c.WakeUpInterval < 0:
+		return errors.New("forwarder: poll interval, ingest timeout and wake-up interval must not be negative")
 	}
 	return nil
 }
@@ -88,26 +101,50 @@ func (c ForwarderConfig) Validate() error {
 type Forwarder struct {
 	cfg      ForwarderConfig
 	log      *slog.Logger
+	clock    clock.Clock
+	started  atomic.Bool
 	cancel   context.CancelFunc // stops taking batches, waiting and backing off
 	ioCtx    context.Context    // Postgres and spool I/O of batches in flight
 	ioCancel context.CancelFunc // aborts that I/O once Stop's deadline passes
 	workers  gosync.WaitGroup
 	acks     gosync.WaitGroup
 	kick     chan struct{}
-	limiter  *logLimiter
+	take1    chan struct{} // one take at a time, so batches never overlap
+	failLog  *lograte.Limiter
 	wake     *wakeHint
-	once     gosync.Once
+	stopOnce gosync.Once
+	stopErr  error
 	landed   atomic.Int64 // unix nanoseconds when a batch last landed in Postgres
 
 	mu       gosync.Mutex
 	cursor   int64               // highest seq handed to a worker
 	inflight int                 // batches handed out and not yet acknowledged
 	refused  map[int64]time.Time // rows refused for good, not yet set aside: when first refused
+	streak   int                 // whole-batch refusals in a row with nothing landing
+
+	testSignals forwarderTestSignals
+}
+
+// forwarderTestSignals tell tests what the forwarder just did.
+type forwarderTestSignals struct {
+	backoff testsignal.Signal[time.Duration] // a worker began to wait out this backoff
+	landed  testsignal.Signal[int]           // a statement committed this many events
 }
 
 // errRefusedEverything: Postgres refused every row it was given and nothing
 // shows the rows are at fault; the batch is given back and tried again later.
 var errRefusedEverything = errors.New("Postgres refuses every row of the batch")
+
+// errTooSlow: a statement ran past the ingest timeout or was cancelled by
+// Postgres; the batch is retried in smaller statements.
+var errTooSlow = errors.New("the ingest statement ran too long")
+
+// Reasons a row is set aside as dead, the values of the metric's reason label.
+const (
+	DeadInvalid  = "invalid"  // the spooled payload no longer parses or breaks a rule
+	DeadRefused  = "refused"  // Postgres refuses the row for good
+	DeadConflict = "conflict" // Postgres holds the key for a different request
+)
 
 // NewForwarder returns a forwarder; Start runs it.
 func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
@@ -115,6 +152,8 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 		return nil, err
 	}
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 500)
+	cfg.BatchRecipients = cmp.Or(cfg.BatchRecipients, 5000)
+	cfg.BatchBytes = cmp.Or(cfg.BatchBytes, 4<<20)
 	cfg.Workers = cmp.Or(cfg.Workers, 2)
 	cfg.MinBackoff = cmp.Or(cfg.MinBackoff, 100*time.Millisecond)
 	cfg.MaxBackoff = max(cmp.Or(cfg.MaxBackoff, 5*time.Second), cfg.MinBackoff)
@@ -127,22 +166,28 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
 	}
 	log := cfg.Logger.With("component", "forwarder")
 	return &Forwarder{
 		cfg:     cfg,
 		log:     log,
+		clock:   cfg.Clock,
 		kick:    make(chan struct{}, cfg.Workers),
-		limiter: newLogLimiter(10 * time.Second),
-		wake:    newWakeHint(cfg.DB, cfg.WakeUpInterval, log),
+		take1:   make(chan struct{}, 1),
+		failLog: lograte.New(10 * time.Second),
+		wake:    newWakeHint(cfg.DB, cfg.WakeUpInterval, cfg.Clock, log),
 		refused: map[int64]time.Time{},
 	}, nil
 }
 
 // Start runs the forwarding workers in the background and returns at once.
+// Only the first call starts them.
 func (f *Forwarder) Start(ctx context.Context) {
+	if !f.started.CompareAndSwap(false, true) {
+		return
+	}
 	f.ioCtx, f.ioCancel = context.WithCancel(context.WithoutCancel(ctx))
 	ctx, f.cancel = context.WithCancel(ctx)
 	for range f.cfg.Workers {
@@ -151,11 +196,11 @@ func (f *Forwarder) Start(ctx context.Context) {
 }
 
 // Stop stops taking new batches and lets the batches in flight finish, then
-// forwards what is still pending, all until ctx ends. Safe to call twice.
+// forwards what is still pending, all until ctx ends. Safe to call twice: the
+// second call returns the first one's answer.
 func (f *Forwarder) Stop(ctx context.Context) error {
-	var err error
-	f.once.Do(func() {
-		if f.cancel == nil {
+	f.stopOnce.Do(func() {
+		if !f.started.Load() {
 			return
 		}
 		f.cancel()
@@ -164,30 +209,31 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 		defer f.ioCancel()
 		defer f.wake.stop()
 		if !waitFor(ctx, &f.workers) || !waitFor(ctx, &f.acks) {
-			err = fmt.Errorf("final flush: %w", ctx.Err())
+			f.stopErr = fmt.Errorf("final flush: %w", ctx.Err())
 			return
 		}
 		// Batches the workers gave up on are still pending: start from the top.
 		var after int64
 		for ctx.Err() == nil {
-			batch, ferr := f.cfg.Spool.NextBatch(ctx, after, f.cfg.BatchSize)
-			if ferr == nil && len(batch) > 0 {
-				_, ferr = f.forward(ctx, batch, &f.acks)
+			batch, err := f.cfg.Spool.NextBatch(ctx, after, f.limit())
+			if err == nil && len(batch) > 0 {
+				chunk := len(batch)
+				_, err = f.forward(ctx, batch, &f.acks, &chunk)
 				after = batch[len(batch)-1].Seq
 			}
-			if ferr != nil {
-				err = fmt.Errorf("final flush: %w", ferr)
+			if err != nil {
+				f.stopErr = fmt.Errorf("final flush: %w", err)
 				break
 			}
-			if len(batch) < f.cfg.BatchSize {
+			if len(batch) == 0 {
 				break
 			}
 		}
-		if !waitFor(ctx, &f.acks) && err == nil {
-			err = fmt.Errorf("final flush: acknowledgements: %w", ctx.Err())
+		if !waitFor(ctx, &f.acks) && f.stopErr == nil {
+			f.stopErr = fmt.Errorf("final flush: acknowledgements: %w", ctx.Err())
 		}
 	})
-	return err
+	return f.stopErr
 }
 
 // waitFor waits for wg until ctx ends; false when ctx ended first.
@@ -202,27 +248,38 @@ func waitFor(ctx context.Context, wg *gosync.WaitGroup) bool {
 	}
 }
 
+func (f *Forwarder) limit() spool.BatchLimit {
+	return spool.BatchLimit{Rows: f.cfg.BatchSize, Fanout: f.cfg.BatchRecipients, Bytes: f.cfg.BatchBytes}
+}
+
 // take hands the next batch to a worker: after the shared cursor, or from the
-// top when no batch is in flight.
+// top when no batch is in flight. Takes run one at a time so that two batches
+// never overlap; waiting for the turn honours ctx.
 func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
+	select {
+	case f.take1 <- struct{}{}:
+		defer func() { <-f.take1 }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	after := f.cursor
 	if f.inflight == 0 {
 		after = 0
 	}
-	batch, err := f.cfg.Spool.NextBatch(ctx, after, f.cfg.BatchSize)
+	f.mu.Unlock()
+	batch, err := f.cfg.Spool.NextBatch(ctx, after, f.limit())
 	if err != nil || len(batch) == 0 {
 		return nil, err
 	}
+	f.mu.Lock()
 	f.cursor = batch[len(batch)-1].Seq
 	f.inflight++
-	if len(batch) == f.cfg.BatchSize {
-		// More is waiting: wake an idle worker to take it.
-		select {
-		case f.kick <- struct{}{}:
-		default:
-		}
+	f.mu.Unlock()
+	// More may be waiting: wake an idle worker to look.
+	select {
+	case f.kick <- struct{}{}:
+	default:
 	}
 	return batch, nil
 }
@@ -238,51 +295,68 @@ func (f *Forwarder) release(acks *gosync.WaitGroup) {
 }
 
 func (f *Forwarder) work(ctx context.Context) {
-	poll := time.NewTicker(f.cfg.PollInterval)
-	defer poll.Stop()
-	for {
+	for ctx.Err() == nil {
 		batch, err := f.take(ctx)
-		if err != nil {
+		switch {
+		case err != nil:
 			if !f.failed(ctx, err, 1) {
 				return
 			}
-			continue
-		}
-		if len(batch) == 0 {
-			select {
-			case <-ctx.Done():
+		case len(batch) == 0:
+			if !f.idle(ctx) {
 				return
-			case <-f.cfg.Spool.Wake():
-			case <-f.kick:
-			case <-poll.C:
 			}
-			continue
+		default:
+			f.own(ctx, batch)
 		}
-		// This worker owns the batch until every row has landed: retry with
-		// backoff, leaving out the rows already handled.
-		var acks gosync.WaitGroup
-		for failures := 1; ; failures++ {
-			handled, err := f.forward(f.ioCtx, batch, &acks)
-			batch = without(batch, handled)
-			if err == nil && len(batch) == 0 {
-				if failures > 1 {
-					f.log.Info("forwarding recovered", "after_failures", failures-1)
-				}
-				break
+	}
+}
+
+// idle waits for new rows: a spool commit, another worker's kick, or the poll.
+func (f *Forwarder) idle(ctx context.Context) bool {
+	poll := f.clock.NewTimer(f.cfg.PollInterval)
+	defer poll.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-f.cfg.Spool.Wake():
+	case <-f.kick:
+	case <-poll.C():
+	}
+	return true
+}
+
+// own keeps a batch until every row has landed or been set aside: it retries
+// with backoff, leaving out the rows already handled. A batch Postgres refuses
+// whole is given back instead; the wait before the next try grows with each
+// such refusal until something lands, so a refusal that repeats backs off to
+// MaxBackoff rather than restarting its search every MinBackoff.
+func (f *Forwarder) own(ctx context.Context, batch []spool.Record) {
+	var acks gosync.WaitGroup
+	defer f.release(&acks)
+	chunk := len(batch)
+	for failures := 1; ; failures++ {
+		handled, err := f.forward(f.ioCtx, batch, &acks, &chunk)
+		batch = without(batch, handled)
+		if err == nil && len(batch) == 0 {
+			if failures > 1 {
+				f.log.Info("forwarding recovered", "after_failures", failures-1)
 			}
-			if err == nil {
-				err = errors.New("rows left unsent")
-			}
-			if !f.failed(ctx, err, failures) {
-				break // stopping: what is left stays pending for the final flush
-			}
-			if errors.Is(err, errRefusedEverything) {
-				break // give it back: it is read again, with what came after it, once no batch is in flight
-			}
-		}
-		f.release(&acks)
-		if ctx.Err() != nil {
 			return
+		}
+		if err == nil {
+			err = errors.New("rows left unsent")
+		}
+		if errors.Is(err, errRefusedEverything) {
+			f.mu.Lock()
+			f.streak++
+			streak := f.streak
+			f.mu.Unlock()
+			f.failed(ctx, err, streak)
+			return // read again, with what came after it, once no batch is in flight
+		}
+		if !f.failed(ctx, err, failures) {
+			return // stopping: what is left stays pending for the final flush
 		}
 	}
 }
@@ -308,11 +382,19 @@ func (f *Forwarder) failed(ctx context.Context, err error, failures int) bool {
 	}
 	f.cfg.Metrics.errors.Inc()
 	wait := backoff(failures, f.cfg.MinBackoff, f.cfg.MaxBackoff)
-	if suppressed, ok := f.limiter.allow(f.cfg.Now()); ok {
+	f.failLog.Do(func(suppressed int64) {
 		f.log.Warn("forwarding failed; events stay in the spool and will be retried",
 			"err", err, "attempt", failures, "retry_in", wait.Round(time.Millisecond), "suppressed", suppressed)
+	})
+	t := f.clock.NewTimer(wait)
+	defer t.Stop()
+	f.testSignals.backoff.Signal(wait)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
 	}
-	return sleep(ctx, wait)
 }
 
 // refusal is a row Postgres refused on its own.
@@ -321,51 +403,58 @@ type refusal struct {
 	err error
 }
 
-// forward writes a batch to Postgres and acknowledges what landed. It returns
-// the seqs it handled: landed, or set aside as dead. A row Postgres refuses for
-// good is found by halving the batch; it is set aside only when there is
-// evidence that the row, not Postgres, is at fault: other rows of the batch
-// landed, or other rows landed since the row was first refused. A refusal of
-// everything (a schema change, say) is an error to retry, never a reason to
-// bury every row.
-func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *gosync.WaitGroup) (map[int64]bool, error) {
+// forward writes a batch to Postgres, in statements of at most *chunk events,
+// and acknowledges what landed. It returns the seqs it handled: landed, or set
+// aside as dead. A payload that no longer parses is set aside at once. A row
+// Postgres refuses for good is found by halving its statement; it is set aside
+// only when there is evidence that the row, not Postgres, is at fault: other
+// rows of the statement landed, or other rows landed since the row was first
+// refused. A refusal of everything (a schema change, say) is an error to
+// retry, never a reason to bury every row. A statement that runs too long
+// halves *chunk for the next attempt.
+func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *gosync.WaitGroup, chunk *int) (map[int64]bool, error) {
 	handled := map[int64]bool{}
-	sendable := make([]spool.Record, 0, len(batch))
+	rows := make([]spool.Record, 0, len(batch))
 	items := make([]Item, 0, len(batch))
 	for _, rec := range batch {
 		ev, err := event.Parse(rec.Payload)
 		if err != nil {
-			// The relay wrote this payload canonically; an unreadable one is a
-			// damaged row, whatever Postgres would say.
-			if err := f.bury(ctx, rec, err); err != nil {
+			if err := f.bury(ctx, rec, DeadInvalid, err); err != nil {
 				return handled, err
 			}
 			handled[rec.Seq] = true
 			continue
 		}
-		sendable = append(sendable, rec)
+		rows = append(rows, rec)
 		items = append(items, Item{Producer: rec.Producer, Event: ev, Hash: rec.Hash, ReceivedAt: rec.ReceivedAt})
 	}
-	landed, refused, err := f.send(ctx, sendable, items, acks)
-	for _, seq := range landed {
-		handled[seq] = true
-	}
-	if len(refused) == 0 || err != nil {
-		return handled, err
-	}
-	var firstErr error
-	for _, r := range refused {
-		if !f.atFault(r.rec.Seq, len(landed) > 0) {
-			firstErr = cmp.Or(firstErr, r.err)
-			continue
+	var unproven error
+	for len(rows) > 0 {
+		n := min(max(1, *chunk), len(rows))
+		landed, refused, err := f.send(ctx, rows[:n], items[:n], acks)
+		for _, seq := range landed {
+			handled[seq] = true
 		}
-		if err := f.bury(ctx, r.rec, r.err); err != nil {
+		if err != nil {
+			if errors.Is(err, errTooSlow) && n > 1 {
+				*chunk = n / 2
+			}
 			return handled, err
 		}
-		handled[r.rec.Seq] = true
+		for _, r := range refused {
+			if !f.atFault(r.rec.Seq, len(landed) > 0) {
+				unproven = cmp.Or(unproven, r.err)
+				continue
+			}
+			if err := f.bury(ctx, r.rec, DeadRefused, r.err); err != nil {
+				return handled, err
+			}
+			handled[r.rec.Seq] = true
+		}
+		rows, items = rows[n:], items[n:]
 	}
-	if firstErr != nil {
-		return handled, fmt.Errorf("%w: %w", errRefusedEverything, firstErr)
+	if unproven != nil {
+		return handled, fmt.Errorf("%w: %w", errRefusedEverything, unproven)
 	}
 	return handled, nil
 }
@@ -374,6 +463,7 @@ func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *gos
 func (f *Forwarder) forgetRefusals(seqs []int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.streak = 0
 	if len(f.refused) == 0 {
 		return
 	}
@@ -393,14 +483,15 @@ func (f *Forwarder) atFault(seq int64, othersLanded bool) bool {
 		return true
 	}
 	if !seen {
-		f.refused[seq] = f.cfg.Now()
+		f.refused[seq] = f.clock.Now()
 	}
 	return false
 }
 
 // send writes rows in one ingest transaction, halving on a refusal for good to
 // find the rows at fault. It returns the seqs that landed and the rows refused
-// on their own; err is a failure worth retrying as it is.
+// on their own; err is a failure worth retrying as it is (errTooSlow when the
+// statement ran too long).
 func (f *Forwarder) send(ctx context.Context, rows []spool.Record, items []Item, acks *gosync.WaitGroup) (landed []int64, refused []refusal, err error) {
 	if len(rows) == 0 {
 		return nil, nil, nil
@@ -410,19 +501,23 @@ func (f *Forwarder) send(ctx context.Context, rows []spool.Record, items []Item,
 	for i, rec := range rows {
 		seqs[i] = rec.Seq
 	}
-	notify := f.wake.decide(time.Now())
+	notify := f.wake.decide()
 	ingestFn := IngestWithoutWakeUp
 	if notify {
 		ingestFn = Ingest
 	}
 	ictx, cancel := context.WithTimeout(ctx, f.cfg.IngestTimeout)
 	results, err := ingestFn(ictx, f.cfg.DB, items)
+	timedOut := ictx.Err() != nil && ctx.Err() == nil
 	cancel()
 	f.wake.committed(notify, err == nil)
 	if err != nil {
 		if !refusedForGood(err) {
 			if markErr := f.cfg.Spool.MarkFailed(ctx, seqs); markErr != nil {
 				f.log.Debug("count failed attempt", "err", markErr)
+			}
+			if timedOut || queryCanceled(err) {
+				err = fmt.Errorf("%w (%d events): %w", errTooSlow, len(rows), err)
 			}
 			return nil, nil, err
 		}
@@ -437,97 +532,89 @@ func (f *Forwarder) send(ctx context.Context, rows []spool.Record, items []Item,
 		l2, r2, err := f.send(ctx, rows[mid:], items[mid:], acks)
 		return append(l1, l2...), append(r1, r2...), err
 	}
-	committed := f.cfg.Now()
+	committed := f.clock.Now()
 	f.landed.Store(committed.UnixNano())
 	f.forgetRefusals(seqs)
 	if f.cfg.AfterIngest != nil {
 		f.cfg.AfterIngest()
 	}
-	f.cfg.Metrics.observeBatch(rows, results, committed, time.Since(start))
-	for i, r := range results {
-		if r.Outcome == Conflict {
-			f.log.Warn("event key reused with a different request; Postgres kept the first", "producer", rows[i].Producer, "key", rows[i].Key)
-		}
-	}
+	f.cfg.Metrics.observeBatch(rows, items, results, committed, time.Since(start))
+	f.testSignals.landed.Signal(len(rows))
 	// The rows are in Postgres. The worker moves on while the spool commits the
 	// acknowledgement; if that fails, the rows are read again once no batch is
-	// in flight, and re-sent harmlessly.
+	// in flight, and re-sent harmlessly. A conflict is set aside as dead: the
+	// producer was answered 202 for an event Postgres will never store.
+	forwarded := make([]int64, 0, len(rows))
+	var conflicts []spool.Record
+	for i, r := range results {
+		if r.Outcome == Conflict {
+			conflicts = append(conflicts, rows[i])
+		} else {
+			forwarded = append(forwarded, rows[i].Seq)
+		}
+	}
 	acks.Go(func() {
-		if err := f.cfg.Spool.MarkForwarded(context.WithoutCancel(ctx), seqs); err != nil {
+		ctx := context.WithoutCancel(ctx)
+		if err := f.cfg.Spool.MarkForwarded(ctx, forwarded); err != nil {
 			f.log.Warn("acknowledge forwarded batch; it will be sent again", "err", err)
+		}
+		for _, rec := range conflicts {
+			if err := f.bury(ctx, rec, DeadConflict, errConflict); err != nil {
+				f.log.Warn("set aside a conflicting event; it will be sent again", "err", err)
+			}
 		}
 	})
 	return seqs, nil, nil
 }
 
-// bury sets aside a row that can never be forwarded. It stays in the spool
-// with the reason, for an operator (`spoolcast spool requeue --dead` puts it
-// back); losing it silently would be worse.
-func (f *Forwarder) bury(ctx context.Context, rec spool.Record, cause error) error {
-	if err := f.cfg.Spool.MarkDead(ctx, rec.Seq, cause.Error()); err != nil {
+var errConflict = errors.New("Postgres holds this key for a different request (another relay of the producer, or the key reused after the relay's key TTL); nothing was written")
+
+// bury sets aside a row that can never be forwarded, with why. It stays in
+// the spool with the reason for --dead-ttl, for an operator (`spoolcast spool
+// ls --dead`; `spoolcast spool requeue --dead` puts it back); losing it
+// silently would be worse.
+func (f *Forwarder) bury(ctx context.Context, rec spool.Record, reason string, cause error) error {
+	if err := f.cfg.Spool.MarkDead(ctx, rec.Seq, reason+": "+cause.Error()); err != nil {
 		return fmt.Errorf("set aside dead row %d: %w", rec.Seq, err)
 	}
-	f.cfg.Metrics.dead.Inc()
-	f.log.Error("Postgres refuses this event for good; it is kept in the spool as dead (spoolcast spool ls --dead)",
-		"producer", rec.Producer, "key", rec.Key, "seq", rec.Seq, "err", cause)
+	f.cfg.Metrics.dead.WithLabelValues(reason).Inc()
+	f.log.Error("event set aside as dead in the spool (spoolcast spool ls --dead)",
+		"reason", reason, "producer", rec.Producer, "key", rec.Key, "seq", rec.Seq, "err", cause)
 	return nil
 }
 
 // refusedForGood reports whether Postgres refused a batch for its content —
-// bad data, a broken constraint, a limit — so that sending it again as it is
-// would fail again. Anything else (a connection, a timeout, a missing table)
-// may pass later.
+// bad data, a broken constraint, a limit, a statement too large to send — so
+// that sending it again as it is would fail again. Anything else (a
+// connection, a timeout, a missing table) may pass later. Every claim uses
+// ON CONFLICT, so not even a unique violation (23505) comes from a race.
 func refusedForGood(err error) bool {
+	if strings.Contains(err.Error(), "message body too large") {
+		return true // pgx refuses to send a message over 1 GiB
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
 		return false
 	}
 	switch pgErr.Code[:2] {
-	case "22", "54": // data exception, program limit exceeded
+	case "22", "23", "54": // data exception, integrity constraint violation, program limit exceeded
 		return true
-	case "23": // integrity constraint violation, but for a race on a unique key
-		return pgErr.Code != "23505"
 	}
 	return false
 }
 
+// queryCanceled reports a statement Postgres cancelled: statement_timeout, or
+// a cancel request.
+func queryCanceled(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+}
+
 // backoff is exponential from min, capped at max, with full jitter on its upper half.
 func backoff(failures int, minWait, maxWait time.Duration) time.Duration {
-	d := minWait << min(failures-1, 30)
+	d := minWait << min(max(failures, 1)-1, 30)
 	if d <= 0 || d > maxWait {
 		d = maxWait
 	}
 	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// logLimiter lets one log line through per interval and counts the rest.
-type logLimiter struct {
-	mu         gosync.Mutex
-	every      time.Duration
-	last       time.Time
-	suppressed int
-}
-
-func newLogLimiter(every time.Duration) *logLimiter { return &logLimiter{every: every} }
-
-func (l *logLimiter) allow(now time.Time) (suppressed int, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.last.IsZero() && now.Sub(l.last) < l.every {
-		l.suppressed++
-		return 0, false
-	}
-	suppressed, l.suppressed, l.last = l.suppressed, 0, now
-	return suppressed, true
 }

@@ -374,7 +374,7 @@ func (h *inProcess) start(cfg sync.ForwarderConfig) *sync.Forwarder {
 func (h *inProcess) waitDrained(timeout time.Duration) {
 	h.t.Helper()
 	waitFor(h.t, "the spool to drain", timeout, func() bool {
-		next, err := h.sp.NextBatch(context.Background(), 0, 1)
+		next, err := h.sp.NextBatch(context.Background(), 0, spool.BatchLimit{Rows: 1})
 		return err == nil && len(next) == 0
 	})
 }
@@ -421,7 +421,11 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+			var sum float64
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum
 		}
 	}
 	t.Fatalf("no metric %s", name)

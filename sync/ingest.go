@@ -123,6 +123,7 @@ func ingest(ctx context.Context, db DB, items []Item, notify bool) ([]Result, er
 	hashes := make([][]byte, len(items))
 	first := make(map[string]int, len(items))
 	repeatOf := make([]int, len(items))
+	sent := make([]int, 0, len(items)) // sent[n-1] is the item of event number n in the statement
 	var a ingestArgs
 	for i, it := range items {
 		hash := it.Hash
@@ -136,36 +137,17 @@ func ingest(ctx context.Context, db DB, items []Item, notify bool) ([]Result, er
 			continue
 		}
 		first[eventKey], repeatOf[i] = i, -1
-		var received *time.Time
-		if !it.ReceivedAt.IsZero() {
-			t := it.ReceivedAt
-			received = &t
-		}
-		data := "{}"
-		if len(it.Event.Data) > 0 {
-			data = string(it.Event.Data)
-		}
+		sent = append(sent, i)
+		a.addEvent(it, eventKey, hash)
 		for _, r := range it.Event.Recipients {
-			a.key = append(a.key, NotificationKey(it.Producer, it.Event.IdempotencyKey, r))
-			a.ev = append(a.ev, int32(i))
-			a.hash = append(a.hash, hash)
-			a.user = append(a.user, r)
-			a.received = append(a.received, received)
-			a.typ = append(a.typ, it.Event.Type)
-			a.category = append(a.category, it.Event.Category)
-			a.title = append(a.title, it.Event.Title)
-			a.body = append(a.body, it.Event.Body)
-			a.data = append(a.data, data)
-			a.producer = append(a.producer, it.Producer)
-			a.producerKey = append(a.producerKey, it.Event.IdempotencyKey)
-			a.runID = append(a.runID, it.Event.RunID)
-			a.eventKey = append(a.eventKey, eventKey)
+			a.rcptEvent = append(a.rcptEvent, int64(len(sent)))
+			a.rcptUser = append(a.rcptUser, r)
 		}
 	}
-	var created, conflicted []int32
+	var created, conflicted []int64
 	err := db.QueryRow(ctx, ingestSQL, pgx.QueryExecModeCacheDescribe,
-		a.key, a.ev, a.hash, a.user, a.received, a.typ, a.category, a.title, a.body, a.data, a.producer, a.producerKey, a.runID,
-		a.eventKey, NotifyChannel, notify,
+		a.eventKey, a.hash, a.producer, a.producerKey, a.received, a.typ, a.category, a.title, a.body, a.data, a.runID,
+		a.rcptEvent, a.rcptUser, NotifyChannel, notify,
 	).Scan(&created, &conflicted, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ingest %d events: %w", len(items), err)
@@ -174,12 +156,12 @@ func ingest(ctx context.Context, db DB, items []Item, notify bool) ([]Result, er
 	for i := range results {
 		results[i].Outcome = Duplicate
 	}
-	for _, ev := range conflicted {
-		results[ev].Outcome = Conflict
+	for _, n := range conflicted {
+		results[sent[n-1]].Outcome = Conflict
 	}
-	for _, ev := range created {
-		results[ev].Outcome = New
-		results[ev].Created++
+	for _, n := range created {
+		results[sent[n-1]].Outcome = New
+		results[sent[n-1]].Created++
 	}
 	for i, j := range repeatOf {
 		switch {
@@ -195,9 +177,35 @@ func ingest(ctx context.Context, db DB, items []Item, notify bool) ([]Result, er
 	return results, nil
 }
 
+// ingestArgs are the statement's arrays: one element per event for the
+// event's columns, one per recipient for the recipients.
 type ingestArgs struct {
-	key, user, typ, category, title, body, data, producer, producerKey, runID, eventKey []string
-	ev                                                                                  []int32
-	hash                                                                                [][]byte
-	received                                                                            []*time.Time
+	eventKey, producer, producerKey, typ, category, title, body, data, runID []string
+	hash                                                                    [][]byte
+	received                                                                []*time.Time
+	rcptEvent                                                               []int64
+	rcptUser                                                                []string
+}
+
+func (a *ingestArgs) addEvent(it Item, eventKey string, hash []byte) {
+	var received *time.Time
+	if !it.ReceivedAt.IsZero() {
+		t := it.ReceivedAt
+		received = &t
+	}
+	data := "{}"
+	if len(it.Event.Data) > 0 {
+		data = string(it.Event.Data)
+	}
+	a.eventKey = append(a.eventKey, eventKey)
+	a.hash = append(a.hash, hash)
+	a.producer = append(a.producer, it.Producer)
+	a.producerKey = append(a.producerKey, it.Event.IdempotencyKey)
+	a.received = append(a.received, received)
+	a.typ = append(a.typ, it.Event.Type)
+	a.category = append(a.category, it.Event.Category)
+	a.title = append(a.title, it.Event.Title)
+	a.body = append(a.body, it.Event.Body)
+	a.data = append(a.data, data)
+	a.runID = append(a.runID, it.Event.RunID)
 }

@@ -12,10 +12,10 @@ import (
 type Metrics struct {
 	forwarded  prometheus.Counter
 	duplicates prometheus.Counter
-	conflicts  prometheus.Counter
 	errors     prometheus.Counter
-	dead       prometheus.Counter
+	dead       *prometheus.CounterVec
 	batch      prometheus.Histogram
+	batchRows  prometheus.Histogram
 	lag        prometheus.Histogram
 }
 
@@ -24,28 +24,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "spoolcast_sync_forwarded_total",
-			Help: "Spooled events committed to Postgres and acknowledged, whatever their outcome.",
+			Help: "Spooled events committed to Postgres: new, or duplicates of events already there.",
 		}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "spoolcast_sync_duplicates_total",
 			Help: "Forwarded events whose keys Postgres already had (a re-sent batch, or the same key through another relay).",
 		}),
-		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "spoolcast_sync_conflicts_total",
-			Help: "Forwarded events whose key Postgres had for a different request; nothing was written for them.",
-		}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "spoolcast_sync_errors_total",
 			Help: "Failed forwarding attempts; the batch stays in the spool and is retried with backoff.",
 		}),
-		dead: prometheus.NewCounter(prometheus.CounterOpts{
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spoolcast_sync_dead_total",
-			Help: "Spooled events Postgres refused for good; they are kept in the spool as dead for an operator.",
-		}),
+			Help: "Spooled events set aside as dead, by reason: invalid (the payload breaks a rule), refused (Postgres refuses it for good), conflict (Postgres holds the key for a different request). They stay in the spool for --dead-ttl.",
+		}, []string{"reason"}),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "spoolcast_sync_batch_duration_seconds",
 			Help:    "Time to write one batch to Postgres, from reading its payloads to the commit.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		batchRows: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "spoolcast_sync_batch_rows",
+			Help:    "Notifications (recipient rows) sent in one ingest statement.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 8),
 		}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "spoolcast_sync_lag_seconds",
@@ -53,22 +54,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
 		}),
 	}
+	for _, reason := range []string{DeadInvalid, DeadRefused, DeadConflict} {
+		m.dead.WithLabelValues(reason)
+	}
 	if reg != nil {
-		reg.MustRegister(m.forwarded, m.duplicates, m.conflicts, m.errors, m.dead, m.batch, m.lag)
+		reg.MustRegister(m.forwarded, m.duplicates, m.errors, m.dead, m.batch, m.batchRows, m.lag)
 	}
 	return m
 }
 
-func (m *Metrics) observeBatch(batch []spool.Record, results []Result, committed time.Time, took time.Duration) {
+func (m *Metrics) observeBatch(batch []spool.Record, items []Item, results []Result, committed time.Time, took time.Duration) {
 	m.batch.Observe(took.Seconds())
-	m.forwarded.Add(float64(len(batch)))
+	rows := 0
+	for _, it := range items {
+		rows += len(it.Event.Recipients)
+	}
+	m.batchRows.Observe(float64(rows))
 	for i, r := range results {
 		switch r.Outcome {
 		case Duplicate:
+			m.forwarded.Inc()
 			m.duplicates.Inc()
-		case Conflict:
-			m.conflicts.Inc()
 		case New:
+			m.forwarded.Inc()
 			m.lag.Observe(max(0, committed.Sub(batch[i].ReceivedAt)).Seconds())
 		}
 	}

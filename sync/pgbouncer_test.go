@@ -23,7 +23,7 @@ func TestForwardingAndTheFeedWorkThroughPgBouncerInTransactionMode(t *testing.T)
 	dbURL := pgtest.DB(t)
 	bounced := pgtest.PgBouncer(t, dbURL)
 	ctx := context.Background()
-	pool, err := pgpool.New(ctx, bounced, 2)
+	pool, err := pgpool.New(ctx, pgpool.Config{URL: bounced, MaxConns: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestForwardingAndTheFeedWorkThroughPgBouncerInTransactionMode(t *testing.T)
 	}
 	f.Start(ctx)
 	waitFor(t, "the spool to drain through PgBouncer", 60*time.Second, func() bool {
-		next, err := sp.NextBatch(ctx, 0, 1)
+		next, err := sp.NextBatch(ctx, 0, spool.BatchLimit{Rows: 1})
 		return err == nil && len(next) == 0
 	})
 	if err := f.Stop(ctx); err != nil {

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	gosync "sync"
 	"time"
+
+	"github.com/spoolcast/spoolcast/internal/clock"
 )
 
 // wakeHint decides which of the forwarder's ingest transactions send the
@@ -17,25 +19,27 @@ import (
 type wakeHint struct {
 	interval time.Duration
 	db       DB
+	clock    clock.Clock
 	log      *slog.Logger
 	sends    gosync.WaitGroup
 
 	mu      gosync.Mutex
 	last    time.Time // when a batch last took the turn to notify
 	owed    bool
-	trailer *time.Timer
+	trailer clock.Timer
 	stopped bool
 }
 
-func newWakeHint(db DB, interval time.Duration, log *slog.Logger) *wakeHint {
-	return &wakeHint{interval: interval, db: db, log: log}
+func newWakeHint(db DB, interval time.Duration, clk clock.Clock, log *slog.Logger) *wakeHint {
+	return &wakeHint{interval: interval, db: db, clock: clk, log: log}
 }
 
 // decide reports whether the transaction about to run should notify.
-func (h *wakeHint) decide(now time.Time) bool {
+func (h *wakeHint) decide() bool {
+	now := h.clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.interval <= 0 || now.Sub(h.last) >= h.interval {
+	if now.Sub(h.last) >= h.interval {
 		h.last = now
 		return true
 	}
@@ -58,7 +62,7 @@ func (h *wakeHint) committed(notified, ok bool) {
 		h.owed = true
 	}
 	if h.owed && h.trailer == nil && !h.stopped {
-		h.trailer = time.AfterFunc(max(0, time.Until(h.last.Add(h.interval))), h.trail)
+		h.trailer = h.clock.AfterFunc(max(0, h.last.Add(h.interval).Sub(h.clock.Now())), h.trail)
 	}
 }
 
@@ -68,7 +72,7 @@ func (h *wakeHint) trail() {
 	h.trailer = nil
 	owed := h.owed && !h.stopped
 	if owed {
-		h.last, h.owed = time.Now(), false
+		h.last, h.owed = h.clock.Now(), false
 		h.sends.Add(1)
 	}
 	h.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 )
 
@@ -27,28 +28,41 @@ func TestWakeUpsAreThrottledButNeverOwedForLong(t *testing.T) {
 	if _, err := listener.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
 		t.Fatal(err)
 	}
-	h := newWakeHint(pool, 200*time.Millisecond, slog.New(slog.DiscardHandler))
-	now := time.Now()
-	if !h.decide(now) {
+	clk := clock.NewFake(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
+	h := newWakeHint(pool, 200*time.Millisecond, clk, slog.New(slog.DiscardHandler))
+	if !h.decide() {
 		t.Fatal("the first batch after a quiet spell did not notify")
 	}
 	h.committed(true, true)
-	for i := range 2 {
-		if h.decide(now.Add(time.Duration(i+1) * 10 * time.Millisecond)) {
+	for range 2 {
+		clk.Advance(10 * time.Millisecond)
+		if h.decide() {
 			t.Fatal("a batch within the interval notified")
 		}
 		h.committed(false, true)
 	}
-	// The skipped batches are covered by one trailing wake-up.
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// The skipped batches are covered by one trailing wake-up, due when the
+	// interval since the last notifying batch ends.
+	if wait, ok := clk.Next(); !ok || wait != 180*time.Millisecond {
+		t.Fatalf("trailing wake-up due in %v (%v); want 180ms", wait, ok)
+	}
+	clk.Advance(180 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := listener.Conn().WaitForNotification(wctx); err != nil {
 		t.Fatalf("no trailing wake-up: %v", err)
 	}
-	quiet, cancel2 := context.WithTimeout(ctx, 400*time.Millisecond)
-	defer cancel2()
-	if n, err := listener.Conn().WaitForNotification(quiet); err == nil {
-		t.Errorf("a second trailing wake-up %q for the same interval", n.Payload)
+	if n := clk.Pending(); n != 0 {
+		t.Errorf("%d wake-ups still scheduled after the owed one was sent", n)
+	}
+	// The next batch after the interval notifies itself, owing nothing.
+	clk.Advance(time.Second)
+	if !h.decide() {
+		t.Error("a batch after the interval did not notify")
+	}
+	h.committed(true, true)
+	if n := clk.Pending(); n != 0 {
+		t.Errorf("a notifying commit scheduled %d trailing wake-ups", n)
 	}
 	h.stop()
 }

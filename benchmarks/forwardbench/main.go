@@ -292,7 +292,7 @@ func forwarder(ctx context.Context, url, spoolPath string, items []spsync.Item, 
 	f.Start(ctx)
 	for {
 		// A cheap probe: the first pending row, if any.
-		next, err := sp.NextBatch(ctx, 0, 1)
+		next, err := sp.NextBatch(ctx, 0, spool.BatchLimit{Rows: 1})
 		if err != nil {
 			return 0, err
 		}

@@ -33,10 +33,12 @@ type centralOptions struct {
 	rolesClaim      string
 	adminRole       string
 	jwtSecretFile   string
-	minAppVersion   string
-	dbMaxConns      int
-	shutdownTimeout time.Duration
-	log             logFlags
+	minAppVersion      string
+	dbMaxConns         int
+	dbConnectTimeout   time.Duration
+	dbStatementTimeout time.Duration
+	shutdownTimeout    time.Duration
+	log                logFlags
 }
 
 func (o *centralOptions) register(fs *flag.FlagSet) {
@@ -51,6 +53,8 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.databaseURL, "database-url", "", "Postgres URL (required)")
 	fs.StringVar(&o.jwtSecretFile, "service-jwt-secret-file", "", "file holding the HS256 secret of service tokens for /internal routes (unset: they answer 401)")
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", 10, "Postgres connections central may open")
+	fs.DurationVar(&o.dbConnectTimeout, "db-connect-timeout", 5*time.Second, "longest wait to open a Postgres connection")
+	fs.DurationVar(&o.dbStatementTimeout, "db-statement-timeout", 5*time.Second, "longest a request waits on Postgres; past it the request gets 503 + Retry-After and the statement is cancelled")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight")
 	o.log.register(fs)
 }
@@ -63,9 +67,6 @@ func centralCommand() (*flag.FlagSet, runFunc) {
 		logger, err := o.log.logger(os.Stderr)
 		if err != nil {
 			return err
-		}
-		if o.databaseURL == "" {
-			return errors.New("--database-url is required")
 		}
 		c, err := startCentral(ctx, o, logger, nil)
 		if err != nil {
@@ -85,9 +86,25 @@ type runningCentral struct {
 	verifier *auth.UserVerifier
 }
 
+// validate reports the first flag a user must fix.
+func (o centralOptions) validate() error {
+	switch {
+	case o.databaseURL == "":
+		return errors.New("--database-url is required")
+	case o.dbMaxConns < 1:
+		return fmt.Errorf("--db-max-conns %d: want at least 1", o.dbMaxConns)
+	case o.dbConnectTimeout < 0 || o.dbStatementTimeout < 0 || o.shutdownTimeout < 0:
+		return errors.New("--db-connect-timeout, --db-statement-timeout and --shutdown-timeout must not be negative")
+	}
+	return nil
+}
+
 // startCentral serves central's API. extra, when set, serves the paths it
 // claims before central does (the dev stack's JWKS).
 func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, extra map[string]http.Handler) (*runningCentral, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	var minApp apiversion.AppVersion
 	if o.minAppVersion != "" {
 		v, err := apiversion.ParseAppVersion(o.minAppVersion)
@@ -150,11 +167,11 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		return fail(err)
 	}
 	c.verifier = users
-	if c.pool, err = pgpool.New(ctx, o.databaseURL, max(1, o.dbMaxConns)); err != nil {
+	if c.pool, err = pgpool.New(ctx, pgpool.Config{URL: o.databaseURL, MaxConns: o.dbMaxConns, ConnectTimeout: o.dbConnectTimeout}); err != nil {
 		return fail(fmt.Errorf("--database-url: %w", err))
 	}
 	api, err := central.New(central.Config{
-		DB: c.pool, Users: users, Services: services, AdminRole: o.adminRole,
+		DB: c.pool, DBTimeout: o.dbStatementTimeout, Users: users, Services: services, AdminRole: o.adminRole,
 		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Logger: logger,
 	})
 	if err != nil {

@@ -96,12 +96,12 @@ func usage(w io.Writer) {
 	}
 }
 
-// signalContext is cancelled by the first SIGINT or SIGTERM, which starts a
-// graceful shutdown; a second signal exits at once.
+// signalContext is cancelled by the first SIGINT, SIGTERM or SIGHUP (the
+// terminal closed), which starts a graceful shutdown; a second signal exits at once.
 func signalContext(stderr io.Writer) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	done := make(chan struct{})
 	go func() {
 		select {

@@ -43,6 +43,16 @@ func TestRelayRefusesToStartWithoutWhatItNeeds(t *testing.T) {
 		{"on a public address without a secret", []string{"relay", "--producer", "p", "--listen", "0.0.0.0:0", "--spool", dir + "/b.db"}, nil, "not a loopback address"},
 		{"with a bad size from the environment", []string{"relay", "--producer", "p"}, map[string]string{"SPOOLCAST_MAX_BODY": "lots"}, "SPOOLCAST_MAX_BODY"},
 		{"with a bad sync mode", []string{"relay", "--producer", "p", "--sync", "sometimes", "--spool", dir + "/c.db"}, nil, "sync mode"},
+		{"with a negative key TTL", []string{"relay", "--producer", "p", "--key-ttl", "-1h", "--spool", dir + "/d.db"}, nil, "must not be negative"},
+		{"with a negative dead TTL", []string{"relay", "--producer", "p", "--dead-ttl", "-1h", "--spool", dir + "/d.db"}, nil, "must not be negative"},
+		{"with a negative shutdown timeout", []string{"relay", "--producer", "p", "--shutdown-timeout", "-1s", "--spool", dir + "/d.db"}, nil, "must not be negative"},
+		{"with a negative backoff", []string{"relay", "--producer", "p", "--max-backoff", "-1s", "--spool", dir + "/d.db"}, nil, "must not be negative"},
+		{"with a negative batch size", []string{"relay", "--producer", "p", "--batch-size", "-5", "--spool", dir + "/d.db"}, nil, "at least 1"},
+		{"with a negative size", []string{"relay", "--producer", "p", "--spool-max-bytes", "-5"}, nil, "byte size"},
+		{"with a spool smaller than one event", []string{"relay", "--producer", "p", "--spool-max-bytes", "1KiB", "--spool", dir + "/d.db"}, nil, "not even one event"},
+		{"with the profiler but no ops address", []string{"relay", "--producer", "p", "--pprof", "--spool", dir + "/d.db"}, nil, "--ops-listen"},
+		{"central with a negative statement timeout", []string{"central", "--database-url", "postgres://x", "--db-statement-timeout", "-1s"}, nil, "must not be negative"},
+		{"central with no connections", []string{"central", "--database-url", "postgres://x", "--db-max-conns", "0"}, nil, "--db-max-conns"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
@@ -69,16 +79,27 @@ func TestByteSizesParseTheUnitsTheDocsName(t *testing.T) {
 	}
 }
 
+// relayFlags parses args as the relay's command line.
+func relayFlags(t *testing.T, args ...string) relayOptions {
+	t.Helper()
+	var o relayOptions
+	fs := newFlagSet("relay", "")
+	o.register(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
 func TestOpsListenerServesOnlyHealthAndMetrics(t *testing.T) {
-	dir := t.TempDir()
-	o := relayOptions{producer: "p", listen: "127.0.0.1:0", opsListen: "127.0.0.1:0", spoolPath: dir + "/s.db", syncMode: "full", maxBody: 1 << 16, spoolMaxBytes: 1 << 30, keyTTL: time.Hour}
+	o := relayFlags(t, "--producer", "p", "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0", "--spool", t.TempDir()+"/s.db")
 	r, err := startRelay(context.Background(), o, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.shutdown(5 * time.Second)
 	base := "http://" + r.opsAddr
-	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200, "/v1/events": 404} {
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200, "/v1/events": 404, "/debug/pprof/": 404} {
 		resp, err := http.Get(base + path)
 		if err != nil {
 			t.Fatal(err)
@@ -87,5 +108,37 @@ func TestOpsListenerServesOnlyHealthAndMetrics(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("GET %s on the ops listener = %d, want %d", path, resp.StatusCode, want)
 		}
+	}
+}
+
+func TestTheProfilerIsServedOnlyOnTheOpsAddressWhenAskedFor(t *testing.T) {
+	o := relayFlags(t, "--producer", "p", "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0", "--pprof", "--spool", t.TempDir()+"/s.db")
+	r, err := startRelay(context.Background(), o, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.shutdown(5 * time.Second)
+	for base, want := range map[string]int{"http://" + r.opsAddr: 200, "http://" + r.addr: 404} {
+		resp, err := http.Get(base + "/debug/pprof/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s/debug/pprof/ = %d, want %d", base, resp.StatusCode, want)
+		}
+	}
+}
+
+func TestASecondRelayOnTheSameSpoolRefusesToStart(t *testing.T) {
+	spool := t.TempDir() + "/s.db"
+	first, err := startRelay(context.Background(), relayFlags(t, "--producer", "p", "--listen", "127.0.0.1:0", "--spool", spool), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.shutdown(5 * time.Second)
+	var out bytes.Buffer
+	if code := run([]string{"relay", "--producer", "p", "--listen", "127.0.0.1:0", "--spool", spool}, &out, &out); code == 0 || !strings.Contains(out.String(), "in use by another process") {
+		t.Errorf("second relay on one spool: exit %d, %q; want a refusal naming the owner", code, out.String())
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -30,32 +32,41 @@ type relayOptions struct {
 	spoolMaxBytes   byteSize
 	syncMode        string
 	keyTTL          time.Duration
+	deadTTL         time.Duration
 	jwtSecretFile   string
 	shutdownTimeout time.Duration
 	databaseURL     string
 	batchSize       int
+	batchMaxRows    int
+	batchMaxBytes   byteSize
 	maxBackoff      time.Duration
 	dbMaxConns      int
+	pprof           bool
 	log             logFlags
 }
 
 func (o *relayOptions) register(fs *flag.FlagSet) {
 	o.maxBody = 64 << 10
 	o.spoolMaxBytes = 1 << 30
+	o.batchMaxBytes = 4 << 20
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:7070", "address to serve producers on; a non-loopback address needs --service-jwt-secret-file")
 	fs.StringVar(&o.opsListen, "ops-listen", "", "extra address serving only /healthz, /readyz and /metrics, for probes and scrapers when --listen is loopback (e.g. 0.0.0.0:7071)")
 	fs.StringVar(&o.spoolPath, "spool", "./data/spool.db", "path of the SQLite spool file (created if missing)")
 	fs.StringVar(&o.producer, "producer", "", "logical producing service that scopes idempotency keys, the same on every replica (required)")
 	fs.Var(&o.maxBody, "max-body", "largest request body accepted (413 above it)")
-	fs.Var(&o.spoolMaxBytes, "spool-max-bytes", "live data the spool may hold; past it new events get 503 + Retry-After")
+	fs.Var(&o.spoolMaxBytes, "spool-max-bytes", "payload bytes of events awaiting Postgres the spool may hold; past it new events get 503 + Retry-After (forwarded keys and dead rows do not count)")
 	fs.StringVar(&o.syncMode, "sync", "full", "SQLite synchronous mode: full (survives power loss) or normal (survives a crash of the relay)")
 	fs.DurationVar(&o.keyTTL, "key-ttl", 24*time.Hour, "how long forwarded keys are kept to answer retries as duplicates")
+	fs.DurationVar(&o.deadTTL, "dead-ttl", 7*24*time.Hour, "how long dead rows (refused by Postgres, or in conflict there) are kept for inspection and requeue")
 	fs.StringVar(&o.jwtSecretFile, "service-jwt-secret-file", "", "file holding the HS256 secret of service tokens; when set, every event needs a bearer token with scope push:emit")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight and the final forward")
 	fs.StringVar(&o.databaseURL, "database-url", "", "Postgres URL to forward the spool to; without it the relay only spools")
 	fs.IntVar(&o.batchSize, "batch-size", 500, "most events forwarded in one Postgres transaction")
+	fs.IntVar(&o.batchMaxRows, "batch-max-rows", 5000, "most notifications (recipients summed over events) in one Postgres transaction; an event with more goes alone")
+	fs.Var(&o.batchMaxBytes, "batch-max-bytes", "most event bytes in one Postgres transaction; an event with more goes alone")
 	fs.DurationVar(&o.maxBackoff, "max-backoff", 5*time.Second, "longest wait between forwarding retries while Postgres is unreachable")
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", 2, "Postgres connections the forwarder may open; each carries one batch in flight")
+	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --ops-listen (never on the ingest address)")
 	o.log.register(fs)
 }
 
@@ -83,15 +94,37 @@ type runningRelay struct {
 	opsAddr   string // "" without --ops-listen
 	log       *slog.Logger
 	spool     *spool.Spool
+	handler   *relay.Server
 	http      *httpService
 	ops       *httpService // nil without --ops-listen
 	forwarder *sync.Forwarder
 	pool      *pgxpool.Pool
 }
 
+// validate reports the first flag a user must fix.
+func (o relayOptions) validate() error {
+	switch {
+	case o.producer == "":
+		return errors.New("--producer is required: name the logical service this relay serves (for example --producer billing); it scopes idempotency keys and must be the same on every replica")
+	case o.maxBody < 1:
+		return errors.New("--max-body must be at least 1 byte")
+	case o.spoolMaxBytes < o.maxBody:
+		return fmt.Errorf("--spool-max-bytes %s is below --max-body %s: not even one event would fit", formatBytes(int64(o.spoolMaxBytes)), formatBytes(int64(o.maxBody)))
+	case o.keyTTL < 0 || o.deadTTL < 0 || o.shutdownTimeout < 0 || o.maxBackoff < 0:
+		return errors.New("--key-ttl, --dead-ttl, --shutdown-timeout and --max-backoff must not be negative")
+	case o.batchSize < 1 || o.batchMaxRows < 1 || o.batchMaxBytes < 1:
+		return errors.New("--batch-size, --batch-max-rows and --batch-max-bytes must be at least 1")
+	case o.dbMaxConns < 1:
+		return fmt.Errorf("--db-max-conns %d: want at least 1", o.dbMaxConns)
+	case o.pprof && o.opsListen == "":
+		return errors.New("--pprof needs --ops-listen: the profiler is never served on the ingest address")
+	}
+	return nil
+}
+
 func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runningRelay, error) {
-	if o.producer == "" {
-		return nil, errors.New("--producer is required: name the logical service this relay serves (for example --producer billing); it scopes idempotency keys and must be the same on every replica")
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
 	var verifier *auth.ServiceVerifier
 	if o.jwtSecretFile != "" {
@@ -112,13 +145,14 @@ func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runn
 		Sync:     spool.SyncMode(o.syncMode),
 		MaxBytes: int64(o.spoolMaxBytes),
 		KeyTTL:   o.keyTTL,
+		DeadTTL:  o.deadTTL,
 		Logger:   logger,
 		OnCommit: spoolMetrics.ObserveCommit,
 	})
 	if err != nil {
 		return nil, err
 	}
-	spoolMetrics.SetSpool(sp)
+	spoolMetrics.SetSpool(sp, int64(o.spoolMaxBytes))
 	handler, err := relay.New(relay.Config{
 		Producer: o.producer,
 		Spool:    sp,
@@ -158,13 +192,18 @@ func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runn
 		addr:      ln.Addr().String(),
 		log:       logger.With("component", "relay"),
 		spool:     sp,
+		handler:   handler,
 		http:      serveHTTP(ln, handler, logger),
 		forwarder: forwarder,
 		pool:      pool,
 	}
 	if opsLn != nil {
-		r.ops, r.opsAddr = serveHTTP(opsLn, handler.Ops(), logger), opsLn.Addr().String()
-		r.log.Info("serving health and metrics", "addr", opsLn.Addr().String())
+		var ops http.Handler = handler.Ops()
+		if o.pprof {
+			ops = withProfiler(ops)
+		}
+		r.ops, r.opsAddr = serveHTTP(opsLn, ops, logger), opsLn.Addr().String()
+		r.log.Info("serving health and metrics", "addr", opsLn.Addr().String(), "pprof", o.pprof)
 	}
 	r.log.Info("relay listening", "addr", r.addr, "producer", o.producer, "spool", o.spoolPath, "sync", o.syncMode, "auth", verifier != nil)
 	if forwarder != nil {
@@ -194,10 +233,8 @@ func (r *runningRelay) shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	r.log.Info("relay shutting down")
+	r.handler.Drain() // probes see 503 from now on, on the ops listener until the end
 	errShutdown := r.http.stop(ctx)
-	if r.ops != nil {
-		errShutdown = errors.Join(errShutdown, r.ops.stop(ctx))
-	}
 	if r.forwarder != nil {
 		// The final forward may use what is left, but the spool's reserve, so
 		// that a hanging Postgres cannot eat the time the spool needs.
@@ -212,6 +249,9 @@ func (r *runningRelay) shutdown(timeout time.Duration) error {
 	sctx, scancel := context.WithDeadline(context.Background(), later(deadline, time.Now().Add(spoolCloseReserve)))
 	defer scancel()
 	errSpool := r.spool.Close(sctx)
+	if r.ops != nil {
+		errShutdown = errors.Join(errShutdown, r.ops.stop(sctx))
+	}
 	if err := errors.Join(errShutdown, errSpool); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
@@ -230,21 +270,20 @@ func later(a, b time.Time) time.Time {
 const faultEnv = "SPOOLCAST_TEST_FAULT"
 
 func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, logger *slog.Logger) (*pgxpool.Pool, *sync.Forwarder, error) {
-	if o.dbMaxConns < 1 {
-		return nil, nil, fmt.Errorf("--db-max-conns %d: want at least 1", o.dbMaxConns)
-	}
-	pool, err := pgpool.New(context.Background(), o.databaseURL, o.dbMaxConns)
+	pool, err := pgpool.New(context.Background(), pgpool.Config{URL: o.databaseURL, MaxConns: o.dbMaxConns})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--database-url: %w", err)
 	}
 	fcfg := sync.ForwarderConfig{
-		Spool:      sp,
-		DB:         pool,
-		BatchSize:  o.batchSize,
-		Workers:    o.dbMaxConns, // one batch in flight per connection
-		MaxBackoff: o.maxBackoff,
-		Metrics:    sync.NewMetrics(reg),
-		Logger:     logger,
+		Spool:           sp,
+		DB:              pool,
+		BatchSize:       o.batchSize,
+		BatchRecipients: o.batchMaxRows,
+		BatchBytes:      int64(o.batchMaxBytes),
+		Workers:         o.dbMaxConns, // one batch in flight per connection
+		MaxBackoff:      o.maxBackoff,
+		Metrics:         sync.NewMetrics(reg),
+		Logger:          logger,
 	}
 	if os.Getenv(faultEnv) == "exit-after-ingest" {
 		fcfg.AfterIngest = func() {
@@ -274,4 +313,16 @@ func isLoopback(listen string) bool {
 
 func sampleCurl(addr string) string {
 	return fmt.Sprintf(`curl -si http://%s/v1/events -H 'Content-Type: application/json' -d '{"idempotency_key":"demo:1","type":"demo.hello","recipients":["u_123"],"title":"Hello from spoolcast"}'`, addr)
+}
+
+// withProfiler serves Go's profiler under /debug/pprof/ beside h.
+func withProfiler(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/", h)
+	return mux
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -42,5 +43,29 @@ func TestFirstSignalDrainsAndSecondExitsAtOnce(t *testing.T) {
 	}
 	if code := p.ExitCode(); code != 130 {
 		t.Errorf("exit code %d after a second signal, want 130", code)
+	}
+}
+
+func TestClosingTheTerminalStopsGracefully(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the relay as a subprocess")
+	}
+	addr := proctest.FreeAddr(t)
+	spool := filepath.Join(t.TempDir(), "spool.db")
+	p := proctest.Start(t, nil, "relay", "--producer", "p", "--listen", addr, "--spool", spool)
+	p.WaitHealthy("http://" + addr)
+	p.Signal(syscall.SIGHUP)
+	select {
+	case <-p.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("SIGHUP did not stop the relay")
+	}
+	if code := p.ExitCode(); code != 0 {
+		t.Errorf("exit code %d after SIGHUP, want 0 (a clean stop)", code)
+	}
+	if _, err := os.Stat(spool + "-wal"); err == nil {
+		if fi, _ := os.Stat(spool + "-wal"); fi.Size() != 0 {
+			t.Errorf("the WAL holds %d bytes after SIGHUP: the spool was not closed cleanly", fi.Size())
+		}
 	}
 }

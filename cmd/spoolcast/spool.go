@@ -29,7 +29,7 @@ func spoolCommand() (*flag.FlagSet, runFunc) {
 	flagUsage := fs.Usage
 	fs.Usage = func() {
 		flagUsage()
-		fmt.Fprint(fs.Output(), "\nSubcommands:\n  stats    depth, oldest pending age, rows, dead rows and bytes\n  ls       rows: key, producer, received_at, forwarded_at, attempts, dead_reason\n  requeue  with --dead: put dead rows back in the forwarding queue (safe beside a running relay)\n")
+		fmt.Fprint(fs.Output(), "\nSubcommands:\n  stats    pending events and bytes, oldest pending age, kept keys, dead rows, file size\n  ls       rows: key, producer, received_at, forwarded_at, attempts, dead_reason\n  requeue  with --dead: put dead rows back in the forwarding queue (safe beside a running relay)\n")
 	}
 	return fs, func(ctx context.Context, args []string) error {
 		if len(args) != 1 {
@@ -83,16 +83,15 @@ func printStats(ctx context.Context, r *spool.Reader, asJSON bool) error {
 		}{st, st.OldestPendingAge.Seconds()})
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "pending\t%d\n", st.Pending)
+	fmt.Fprintf(tw, "pending\t%d events, %d bytes (the limit counts these)\n", st.Pending, st.PendingBytes)
 	if st.Pending > 0 {
 		fmt.Fprintf(tw, "oldest pending age\t%s (received %s)\n", st.OldestPendingAge.Round(time.Millisecond), st.OldestPending.UTC().Format(time.RFC3339))
 	} else {
 		fmt.Fprintf(tw, "oldest pending age\t0s\n")
 	}
-	fmt.Fprintf(tw, "rows\t%d\n", st.Rows)
-	fmt.Fprintf(tw, "dead\t%d\n", st.Dead)
+	fmt.Fprintf(tw, "kept keys\t%d (forwarded, kept to answer retries)\n", st.KeptKeys)
+	fmt.Fprintf(tw, "dead\t%d rows, %d bytes (spoolcast spool ls --dead)\n", st.Dead, st.DeadBytes)
 	fmt.Fprintf(tw, "file bytes\t%d\n", st.FileBytes)
-	fmt.Fprintf(tw, "used bytes\t%d\n", st.UsedBytes)
 	return tw.Flush()
 }
 

@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -38,6 +39,11 @@ func Decode(r *http.Request, maxBody int64) (ev event.Event, p *problem.Problem)
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			return fail(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large", fmt.Sprintf("the body exceeds the limit of %d bytes", maxBody), "")
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The server's read deadline passed mid-body: the client was slow,
+			// the request is fine. Retryable, unlike a malformed body.
+			return fail(http.StatusRequestTimeout, "request-timeout", "Request timeout", "the body did not arrive in time; retry with the same key", "")
 		}
 		return fail(http.StatusBadRequest, "malformed-event", "Malformed event", "reading the body: "+err.Error(), "")
 	}

@@ -9,7 +9,7 @@ package relay
 import (
 	"cmp"
 	"context"
-		"errors"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"

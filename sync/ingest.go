@@ -181,10 +181,10 @@ func ingest(ctx context.Context, db DB, items []Item, notify bool) ([]Result, er
 // event's columns, one per recipient for the recipients.
 type ingestArgs struct {
 	eventKey, producer, producerKey, typ, category, title, body, data, runID []string
-	hash                                                                    [][]byte
-	received                                                                []*time.Time
-	rcptEvent                                                               []int64
-	rcptUser                                                                []string
+	hash                                                                     [][]byte
+	received                                                                 []*time.Time
+	rcptEvent                                                                []int64
+	rcptUser                                                                 []string
 }
 
 func (a *ingestArgs) addEvent(it Item, eventKey string, hash []byte) {

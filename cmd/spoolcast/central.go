@@ -24,15 +24,15 @@ import (
 
 // centralOptions are central's flags.
 type centralOptions struct {
-	listen          string
-	databaseURL     string
-	oidcIssuer      string
-	oidcAudience    string
-	jwksURL         string
-	userClaim       string
-	rolesClaim      string
-	adminRole       string
-	jwtSecretFile   string
+	listen             string
+	databaseURL        string
+	oidcIssuer         string
+	oidcAudience       string
+	jwksURL            string
+	userClaim          string
+	rolesClaim         string
+	adminRole          string
+	jwtSecretFile      string
 	minAppVersion      string
 	dbMaxConns         int
 	dbConnectTimeout   time.Duration

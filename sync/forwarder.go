@@ -214,11 +214,12 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 		}
 		// Batches the workers gave up on are still pending: start from the top.
 		var after int64
+		var acks batchAcks
 		for ctx.Err() == nil {
 			batch, err := f.cfg.Spool.NextBatch(ctx, after, f.limit())
 			if err == nil && len(batch) > 0 {
 				chunk := len(batch)
-				_, err = f.forward(ctx, batch, &f.acks, &chunk)
+				_, err = f.forward(ctx, batch, &acks, &chunk)
 				after = batch[len(batch)-1].Seq
 			}
 			if err != nil {
@@ -229,7 +230,7 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 				break
 			}
 		}
-		if !waitFor(ctx, &f.acks) && f.stopErr == nil {
+		if !waitFor(ctx, &acks.wg) && f.stopErr == nil {
 			f.stopErr = fmt.Errorf("final flush: acknowledgements: %w", ctx.Err())
 		}
 	})
@@ -284,13 +285,35 @@ func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
 	return batch, nil
 }
 
-// release ends a batch's time in flight, once its acknowledgements are in.
-func (f *Forwarder) release(acks *gosync.WaitGroup) {
-	f.acks.Go(func() {
-		acks.Wait()
+// batchAcks are the spool acknowledgements of one batch, running while its
+// worker moves on.
+type batchAcks struct {
+	wg      gosync.WaitGroup
+	started atomic.Bool
+}
+
+// Go runs an acknowledgement in the background.
+func (a *batchAcks) Go(fn func()) {
+	a.started.Store(true)
+	a.wg.Go(fn)
+}
+
+// release ends a batch's time in flight once its acknowledgements are in: at
+// once when nothing of it landed (a batch given back is then read again from
+// the top on the worker's next take).
+func (f *Forwarder) release(acks *batchAcks) {
+	done := func() {
 		f.mu.Lock()
 		f.inflight--
 		f.mu.Unlock()
+	}
+	if !acks.started.Load() {
+		done()
+		return
+	}
+	f.acks.Go(func() {
+		acks.wg.Wait()
+		done()
 	})
 }
 
@@ -332,7 +355,7 @@ func (f *Forwarder) idle(ctx context.Context) bool {
 // such refusal until something lands, so a refusal that repeats backs off to
 // MaxBackoff rather than restarting its search every MinBackoff.
 func (f *Forwarder) own(ctx context.Context, batch []spool.Record) {
-	var acks gosync.WaitGroup
+	var acks batchAcks
 	defer f.release(&acks)
 	chunk := len(batch)
 	for failures := 1; ; failures++ {
@@ -412,7 +435,7 @@ type refusal struct {
 // refused. A refusal of everything (a schema change, say) is an error to
 // retry, never a reason to bury every row. A statement that runs too long
 // halves *chunk for the next attempt.
-func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *gosync.WaitGroup, chunk *int) (map[int64]bool, error) {
+func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *batchAcks, chunk *int) (map[int64]bool, error) {
 	handled := map[int64]bool{}
 	rows := make([]spool.Record, 0, len(batch))
 	items := make([]Item, 0, len(batch))
@@ -492,7 +515,7 @@ func (f *Forwarder) atFault(seq int64, othersLanded bool) bool {
 // find the rows at fault. It returns the seqs that landed and the rows refused
 // on their own; err is a failure worth retrying as it is (errTooSlow when the
 // statement ran too long).
-func (f *Forwarder) send(ctx context.Context, rows []spool.Record, items []Item, acks *gosync.WaitGroup) (landed []int64, refused []refusal, err error) {
+func (f *Forwarder) send(ctx context.Context, rows []spool.Record, items []Item, acks *batchAcks) (landed []int64, refused []refusal, err error) {
 	if len(rows) == 0 {
 		return nil, nil, nil
 	}

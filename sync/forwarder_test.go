@@ -388,6 +388,8 @@ func TestRowsPostgresRefusesAreSetAsideWithoutHoldingUpTheRest(t *testing.T) {
 			h.claim("nul", []byte(`{"idempotency_key":"nul","type":"t","category":"c","recipients":["u1"],"data":{"a":"\u0000"}}`))
 		case 13: // a damaged row
 			h.claim("garbage", []byte(`not json`))
+		case 17: // an old relay's payload that breaks today's rules: no recipients
+			h.claim("nobody", []byte(`{"idempotency_key":"nobody","type":"t","category":"c","recipients":[]}`))
 		default:
 			ev := mustEvent(t, fmt.Sprintf("good-%d", i), "u1")
 			h.claim(ev.IdempotencyKey, ev.Canonical())
@@ -398,18 +400,23 @@ func TestRowsPostgresRefusesAreSetAsideWithoutHoldingUpTheRest(t *testing.T) {
 	if err := f.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, h.pool, "SELECT count(*) FROM notifications"); n != 18 {
-		t.Errorf("notifications = %d, want the 18 good events", n)
+	if n := count(t, h.pool, "SELECT count(*) FROM notifications"); n != 17 {
+		t.Errorf("notifications = %d, want the 17 good events", n)
 	}
 	dead, err := h.sp.List(context.Background(), spool.DeadRows, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dead) != 2 || dead[0].Key != "nul" || dead[1].Key != "garbage" || dead[0].DeadReason == "" {
-		t.Errorf("dead rows = %+v; want nul and garbage with reasons", dead)
+	reasons := map[string]string{}
+	for _, d := range dead {
+		reasons[d.Key] = d.DeadReason
 	}
-	if got := metricValue(t, h.reg, "spoolcast_sync_dead_total"); got != 2 {
-		t.Errorf("spoolcast_sync_dead_total = %v, want 2", got)
+	if len(dead) != 3 || !strings.HasPrefix(reasons["nul"], "refused: ") || !strings.HasPrefix(reasons["garbage"], "invalid: ") ||
+		!strings.HasPrefix(reasons["nobody"], "invalid: ") || !strings.Contains(reasons["nobody"], "recipient") {
+		t.Errorf("dead rows = %v; want nul refused, garbage and nobody invalid, with reasons", reasons)
+	}
+	if got := metricValue(t, h.reg, "spoolcast_sync_dead_total"); got != 3 {
+		t.Errorf("spoolcast_sync_dead_total = %v, want 3", got)
 	}
 }
 
@@ -430,29 +437,6 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
-}
-
-func TestARefusalOfEveryRowIsRetriedNotBuried(t *testing.T) {
-	t.Parallel()
-	h := newInProcess(t)
-	for i := range 3 {
-		h.claim(fmt.Sprintf("nul-%d", i), fmt.Appendf(nil, `{"idempotency_key":"nul-%d","type":"t","category":"c","recipients":["u1"],"data":{"a":"\u0000"}}`, i))
-	}
-	h.start(sync.ForwarderConfig{Workers: 1, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
-	waitFor(t, "retries", 10*time.Second, func() bool { return metricValue(t, h.reg, "spoolcast_sync_errors_total") >= 3 })
-	if dead, _ := h.sp.List(context.Background(), spool.DeadRows, 0); len(dead) != 0 {
-		t.Fatalf("%d rows buried although Postgres took nothing at all: that may be Postgres's fault", len(dead))
-	}
-	// Once Postgres is seen to take other rows, the refused ones are the rows' fault.
-	good := mustEvent(t, "good", "u1")
-	h.claim(good.IdempotencyKey, good.Canonical())
-	h.waitDrained(20 * time.Second)
-	if dead, _ := h.sp.List(context.Background(), spool.DeadRows, 0); len(dead) != 3 {
-		t.Errorf("dead rows = %d, want the 3 refused", len(dead))
-	}
-	if n := count(t, h.pool, "SELECT count(*) FROM notifications"); n != 1 {
-		t.Errorf("notifications = %d, want 1", n)
-	}
 }
 
 func TestShutdownForwardsTheBacklog(t *testing.T) {
@@ -476,4 +460,98 @@ func TestShutdownForwardsTheBacklog(t *testing.T) {
 	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 200 {
 		t.Errorf("notifications = %d, want 200", n)
 	}
+}
+
+func TestAConflictFoundInPostgresAfterA202IsADeadRow(t *testing.T) {
+	t.Parallel()
+	first := newInProcess(t)
+	// A second relay of the same producer, with its own spool, on the same database.
+	second := &inProcess{t: t, pool: first.pool, reg: prometheus.NewRegistry()}
+	var err error
+	if second.sp, err = spool.Open(context.Background(), spool.Config{Path: filepath.Join(t.TempDir(), "b.db"), Logger: slog.New(slog.DiscardHandler)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { second.sp.Close(context.Background()) })
+	a := mustEvent(t, "invoice:7", "u1")
+	b := mustEvent(t, "invoice:7", "u2") // the same key, another request
+	first.claim(a.IdempotencyKey, a.Canonical())
+	second.claim(b.IdempotencyKey, b.Canonical())
+	first.start(sync.ForwarderConfig{})
+	first.waitDrained(30 * time.Second)
+	second.start(sync.ForwarderConfig{})
+	second.waitDrained(30 * time.Second)
+	waitFor(t, "the conflict to be set aside", 30*time.Second, func() bool {
+		dead, _ := second.sp.List(context.Background(), spool.DeadRows, 0)
+		return len(dead) == 1
+	})
+	dead, _ := second.sp.List(context.Background(), spool.DeadRows, 0)
+	if !strings.HasPrefix(dead[0].DeadReason, "conflict: ") || string(dead[0].Payload) != string(b.Canonical()) {
+		t.Errorf("dead row = %q with payload %s; want a conflict keeping the second request", dead[0].DeadReason, dead[0].Payload)
+	}
+	if n := count(t, first.pool, "SELECT count(*) FROM notifications WHERE user_id = 'u2'"); n != 0 {
+		t.Errorf("the conflicting request wrote %d notifications", n)
+	}
+	if got := metricValue(t, second.reg, "spoolcast_sync_dead_total"); got != 1 {
+		t.Errorf("spoolcast_sync_dead_total = %v, want 1 (reason conflict)", got)
+	}
+	if st, _ := second.sp.Stats(context.Background()); st.Pending != 0 || st.KeptKeys != 0 || st.Dead != 1 {
+		t.Errorf("second spool = %+v; want the event dead, not acknowledged", st)
+	}
+}
+
+// TestTheWorstLegalInputLandsInBoundedMemory posts the largest events the
+// relay accepts, 64 KiB with 1,000 recipients each, and checks the relay's
+// peak resident memory stays under the 256 MiB of the sidecar manifest.
+func TestTheWorstLegalInputLandsInBoundedMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the relay as a subprocess")
+	}
+	t.Parallel()
+	dbURL := pgtest.DB(t)
+	pool := connect(t, dbURL)
+	r := startRelay(t, dbURL, filepath.Join(t.TempDir(), "spool.db"))
+	const events, recipients = 24, 1000
+	bodies := make(chan string, events)
+	for i := range events {
+		bodies <- largestEvent(t, fmt.Sprintf("big:%d", i), recipients)
+	}
+	close(bodies)
+	var wg gosync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for body := range bodies {
+				r.mustPost(t, body)
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, "every notification to land", 120*time.Second, func() bool {
+		return count(t, pool, "SELECT count(*) FROM notifications") == events*recipients
+	})
+	peak, err := r.PeakRSS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("relay peak RSS after %d events of 64 KiB × %d recipients: %.1f MiB", events, recipients, float64(peak)/(1<<20))
+	if peak > 256<<20 {
+		t.Errorf("relay peak RSS %.1f MiB; want under 256 MiB", float64(peak)/(1<<20))
+	}
+	r.Stop()
+}
+
+// largestEvent returns an event just under the 64 KiB body limit with n recipients.
+func largestEvent(t *testing.T, key string, n int) string {
+	t.Helper()
+	to := make([]string, n)
+	for i := range to {
+		to[i] = fmt.Sprintf("user_%05d", i)
+	}
+	rcpt, _ := json.Marshal(to)
+	head := fmt.Sprintf(`{"idempotency_key":%q,"type":"report.ready","category":"reports","recipients":%s,"title":"Report","data":{"blob":"`, key, rcpt)
+	tail := `"}}`
+	fill := make([]byte, 64<<10-len(head)-len(tail))
+	for i := range fill {
+		fill[i] = "abcdefghijklmnopqrstuvwxyz0123456789"[(i*7+len(key))%36]
+	}
+	return head + string(fill) + tail
 }

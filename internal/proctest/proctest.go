@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -146,6 +148,22 @@ func (p *Process) Stop() {
 // Signal sends sig to the process.
 func (p *Process) Signal(sig os.Signal) {
 	_ = p.cmd.Process.Signal(sig)
+}
+
+// PeakRSS returns the most resident memory the running process has used so
+// far (VmHWM), in bytes.
+func (p *Process) PeakRSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", p.cmd.Process.Pid)
 }
 
 // ExitCode is the exit status once Done is closed (-1 when killed by a signal).

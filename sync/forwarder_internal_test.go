@@ -203,10 +203,10 @@ func TestWhatCountsAsRefusedForGood(t *testing.T) {
 		err  error
 		good bool
 	}{
-		{&pgconn.PgError{Code: "22P05"}, true},  // data exception
-		{&pgconn.PgError{Code: "23505"}, true},  // every claim uses ON CONFLICT: no race makes this
-		{&pgconn.PgError{Code: "23503"}, true},  // foreign key
-		{&pgconn.PgError{Code: "54000"}, true},  // program limit
+		{&pgconn.PgError{Code: "22P05"}, true}, // data exception
+		{&pgconn.PgError{Code: "23505"}, true}, // every claim uses ON CONFLICT: no race makes this
+		{&pgconn.PgError{Code: "23503"}, true}, // foreign key
+		{&pgconn.PgError{Code: "54000"}, true}, // program limit
 		{fmt.Errorf("ingest: %w", errors.New("message body too large")), true},
 		{&pgconn.PgError{Code: "57014"}, false}, // statement timeout: split, never bury
 		{&pgconn.PgError{Code: "42P01"}, false}, // a missing table: the schema, not the row

@@ -1,12 +1,14 @@
 package central_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -27,7 +29,9 @@ import (
 	"github.com/spoolcast/spoolcast/docs"
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/oidctest"
+	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/sync"
 )
 
@@ -48,15 +52,20 @@ type harness struct {
 type options struct {
 	versions      *apiversion.Registry
 	minAppVersion string
+	pool          *pgxpool.Pool // default a pool on a fresh test database
+	dbTimeout     time.Duration
 }
 
 func newHarness(t *testing.T, o options) *harness {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), pgtest.DB(t))
-	if err != nil {
-		t.Fatal(err)
+	pool := o.pool
+	if pool == nil {
+		var err error
+		if pool, err = pgxpool.New(context.Background(), pgtest.DB(t)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
 	}
-	t.Cleanup(pool.Close)
 	iss := oidctest.New(t)
 	users, err := auth.NewUserVerifier(auth.UserVerifierConfig{JWKSURL: iss.JWKSURL(), Issuer: iss.URL(), Audience: oidctest.Audience, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -64,7 +73,7 @@ func newHarness(t *testing.T, o options) *harness {
 	}
 	t.Cleanup(users.Close)
 	services, _ := auth.NewServiceVerifier(serviceSecret)
-	cfg := central.Config{DB: pool, Users: users, Services: services, Versions: o.versions, OpenAPI: docs.OpenAPI, Logger: slog.New(slog.DiscardHandler)}
+	cfg := central.Config{DB: pool, DBTimeout: o.dbTimeout, Users: users, Services: services, Versions: o.versions, OpenAPI: docs.OpenAPI, Logger: slog.New(slog.DiscardHandler)}
 	if o.minAppVersion != "" {
 		cfg.MinAppVersion, _ = apiversion.ParseAppVersion(o.minAppVersion)
 	}
@@ -485,5 +494,119 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 	r := h.request(http.MethodGet, "/metrics", "", "")
 	if !bytes.Contains(r.raw, []byte(`spoolcast_central_requests_total{code="200",route="GET /v1/notifications"} 1`)) {
 		t.Errorf("metrics lack the feed request:\n%s", r.raw)
+	}
+}
+
+func TestAHungPostgresIsA503WithinSeconds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and freezes a Postgres of its own")
+	}
+	t.Parallel()
+	cluster := pgtest.Cluster(t)
+	if _, err := migrations.Up(context.Background(), cluster.URL, nil); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgpool.New(context.Background(), pgpool.Config{URL: cluster.URL, MaxConns: 4, ConnectTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	h := newHarness(t, options{pool: pool, dbTimeout: time.Second})
+	token := h.iss.Token("alice")
+	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Minute)
+	if r := h.request(http.MethodGet, "/v1/notifications", token, ""); r.status != http.StatusOK {
+		t.Fatalf("feed before the freeze = %d", r.status)
+	}
+	thaw, err := cluster.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(thaw)
+	client := &http.Client{Timeout: 15 * time.Second}
+	for _, tc := range []struct {
+		name string
+		req  func() *http.Request
+	}{
+		{"the feed", func() *http.Request {
+			req, _ := http.NewRequest(http.MethodGet, h.url+"/v1/notifications", nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			return req
+		}},
+		{"the internal ingress", func() *http.Request {
+			req, _ := http.NewRequest(http.MethodPost, h.url+"/internal/v1/events", strings.NewReader(`{"idempotency_key":"hung","type":"t","recipients":["alice"]}`))
+			req.Header.Set("Authorization", "Bearer "+emit)
+			req.Header.Set("Content-Type", "application/json")
+			return req
+		}},
+		{"readiness", func() *http.Request {
+			req, _ := http.NewRequest(http.MethodGet, h.url+"/readyz", nil)
+			return req
+		}},
+	} {
+		start := time.Now()
+		resp, err := client.Do(tc.req())
+		if err != nil {
+			t.Errorf("%s with Postgres hung: no answer: %v", tc.name, err)
+			continue
+		}
+		resp.Body.Close()
+		t.Logf("%s with Postgres hung: %d after %s", tc.name, resp.StatusCode, time.Since(start).Round(time.Millisecond))
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s with Postgres hung = %d; want 503 with Retry-After", tc.name, resp.StatusCode)
+		}
+	}
+	thaw()
+	waitOK := time.Now().Add(30 * time.Second)
+	for {
+		r := h.request(http.MethodGet, "/v1/notifications", token, "")
+		if r.status == http.StatusOK {
+			break
+		}
+		if time.Now().After(waitOK) {
+			t.Fatalf("feed after the thaw = %d", r.status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestInternalIngressAnswersAHalfClosedRequest(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{})
+	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Minute)
+	const n = 50
+	statuses := make(chan int, n)
+	for i := range n {
+		go func() {
+			body := fmt.Sprintf(`{"idempotency_key":"half-%d","type":"t","recipients":["alice"]}`, i)
+			conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST /internal/v1/events HTTP/1.1\r\nHost: central\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", emit, len(body), body)
+			conn.(*net.TCPConn).CloseWrite()
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !bytes.Contains(raw, []byte(`"accepted"`)) {
+				statuses <- -resp.StatusCode
+				return
+			}
+			statuses <- resp.StatusCode
+		}()
+	}
+	for range n {
+		if s := <-statuses; s != http.StatusAccepted {
+			t.Errorf("half-closed internal ingest answered %d; want 202 with its body", s)
+		}
+	}
+	var stored int
+	if err := h.pool.QueryRow(context.Background(), `SELECT count(*) FROM notifications WHERE user_id = 'alice'`).Scan(&stored); err != nil || stored != n {
+		t.Errorf("notifications = %d (%v), want %d", stored, err, n)
 	}
 }

@@ -145,6 +145,49 @@ func (c *Cluster) Stop() error {
 	return nil
 }
 
+// Freeze stops every process of the running server with SIGSTOP, as a hung
+// host or a stalled disk would: connections open but nothing answers. The
+// returned function resumes them (SIGCONT).
+func (c *Cluster) Freeze() (thaw func(), err error) {
+	b, err := os.ReadFile(filepath.Join(c.cfg.Dir, "data", "postmaster.pid"))
+	if err != nil {
+		return nil, fmt.Errorf("freeze: %w", err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	postmaster, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return nil, fmt.Errorf("freeze: postmaster.pid: %w", err)
+	}
+	pids := []int{postmaster}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, stat := range stats {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces, so read after ")".
+		_, rest, ok := strings.Cut(string(b), ") ")
+		fields := strings.Fields(rest)
+		if !ok || len(fields) < 2 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(fields[1]); ppid == postmaster {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(stat)))
+			pids = append(pids, pid)
+		}
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return nil, fmt.Errorf("freeze %d: %w", pid, err)
+		}
+	}
+	return func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}, nil
+}
+
 // Restart starts a stopped cluster again on the same port.
 func (c *Cluster) Restart(ctx context.Context) error {
 	_, err := Start(ctx, c.cfg)

@@ -6,15 +6,18 @@ BIN       ?= bin/spoolcast
 .PHONY: run build test lint bench fuzz clean
 
 ## run: the whole pipeline locally (Postgres under ./data/pg, migrations, relay + forwarder); Ctrl-C stops it
+## (installs PostgreSQL with apt-get when missing, unless DATABASE_URL names one)
 run: build
+	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql
 	./$(BIN) dev
 
 ## build: build the spoolcast binary into bin/
 build:
 	$(GO) build -o $(BIN) ./cmd/spoolcast
 
-## test: vet, then every test with the race detector
+## test: vet, then every test with the race detector (installs PostgreSQL and PgBouncer with apt-get when missing)
 test:
+	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql pgbouncer
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 

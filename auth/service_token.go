@@ -107,7 +107,8 @@ func (v *ServiceVerifier) Authorize(r *http.Request, scope string) (ServiceClaim
 	return claims, nil
 }
 
-// SignServiceToken mints an HS256 service token, for tests, tools and the dev stack.
+// SignServiceToken mints an HS256 service token: what a sibling service sends
+// to /internal routes, and what central sends to the services it calls.
 func SignServiceToken(secret []byte, subject string, scopes []string, ttl time.Duration) (string, error) {
 	now := time.Now()
 	claims := serviceClaims{

@@ -26,6 +26,7 @@ import (
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/central"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/devauth"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
 )
@@ -104,7 +105,7 @@ func run(rows, iterations, offsetIters int, adminURL string) error {
 	}
 	fmt.Fprintf(os.Stderr, "loaded %d rows for the measured user in %s\n", deep, time.Since(start).Round(time.Second))
 
-	issuer, err := auth.LoadDevIssuer(filepath.Join(tmp, "key.pem"), "feedbench", "spoolcast")
+	issuer, err := devauth.LoadIssuer(filepath.Join(tmp, "key.pem"), "feedbench", "spoolcast")
 	if err != nil {
 		return err
 	}

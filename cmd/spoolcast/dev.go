@@ -12,10 +12,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/internal/devauth"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
 )
@@ -78,6 +81,13 @@ func overrideDefault(fs *flag.FlagSet, name, value, usage string) {
 }
 
 func runDev(ctx context.Context, o relayOptions, co centralOptions, dataDir, keyPath, secretPath string, logger *slog.Logger) error {
+	// One dev stack per data directory: a second one would share its spool
+	// and Postgres. Refuse before touching either.
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	if o.spoolPath == "" {
 		o.spoolPath = filepath.Join(dataDir, "spool.db")
 	}
@@ -90,18 +100,22 @@ func runDev(ctx context.Context, o relayOptions, co centralOptions, dataDir, key
 		if err != nil {
 			return fmt.Errorf("start local Postgres: %w", err)
 		}
-		defer func() {
-			logger.Info("stopping local Postgres")
-			if err := cluster.Stop(); err != nil {
-				logger.Error("stop local Postgres", "err", err)
-			}
-		}()
+		if cluster.Started {
+			defer func() {
+				logger.Info("stopping local Postgres")
+				if err := cluster.Stop(); err != nil {
+					logger.Error("stop local Postgres", "err", err)
+				}
+			}()
+		} else {
+			logger.Warn("local Postgres was already running (left by an earlier run); using it, and leaving it running", "dir", filepath.Join(dataDir, "pg"))
+		}
 		o.databaseURL = cluster.URL
 	}
 	if _, err := migrations.Up(ctx, o.databaseURL, logger); err != nil {
 		return err
 	}
-	issuer, err := auth.LoadDevIssuer(keyPath, devIssuer, devAudience)
+	issuer, err := devauth.LoadIssuer(keyPath, devIssuer, devAudience)
 	if err != nil {
 		return err
 	}
@@ -145,6 +159,26 @@ Read u_123's feed (mint other tokens with: spoolcast dev token --user NAME [--ad
 	return errors.Join(err, c.shutdown(timeout))
 }
 
+// lockDataDir takes the data directory for this process, or says who holds it.
+func lockDataDir(dataDir string) (*os.File, error) {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dataDir, "dev.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		return nil, fmt.Errorf("%s is in use by another spoolcast dev (pid %s); stop it first, or pass another --data-dir", dataDir, strings.TrimSpace(string(holder)))
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}
+
 // ensureDevSecret creates the dev stack's service-token secret if missing.
 func ensureDevSecret(path string) error {
 	if _, err := os.Stat(path); err == nil {
@@ -183,7 +217,7 @@ func printDevToken(keyPath, secretPath, user, service string, admin bool, ttl ti
 	case user == "":
 		return errors.New("dev token: --user NAME (or --service NAME) is required")
 	}
-	issuer, err := auth.LoadDevIssuer(keyPath, devIssuer, devAudience)
+	issuer, err := devauth.LoadIssuer(keyPath, devIssuer, devAudience)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/internal/devauth"
 )
 
 // Audience is the audience the issuer's tokens carry by default.
@@ -61,7 +61,7 @@ func (iss *Issuer) serveJWKS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	iss.mu.Lock()
-	var jwks []auth.JWK
+	var jwks []devauth.JWK
 	for kid, k := range iss.keys {
 		var pub any
 		switch key := k.(type) {
@@ -70,7 +70,7 @@ func (iss *Issuer) serveJWKS(w http.ResponseWriter, r *http.Request) {
 		case *ecdsa.PrivateKey:
 			pub = &key.PublicKey
 		}
-		jwk, err := auth.PublicJWK(kid, pub)
+		jwk, err := devauth.PublicJWK(kid, pub)
 		if err != nil {
 			iss.t.Error(err)
 		}
@@ -78,7 +78,7 @@ func (iss *Issuer) serveJWKS(w http.ResponseWriter, r *http.Request) {
 	}
 	iss.mu.Unlock()
 	w.Header().Set("Content-Type", "application/jwk-set+json")
-	_, _ = w.Write(auth.JWKSet(jwks...))
+	_, _ = w.Write(devauth.JWKSet(jwks...))
 }
 
 // AddRSAKey publishes a new RSA key and returns its kid.

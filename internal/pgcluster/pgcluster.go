@@ -45,6 +45,9 @@ type Cluster struct {
 	cred *syscall.Credential
 	// URL is the connection URL of the cluster's postgres database.
 	URL string
+	// Started is true when Start started the server, false when it found it
+	// already running (left by another process) and only connected to it.
+	Started bool
 }
 
 // FindBinaries returns the directory holding initdb and pg_ctl: PATH first, then
@@ -114,7 +117,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}
 	if c.running() {
-		// A server left by a run that did not stop cleanly: reuse it.
+		// A server left by a run that did not stop cleanly, or run by another
+		// process: use it, and leave stopping it to whoever started it.
 		c.URL = c.url()
 		return c, c.waitReady(ctx)
 	}
@@ -128,7 +132,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(dir, "data"), "-l", filepath.Join(dir, "postgres.log"), "-o", opts, "-w", "-t", "60", "start"); err != nil {
 		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, tail(filepath.Join(dir, "postgres.log")))
 	}
-	c.URL = c.url()
+	c.URL, c.Started = c.url(), true
 	return c, c.waitReady(ctx)
 }
 

@@ -169,6 +169,9 @@ func (p *Process) PeakRSS() (int64, error) {
 // ExitCode is the exit status once Done is closed (-1 when killed by a signal).
 func (p *Process) ExitCode() int { return p.cmd.ProcessState.ExitCode() }
 
+// Output returns what the process has printed so far.
+func (p *Process) Output() string { return p.output.String() }
+
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 

@@ -1,4 +1,8 @@
-package auth
+// Package devauth mints the tokens of the local dev stack: user tokens from a
+// signing key kept in a file, served as a JWKS, so that `spoolcast dev token`
+// in another process mints tokens the running stack accepts. Never for
+// production: there, an OIDC provider issues user tokens.
+package devauth
 
 import (
 	"crypto/ecdsa"
@@ -19,18 +23,16 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// DevIssuer is the local OIDC issuer of `spoolcast dev`: one ES256 key kept in
-// a file, so that `spoolcast dev token` in another process mints tokens the
-// running dev stack accepts. Never for production.
-type DevIssuer struct {
+// Issuer is the local OIDC issuer of `spoolcast dev`: one ES256 key kept in a file.
+type Issuer struct {
 	key      *ecdsa.PrivateKey
 	kid      string
 	Issuer   string
 	Audience string
 }
 
-// LoadDevIssuer reads the signing key at keyPath, creating it if missing.
-func LoadDevIssuer(keyPath, issuer, audience string) (*DevIssuer, error) {
+// LoadIssuer reads the signing key at keyPath, creating it if missing.
+func LoadIssuer(keyPath, issuer, audience string) (*Issuer, error) {
 	var key *ecdsa.PrivateKey
 	b, err := os.ReadFile(keyPath)
 	switch {
@@ -69,11 +71,11 @@ func LoadDevIssuer(keyPath, issuer, audience string) (*DevIssuer, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(pub)
-	return &DevIssuer{key: key, kid: base64.RawURLEncoding.EncodeToString(sum[:12]), Issuer: issuer, Audience: audience}, nil
+	return &Issuer{key: key, kid: base64.RawURLEncoding.EncodeToString(sum[:12]), Issuer: issuer, Audience: audience}, nil
 }
 
 // JWKS serves the issuer's public key set.
-func (d *DevIssuer) JWKS() http.Handler {
+func (d *Issuer) JWKS() http.Handler {
 	jwk, _ := PublicJWK(d.kid, &d.key.PublicKey)
 	doc := JWKSet(jwk)
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -83,7 +85,7 @@ func (d *DevIssuer) JWKS() http.Handler {
 }
 
 // Mint signs a user token valid for ttl.
-func (d *DevIssuer) Mint(user string, roles []string, ttl time.Duration) (string, error) {
+func (d *Issuer) Mint(user string, roles []string, ttl time.Duration) (string, error) {
 	now := time.Now()
 	claims := jwt.MapClaims{
 		"iss": d.Issuer, "aud": d.Audience, "sub": user,

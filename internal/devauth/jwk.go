@@ -1,4 +1,4 @@
-package auth
+package devauth
 
 import (
 	"crypto/ecdsa"

@@ -84,14 +84,12 @@ func Decode(body []byte, headerKey string) (Event, error) {
 	if !utf8.Valid(body) {
 		return Event{}, invalid(fieldAt(body, invalidUTF8At(body)), "is not valid UTF-8")
 	}
-	var ev Event
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ev); err != nil {
-		return Event{}, malformed(describeJSONError(err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Event{}, malformed("body holds more than one JSON value")
+	ev, ok := decodeFast(body)
+	if !ok {
+		var err error
+		if ev, err = decodeJSON(body); err != nil {
+			return Event{}, err
+		}
 	}
 	switch {
 	case headerKey != "" && ev.IdempotencyKey == "":
@@ -101,6 +99,21 @@ func Decode(body []byte, headerKey string) (Event, error) {
 	}
 	if err := ev.canonicalize(); err != nil {
 		return Event{}, err
+	}
+	return ev, nil
+}
+
+// decodeJSON reads an event body with encoding/json: any body decodeFast
+// gives up on, with encoding/json's view of what is wrong.
+func decodeJSON(body []byte) (Event, error) {
+	var ev Event
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ev); err != nil {
+		return Event{}, malformed(describeJSONError(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Event{}, malformed("body holds more than one JSON value")
 	}
 	return ev, nil
 }
@@ -229,6 +242,15 @@ func canonicalData(raw json.RawMessage) (json.RawMessage, error) {
 	if trimmed[0] != '{' {
 		return nil, invalid("data", "must be a JSON object")
 	}
+	if out, ok := canonicalDataFast(trimmed); ok {
+		return out, nil
+	}
+	return canonicalDataJSON(trimmed)
+}
+
+// canonicalDataJSON is canonicalData through encoding/json: for data
+// canonicalDataFast gives up on, with encoding/json's view of what is wrong.
+func canonicalDataJSON(trimmed []byte) (json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.UseNumber()
 	var v map[string]any
@@ -277,18 +299,29 @@ func storable(v any) error {
 			return invalid("data", "a string contains the NUL character")
 		}
 	case json.Number:
-		s := strings.ToLower(t.String())
-		if i := strings.IndexByte(s, 'e'); i >= 0 {
-			exp, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
-			if err != nil || exp > maxDataExponent || exp < -maxDataExponent {
-				return invalid("data", fmt.Sprintf("the number %s is out of range", t))
-			}
-		}
-		if len(s) > 1000 {
+		if len(t) > 1000 {
 			return invalid("data", "a number is longer than 1000 digits")
+		}
+		if !storableNumber(string(t)) {
+			return invalid("data", fmt.Sprintf("the number %s is out of range", t))
 		}
 	}
 	return nil
+}
+
+// storableNumber reports whether Postgres's numeric holds the JSON number s:
+// at most 1000 characters, an exponent within ±maxDataExponent.
+func storableNumber(s string) bool {
+	if len(s) > 1000 {
+		return false
+	}
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		exp, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
+		if err != nil || exp > maxDataExponent || exp < -maxDataExponent {
+			return false
+		}
+	}
+	return true
 }
 
 func depth(v any, d int) int {
@@ -309,7 +342,7 @@ func depth(v any, d int) int {
 // Canonical returns the event's canonical JSON encoding. For a decoded event it
 // is stable: the same request always yields the same bytes.
 func (ev Event) Canonical() []byte {
-	b, err := marshal(ev)
+	b, err := ev.appendCanonical(make([]byte, 0, 256))
 	if err != nil {
 		// Every field of a decoded event is plain text or already-valid JSON.
 		panic(fmt.Sprintf("event: canonical encoding: %v", err))

@@ -4,7 +4,6 @@
 package eventhttp
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/jsonenc"
 	"github.com/spoolcast/spoolcast/internal/problem"
 )
 
@@ -84,14 +84,29 @@ type Answer struct {
 	ReceivedAt     time.Time `json:"received_at"`
 }
 
-// WriteAnswer sends a 202 accepted or, with Idempotent-Replayed, a 200 duplicate.
+// WriteAnswer sends a 202 accepted or, with Idempotent-Replayed, a 200
+// duplicate. The body is built by hand: it is on every producer's hot path.
 func WriteAnswer(w http.ResponseWriter, a Answer) {
 	status := http.StatusAccepted
+	h := w.Header()
 	if a.Status == StatusDuplicate {
 		status = http.StatusOK
-		w.Header().Set("Idempotent-Replayed", "true")
+		h["Idempotent-Replayed"] = replayed
 	}
-	w.Header().Set("Content-Type", "application/json")
+	h["Content-Type"] = contentTypeJSON
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(a)
+	b := make([]byte, 0, 128+len(a.IdempotencyKey))
+	b = append(b, `{"status":`...)
+	b = jsonenc.AppendString(b, a.Status)
+	b = append(b, `,"idempotency_key":`...)
+	b = jsonenc.AppendString(b, a.IdempotencyKey)
+	b = append(b, `,"received_at":"`...)
+	b = a.ReceivedAt.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, "\"}\n"...)
+	_, _ = w.Write(b)
 }
+
+var (
+	replayed        = []string{"true"}
+	contentTypeJSON = []string{"application/json"}
+)

@@ -98,6 +98,7 @@ type result struct {
 	statuses map[int]int64
 	elapsed  time.Duration
 	p50, p99 time.Duration
+	walBytes int64 // the relay's WAL file when the run ended
 }
 
 func (r result) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
@@ -187,12 +188,15 @@ func run(cfg config) error {
 				profile = startProfile(cfg, opsAddr(addr), fmt.Sprintf("round%d-target%d.pprof", round+1, i))
 			}
 			res := load(tg.name, "http://"+addr+"/v1/events", tg.keys, cfg)
+			if fi, err := os.Stat(filepath.Join(tmp, "spool.db-wal")); err == nil && i > 0 {
+				res.walBytes = fi.Size()
+			}
 			if profile != nil {
 				profile()
 			}
 			stopServer(cmd)
-			fmt.Printf("  %-40s %8.0f req/s  p50 %-8s p99 %-8s non-2xx %d, errors %d\n", tg.name, res.rps(),
-				res.p50.Round(10*time.Microsecond), res.p99.Round(10*time.Microsecond), res.non2xx(), res.errors)
+			fmt.Printf("  %-40s %8.0f req/s  p50 %-8s p99 %-8s non-2xx %d, errors %d, WAL %d MB\n", tg.name, res.rps(),
+				res.p50.Round(10*time.Microsecond), res.p99.Round(10*time.Microsecond), res.non2xx(), res.errors, res.walBytes>>20)
 			all[i] = append(all[i], res)
 		}
 	}

@@ -2,6 +2,7 @@ package spool_test
 
 import (
 	"context"
+	"database/sql"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -15,11 +16,13 @@ import (
 	"github.com/spoolcast/spoolcast/spool"
 )
 
-// randomKey is a UUIDv4-sized random key, as most producers send.
-func randomKey() string {
+// uuidKey is a random UUIDv4, the key most producers send.
+func uuidKey() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // claimConcurrently makes n claims of random keys with a ~300-byte payload from callers goroutines.
@@ -30,7 +33,7 @@ func claimConcurrently(tb testing.TB, s *spool.Spool, n, callers int) {
 	for range callers {
 		wg.Go(func() {
 			for next.Add(1) <= int64(n) {
-				if _, err := s.Claim(context.Background(), spool.Entry{Producer: "bench", Key: randomKey(), Hash: payload[:32], Payload: payload}); err != nil {
+				if _, err := s.Claim(context.Background(), spool.Entry{Producer: "bench", Key: uuidKey(), Hash: payload[:32], Payload: payload}); err != nil {
 					tb.Error(err)
 					return
 				}
@@ -126,4 +129,24 @@ func BenchmarkClaimOverKeptKeys(b *testing.B) {
 	b.ResetTimer()
 	claimConcurrently(b, s, b.N, 64)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
+}
+
+// BenchmarkKeptKeyFootprint reports the disk a forwarded key takes while it
+// is kept for the key TTL: live pages (file pages less free ones) per kept
+// key of a spool keeping 300,000 random keys, 36-character keys as UUIDs are.
+func BenchmarkKeptKeyFootprint(b *testing.B) {
+	template := keptTemplate(b)
+	db, err := sql.Open("sqlite", "file:"+template+"?mode=ro")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	var pages, free, size, kept int64
+	if err := db.QueryRow(`SELECT (SELECT page_count FROM pragma_page_count), (SELECT freelist_count FROM pragma_freelist_count),
+		(SELECT page_size FROM pragma_page_size), (SELECT kept_rows FROM totals)`).Scan(&pages, &free, &size, &kept); err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+	}
+	b.ReportMetric(float64((pages-free)*size)/float64(kept), "bytes/kept-key")
 }

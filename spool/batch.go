@@ -45,8 +45,9 @@ func (s *Spool) NextBatch(ctx context.Context, afterSeq int64, lim BatchLimit) (
 	if lim.Rows < 1 {
 		return nil, fmt.Errorf("next batch: row limit %d: want at least 1", lim.Rows)
 	}
-	rows, err := s.reader.db.QueryContext(ctx, `SELECT seq, producer, key, received_at, attempts, request_hash, payload, fanout
-		FROM events WHERE seq > ? AND forwarded_at IS NULL ORDER BY seq LIMIT ?`, afterSeq, lim.Rows)
+	rows, err := s.reader.db.QueryContext(ctx, `SELECT e.seq, e.producer, e.key, e.received_at, e.attempts, e.request_hash, coalesce(p.payload, x''), e.fanout
+		FROM events e LEFT JOIN payloads p ON p.seq = e.seq
+		WHERE e.seq > ? AND e.forwarded_at IS NULL ORDER BY e.seq LIMIT ?`, afterSeq, lim.Rows)
 	if err != nil {
 		return nil, fmt.Errorf("next batch: %w", err)
 	}
@@ -83,7 +84,10 @@ func (s *Spool) MarkForwarded(ctx context.Context, seqs []int64) error {
 	}
 	now := s.cfg.Now().UnixNano()
 	return s.write(ctx, func(ctx context.Context, tx execer) error {
-		return execForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ?, payload = x'' WHERE forwarded_at IS NULL AND seq IN (%s)", []any{now}, seqs)
+		if err := execForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ?, size = 0 WHERE forwarded_at IS NULL AND seq IN (%s)", []any{now}, seqs); err != nil {
+			return err
+		}
+		return execForSeqs(ctx, tx, "DELETE FROM payloads WHERE seq IN (%s)", nil, seqs)
 	})
 }
 

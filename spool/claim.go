@@ -79,7 +79,7 @@ func (s *Spool) Claim(ctx context.Context, e Entry) (ClaimResult, error) {
 
 // writerStmts are the writer's statements, prepared once on its connection.
 type writerStmts struct {
-	insert, lookup, totals *sql.Stmt
+	insert, insertPayload, lookup, totals *sql.Stmt
 }
 
 func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
@@ -88,7 +88,8 @@ func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
 		dst   **sql.Stmt
 		query string
 	}{
-		{&st.insert, `INSERT OR IGNORE INTO events (seq, producer, key, request_hash, payload, fanout, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)`},
+		{&st.insert, `INSERT OR IGNORE INTO events (seq, producer, key, request_hash, size, fanout, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)`},
+		{&st.insertPayload, `INSERT INTO payloads (seq, payload) VALUES (?, ?)`},
 		{&st.lookup, `SELECT request_hash, received_at FROM events WHERE producer = ? AND key = ?`},
 		{&st.totals, `SELECT pending_bytes FROM totals WHERE id = 1`},
 	} {
@@ -103,7 +104,7 @@ func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
 }
 
 func (st *writerStmts) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.lookup, st.totals} {
+	for _, s := range []*sql.Stmt{st.insert, st.insertPayload, st.lookup, st.totals} {
 		if s != nil {
 			s.Close()
 		}
@@ -117,7 +118,7 @@ func (s *Spool) applyClaim(ctx context.Context, c *claimOp) (isNew bool, err err
 	e, st := c.entry, s.stmts
 	size := int64(len(e.Payload))
 	if s.pending+size <= s.cfg.MaxBytes {
-		res, err := st.insert.ExecContext(ctx, s.nextSeq, e.Producer, e.Key, e.Hash, e.Payload, max(1, e.Fanout), c.receivedAt.UnixNano())
+		res, err := st.insert.ExecContext(ctx, s.nextSeq, e.Producer, e.Key, e.Hash, size, max(1, e.Fanout), c.receivedAt.UnixNano())
 		if err != nil {
 			return false, fmt.Errorf("claim %q: %w", e.Key, err)
 		}
@@ -126,6 +127,9 @@ func (s *Spool) applyClaim(ctx context.Context, c *claimOp) (isNew bool, err err
 			return false, fmt.Errorf("claim %q: %w", e.Key, err)
 		}
 		if n == 1 {
+			if _, err := st.insertPayload.ExecContext(ctx, s.nextSeq, e.Payload); err != nil {
+				return false, fmt.Errorf("claim %q: %w", e.Key, err)
+			}
 			s.nextSeq++
 			s.pending += size
 			c.result = ClaimResult{Outcome: Accepted, ReceivedAt: c.receivedAt}

@@ -118,14 +118,15 @@ const (
 // with their payloads (empty for kept keys).
 func (r *Reader) List(ctx context.Context, filter Filter, limit int) ([]Record, error) {
 	var b strings.Builder
-	b.WriteString("SELECT seq, producer, key, received_at, forwarded_at, attempts, coalesce(dead_reason, ''), request_hash, payload, fanout FROM events")
+	b.WriteString(`SELECT e.seq, e.producer, e.key, e.received_at, e.forwarded_at, e.attempts, coalesce(e.dead_reason, ''), e.request_hash, coalesce(p.payload, x''), e.fanout
+		FROM events e LEFT JOIN payloads p ON p.seq = e.seq`)
 	switch filter {
 	case PendingRows:
-		b.WriteString(" WHERE forwarded_at IS NULL")
+		b.WriteString(" WHERE e.forwarded_at IS NULL")
 	case DeadRows:
-		b.WriteString(" WHERE dead_reason IS NOT NULL")
+		b.WriteString(" WHERE e.dead_reason IS NOT NULL")
 	}
-	b.WriteString(" ORDER BY seq")
+	b.WriteString(" ORDER BY e.seq")
 	if limit > 0 {
 		fmt.Fprintf(&b, " LIMIT %d", limit)
 	}

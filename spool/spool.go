@@ -228,7 +228,7 @@ const (
 )
 
 // schemaVersion is the spool file's layout (PRAGMA user_version): 2 keeps
-// running totals, fan-outs and no payloads for forwarded rows.
+// running totals and fan-outs, and payloads apart, for pending and dead rows only.
 const schemaVersion = 2
 
 // migrate creates the spool's tables, or brings an older file up to date in
@@ -270,16 +270,20 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 			return err
 		}
 		if old > 0 {
-			if _, err := conn.ExecContext(ctx, `INSERT INTO events (seq, producer, key, request_hash, payload, fanout, received_at, forwarded_at, attempts, dead_reason)
-				SELECT seq, producer, key, request_hash,
-				       iif(forwarded_at IS NOT NULL AND dead_reason IS NULL, x'', payload),
-				       iif(forwarded_at IS NULL AND json_valid(payload), coalesce(json_array_length(payload, '$.recipients'), 1), 1),
-				       received_at, forwarded_at, attempts, dead_reason
-				FROM events_v1`); err != nil {
-				return err
-			}
-			if _, err := conn.ExecContext(ctx, `DROP TABLE events_v1`); err != nil {
-				return err
+			for _, q := range []string{
+				`INSERT INTO events (seq, producer, key, request_hash, size, fanout, received_at, forwarded_at, attempts, dead_reason)
+				 SELECT seq, producer, key, request_hash,
+				        iif(forwarded_at IS NOT NULL AND dead_reason IS NULL, 0, length(payload)),
+				        iif(forwarded_at IS NULL AND json_valid(payload), coalesce(json_array_length(payload, '$.recipients'), 1), 1),
+				        received_at, forwarded_at, attempts, dead_reason
+				 FROM events_v1`,
+				`INSERT INTO payloads (seq, payload)
+				 SELECT seq, payload FROM events_v1 WHERE forwarded_at IS NULL OR dead_reason IS NOT NULL`,
+				`DROP TABLE events_v1`,
+			} {
+				if _, err := conn.ExecContext(ctx, q); err != nil {
+					return err
+				}
 			}
 		}
 		for _, q := range []string{
@@ -287,10 +291,10 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 			`INSERT INTO totals (id, pending_rows, pending_bytes, kept_rows, dead_rows, dead_bytes)
 			 SELECT 1,
 			        count(*) FILTER (WHERE forwarded_at IS NULL),
-			        coalesce(sum(length(payload)) FILTER (WHERE forwarded_at IS NULL), 0),
+			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NULL), 0),
 			        count(*) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NULL),
 			        count(*) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL),
-			        coalesce(sum(length(payload)) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL), 0)
+			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL), 0)
 			 FROM events`,
 			fmt.Sprintf("PRAGMA user_version = %d", schemaVersion),
 		} {

@@ -365,11 +365,15 @@ func HashCanonical(canonical []byte) []byte {
 // that is not an object) is an error wrapping ErrMalformed or ErrInvalid.
 // Data is taken as it is, not re-encoded.
 func Parse(canonical []byte) (Event, error) {
-	var ev Event
-	dec := json.NewDecoder(bytes.NewReader(canonical))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ev); err != nil {
-		return Event{}, malformed("spooled event: " + describeJSONError(err))
+	ev, ok := Event{}, false
+	if utf8.Valid(canonical) {
+		ev, ok = decodeFast(canonical)
+	}
+	if !ok {
+		var err error
+		if ev, err = decodeJSON(canonical); err != nil {
+			return Event{}, fmt.Errorf("spooled event: %w", err)
+		}
 	}
 	ev.Recipients = slices.Compact(slices.Sorted(slices.Values(ev.Recipients)))
 	if err := ev.check(); err != nil {

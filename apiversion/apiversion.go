@@ -12,6 +12,7 @@ package apiversion
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -71,7 +72,7 @@ func NewRegistry(versions ...Version) (*Registry, error) {
 		return nil, fmt.Errorf("apiversion: no versions")
 	}
 	r := &Registry{versions: slices.Clone(versions), index: map[string]int{}}
-	slices.SortFunc(r.versions, func(a, b Version) int { return compareStrings(a.Date, b.Date) })
+	slices.SortFunc(r.versions, func(a, b Version) int { return cmp.Compare(a.Date, b.Date) })
 	for i, v := range r.versions {
 		if _, err := time.Parse(time.DateOnly, v.Date); err != nil {
 			return nil, fmt.Errorf("apiversion: version %q is not YYYY-MM-DD", v.Date)
@@ -85,16 +86,6 @@ func NewRegistry(versions ...Version) (*Registry, error) {
 		return nil, fmt.Errorf("apiversion: the newest version %s cannot be deprecated", r.Latest())
 	}
 	return r, nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Latest is the newest version, served when a request names none.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -136,15 +137,8 @@ func TestRelayForwardsEveryRecipientExactlyOnce(t *testing.T) {
 }
 
 func readAll(resp *http.Response) string {
-	var b strings.Builder
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			return b.String()
-		}
-	}
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 func TestSameKeyThroughTwoRelaysMakesOneNotificationPerRecipient(t *testing.T) {

@@ -4,7 +4,7 @@
 package clock
 
 import (
-	"sort"
+	"slices"
 	"sync"
 	"time"
 )
@@ -102,7 +102,7 @@ func (f *Fake) Advance(d time.Duration) {
 	}
 	f.timers = kept
 	f.mu.Unlock()
-	sort.Slice(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
+	slices.SortFunc(due, func(a, b *fakeTimer) int { return a.at.Compare(b.at) })
 	for _, t := range due {
 		if t.fn != nil {
 			go t.fn()

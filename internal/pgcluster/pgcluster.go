@@ -5,6 +5,7 @@
 package pgcluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +15,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,7 +64,7 @@ func FindBinaries() (string, error) {
 		}
 	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	slices.SortFunc(dirs, func(a, b string) int { return cmp.Compare(versionOf(b), versionOf(a)) })
 	for _, d := range dirs {
 		if _, err := os.Stat(filepath.Join(d, "pg_ctl")); err == nil {
 			return d, nil

@@ -12,13 +12,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/internal/devauth"
+	"github.com/spoolcast/spoolcast/internal/filelock"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
 )
@@ -164,19 +163,12 @@ func lockDataDir(dataDir string) (*os.File, error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dataDir, "dev.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
+	f, err := filelock.Acquire(filepath.Join(dataDir, "dev.lock"))
+	var held *filelock.HeldError
+	if errors.As(err, &held) {
+		return nil, fmt.Errorf("%s is in use by another spoolcast dev (pid %s); stop it first, or pass another --data-dir", dataDir, held.PID)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder, _ := os.ReadFile(path)
-		f.Close()
-		return nil, fmt.Errorf("%s is in use by another spoolcast dev (pid %s); stop it first, or pass another --data-dir", dataDir, strings.TrimSpace(string(holder)))
-	}
-	_ = f.Truncate(0)
-	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	return f, nil
+	return f, err
 }
 
 // ensureDevSecret creates the dev stack's service-token secret if missing.

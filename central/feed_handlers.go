@@ -86,7 +86,7 @@ func (s *Server) writePage(w http.ResponseWriter, r *http.Request, userID string
 	}
 	out := PageJSON{Data: make([]NotificationJSON, 0, len(page.Items)), HasMore: page.HasMore}
 	for _, n := range page.Items {
-		out.Data = append(out.Data, NotificationJSON{ID: feed.FormatID(n.ID), Notification: n})
+		out.Data = append(out.Data, NotificationJSON{ID: n.PublicID().String(), Notification: n})
 	}
 	if page.HasMore {
 		next := page.Next.Encode()
@@ -125,12 +125,18 @@ func (s *Server) readAll(w http.ResponseWriter, r *http.Request, ps httprouter.P
 	}
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
-	n, err := s.feed.MarkAllRead(ctx, u.ID)
+	through, ok, err := s.feed.MarkAllRead(ctx, u.ID)
 	if err != nil {
 		s.dbError(w, r, "mark all read", err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, map[string]int64{"updated": n})
+	// The id of the newest notification now read; null for an empty feed.
+	out := map[string]*string{"read_through": nil}
+	if ok {
+		id := through.String()
+		out["read_through"] = &id
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) unreadCount(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {

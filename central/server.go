@@ -100,6 +100,13 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// NewRegistry returns a registry with the Go and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return reg
+}
+
 // Server is central's HTTP API.
 type Server struct {
 	cfg     Config
@@ -130,8 +137,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Versions = apiversion.Default()
 	}
 	if cfg.Registry == nil {
-		cfg.Registry = prometheus.NewRegistry()
-		cfg.Registry.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		cfg.Registry = NewRegistry()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

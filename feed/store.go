@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,10 +68,15 @@ type Store struct{ db DB }
 // NewStore returns a store over db.
 func NewStore(db DB) *Store { return &Store{db: db} }
 
-const pageColumns = `id, type, category, title, body, data, producer, created_at, received_at, read_at`
+// readMark is the user's read-all watermark as a row of one: rows at or
+// before (at, id) in feed order count as read, read at marked.
+const readMark = `(SELECT coalesce(max(through_at), '-infinity') AS at, coalesce(max(through_id), 0) AS id, max(marked_at) AS marked
+	FROM read_marks WHERE user_id = $1)`
 
 // Page returns the page q names, newest first. It reads limit+1 rows to learn
-// whether another page follows.
+// whether another page follows. Notifications are partitioned by created_at,
+// and the page reads the newest partitions first, stopping once it has its
+// rows, so its cost does not grow with the partitions kept.
 func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 	limit := q.Limit
 	if limit == 0 {
@@ -81,18 +85,21 @@ func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 	if limit < 1 || limit > MaxLimit {
 		return Page{}, fmt.Errorf("limit %d: want 1..%d", limit, MaxLimit)
 	}
-	sql := `SELECT ` + pageColumns + ` FROM notifications WHERE user_id = $1`
+	sql := `SELECT n.id, n.type, n.category, n.title, n.body, n.data, n.producer, n.created_at, n.received_at,
+			coalesce(n.read_at, CASE WHEN (n.created_at, n.id) <= (w.at, w.id) THEN w.marked END)
+		FROM notifications n, ` + readMark + ` w
+		WHERE n.user_id = $1`
 	args := []any{q.UserID, limit + 1}
 	if q.UnreadOnly {
-		sql += ` AND read_at IS NULL`
+		sql += ` AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
 	}
 	if q.After != nil {
 		// A row comparison matches the index order, so the scan starts right
 		// at the cursor whatever its depth.
-		sql += ` AND (created_at, id) < ($3, $4)`
+		sql += ` AND (n.created_at, n.id) < ($3, $4)`
 		args = append(args, q.After.CreatedAt, q.After.ID)
 	}
-	sql += ` ORDER BY created_at DESC, id DESC LIMIT $2`
+	sql += ` ORDER BY n.created_at DESC, n.id DESC LIMIT $2`
 	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("read feed: %w", err)
@@ -116,16 +123,22 @@ func scanNotification(row pgx.CollectableRow) (Notification, error) {
 	return n, err
 }
 
-// MarkRead marks one of the user's notifications read. Marking it again is
-// not an error; another user's notification is ErrNotFound.
-func (s *Store) MarkRead(ctx context.Context, userID string, id int64) error {
+// MarkRead marks one of the user's notifications read. Marking it again, or
+// one already under the read-all watermark, is not an error and changes
+// nothing; another user's notification is ErrNotFound. The id names the
+// row's partition, so only that partition is read.
+func (s *Store) MarkRead(ctx context.Context, userID string, id ID) error {
 	var found bool
 	err := s.db.QueryRow(ctx, `WITH target AS (
-			SELECT id FROM notifications WHERE id = $1 AND user_id = $2
+			SELECT n.id, n.created_at FROM notifications n
+			WHERE n.user_id = $1 AND n.created_at = $2 AND n.id = $3
 		), marked AS (
-			UPDATE notifications n SET read_at = now() FROM target t WHERE n.id = t.id AND n.read_at IS NULL
+			UPDATE notifications n SET read_at = now()
+			FROM target t, `+readMark+` w
+			WHERE n.created_at = t.created_at AND n.id = t.id AND n.read_at IS NULL
+			  AND (n.created_at, n.id) > (w.at, w.id)
 		)
-		SELECT EXISTS (SELECT 1 FROM target)`, id, userID).Scan(&found)
+		SELECT EXISTS (SELECT 1 FROM target)`, userID, id.CreatedAt, id.Seq).Scan(&found)
 	if err != nil {
 		return fmt.Errorf("mark read: %w", err)
 	}
@@ -135,20 +148,40 @@ func (s *Store) MarkRead(ctx context.Context, userID string, id int64) error {
 	return nil
 }
 
-// MarkAllRead marks every unread notification of the user read and returns how many.
-func (s *Store) MarkAllRead(ctx context.Context, userID string) (int64, error) {
-	tag, err := s.db.Exec(ctx, `UPDATE notifications SET read_at = now() WHERE user_id = $1 AND read_at IS NULL`, userID)
-	if err != nil {
-		return 0, fmt.Errorf("mark all read: %w", err)
+// MarkAllRead moves the user's read-all watermark to their newest
+// notification and returns it; ok is false when they have none. It costs the
+// same for 10 and 10 M unread rows: one row of read_marks.
+func (s *Store) MarkAllRead(ctx context.Context, userID string) (through ID, ok bool, err error) {
+	err = s.db.QueryRow(ctx, `WITH newest AS (
+			SELECT created_at, id FROM notifications WHERE user_id = $1
+			ORDER BY created_at DESC, id DESC LIMIT 1
+		), marked AS (
+			INSERT INTO read_marks (user_id, through_at, through_id, marked_at)
+			SELECT $1, created_at, id, now() FROM newest
+			ON CONFLICT (user_id) DO UPDATE SET through_at = EXCLUDED.through_at, through_id = EXCLUDED.through_id, marked_at = EXCLUDED.marked_at
+			WHERE (read_marks.through_at, read_marks.through_id) < (EXCLUDED.through_at, EXCLUDED.through_id)
+		)
+		SELECT created_at, id FROM newest`, userID).Scan(&through.CreatedAt, &through.Seq)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ID{}, false, nil
+	case err != nil:
+		return ID{}, false, fmt.Errorf("mark all read: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return through, true, nil
 }
 
 // UnreadCount counts the user's unread notifications up to UnreadCap; capped
-// is true when there are more. It never counts a whole feed.
+// is true when there are more. It never counts a whole feed: it reads the
+// unread index from the top down to the read-all watermark, at most
+// UnreadCap+1 rows.
 func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capped bool, err error) {
 	err = s.db.QueryRow(ctx, `SELECT count(*) FROM (
-			SELECT 1 FROM notifications WHERE user_id = $1 AND read_at IS NULL LIMIT $2
+			SELECT 1 FROM notifications n
+			WHERE n.user_id = $1 AND n.read_at IS NULL
+			  AND (n.created_at, n.id) > ((SELECT at FROM `+readMark+` w), (SELECT id FROM `+readMark+` w))
+			ORDER BY n.created_at DESC, n.id DESC
+			LIMIT $2
 		) unread`, userID, UnreadCap+1).Scan(&count)
 	if err != nil {
 		return 0, false, fmt.Errorf("unread count: %w", err)
@@ -157,19 +190,4 @@ func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capp
 		return UnreadCap, true, nil
 	}
 	return count, false, nil
-}
-
-// FormatID is how a notification id appears in the API: a decimal string.
-func FormatID(id int64) string { return strconv.FormatInt(id, 10) }
-
-// ParseID reads an API notification id; anything but a positive decimal is ErrNotFound.
-func ParseID(s string) (int64, error) {
-	if s == "" || s[0] < '1' || s[0] > '9' {
-		return 0, ErrNotFound
-	}
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
-		return 0, ErrNotFound
-	}
-	return id, nil
 }

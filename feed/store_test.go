@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -132,13 +133,14 @@ func TestAUserSeesAndMarksOnlyTheirOwnRows(t *testing.T) {
 	if len(bobs.Items) != 2 || bobs.HasMore {
 		t.Fatalf("bob's feed = %d rows, has_more %v", len(bobs.Items), bobs.HasMore)
 	}
-	if err := store.MarkRead(ctx, "alice", bobs.Items[0].ID); !errors.Is(err, feed.ErrNotFound) {
+	bobsFirst := bobs.Items[0].PublicID()
+	if err := store.MarkRead(ctx, "alice", bobsFirst); !errors.Is(err, feed.ErrNotFound) {
 		t.Errorf("alice marking bob's row = %v; want ErrNotFound", err)
 	}
-	if err := store.MarkRead(ctx, "bob", bobs.Items[0].ID); err != nil {
+	if err := store.MarkRead(ctx, "bob", bobsFirst); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.MarkRead(ctx, "bob", bobs.Items[0].ID); err != nil {
+	if err := store.MarkRead(ctx, "bob", bobsFirst); err != nil {
 		t.Errorf("marking a read row again = %v; want nil", err)
 	}
 	if n, capped, _ := store.UnreadCount(ctx, "bob"); n != 1 || capped {
@@ -148,11 +150,18 @@ func TestAUserSeesAndMarksOnlyTheirOwnRows(t *testing.T) {
 	if len(unread.Items) != 1 || unread.Items[0].ID == bobs.Items[0].ID {
 		t.Errorf("bob's unread page = %+v", unread.Items)
 	}
-	if n, err := store.MarkAllRead(ctx, "alice"); err != nil || n != 3 {
-		t.Errorf("alice mark-all = %d, %v; want 3", n, err)
+	alices, _ := store.Page(ctx, feed.Query{UserID: "alice"})
+	if through, ok, err := store.MarkAllRead(ctx, "alice"); err != nil || !ok || through != alices.Items[0].PublicID() {
+		t.Errorf("alice mark-all = %v %v, %v; want through her newest %v", through, ok, err, alices.Items[0].PublicID())
+	}
+	if n, _, _ := store.UnreadCount(ctx, "alice"); n != 0 {
+		t.Errorf("alice unread after mark-all = %d, want 0", n)
 	}
 	if n, _, _ := store.UnreadCount(ctx, "bob"); n != 1 {
 		t.Errorf("alice's mark-all touched bob: unread %d", n)
+	}
+	if _, ok, err := store.MarkAllRead(ctx, "nobody"); err != nil || ok {
+		t.Errorf("mark-all of an empty feed = %v, %v; want nothing to mark", ok, err)
 	}
 }
 
@@ -163,5 +172,52 @@ func TestUnreadCountIsCapped(t *testing.T) {
 	n, capped, err := feed.NewStore(pool).UnreadCount(context.Background(), "carol")
 	if err != nil || n != feed.UnreadCap || !capped {
 		t.Errorf("unread = %d capped=%v %v; want %d capped", n, capped, err, feed.UnreadCap)
+	}
+}
+
+func TestReadAllIsAWatermarkThatLaterRowsStayAbove(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	store := feed.NewStore(pool)
+	seed(t, pool, "dave", "before", 500, 100)
+	if _, ok, err := store.MarkAllRead(ctx, "dave"); err != nil || !ok {
+		t.Fatal(err)
+	}
+	// Read-all wrote one row, not 500.
+	var updated int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM notifications WHERE user_id = 'dave' AND read_at IS NOT NULL`).Scan(&updated); err != nil || updated != 0 {
+		t.Errorf("read-all updated %d notification rows (%v); want a watermark alone", updated, err)
+	}
+	page, _ := store.Page(ctx, feed.Query{UserID: "dave", Limit: 100})
+	for _, n := range page.Items {
+		if n.ReadAt == nil {
+			t.Fatalf("row %d under the watermark shows unread", n.ID)
+		}
+	}
+	seed(t, pool, "dave", "after", 3, 3)
+	if n, capped, err := store.UnreadCount(ctx, "dave"); err != nil || n != 3 || capped {
+		t.Errorf("unread after 3 new = %d capped=%v %v; want 3", n, capped, err)
+	}
+	unread, _ := store.Page(ctx, feed.Query{UserID: "dave", UnreadOnly: true})
+	if len(unread.Items) != 3 || unread.HasMore {
+		t.Errorf("unread page = %d rows, has_more %v; want the 3 new", len(unread.Items), unread.HasMore)
+	}
+	if err := store.MarkRead(ctx, "dave", page.Items[0].PublicID()); err != nil {
+		t.Errorf("marking a row under the watermark = %v; want nil, a no-op", err)
+	}
+}
+
+func TestIDsAreOpaqueAndStrict(t *testing.T) {
+	t.Parallel()
+	id := feed.ID{CreatedAt: time.Date(2026, 11, 30, 9, 0, 0, 123456000, time.UTC), Seq: 1042}
+	back, err := feed.ParseID(id.String())
+	if err != nil || back != id {
+		t.Fatalf("ParseID(%q) = %v, %v; want %v", id.String(), back, err, id)
+	}
+	for _, bad := range []string{"", "1042", id.String() + "A", id.String()[:21], "AAAAAAAAAAAAAAAAAAAAAA"} {
+		if _, err := feed.ParseID(bad); !errors.Is(err, feed.ErrNotFound) {
+			t.Errorf("ParseID(%q) = %v; want ErrNotFound", bad, err)
+		}
 	}
 }

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spoolcast/spoolcast/event"
 )
@@ -145,10 +148,20 @@ func ingest(ctx context.Context, db DB, items []Item, notify bool) ([]Result, er
 		}
 	}
 	var created, conflicted []int64
-	err := db.QueryRow(ctx, ingestSQL, pgx.QueryExecModeCacheDescribe,
-		a.eventKey, a.hash, a.producer, a.producerKey, a.received, a.typ, a.category, a.title, a.body, a.data, a.runID,
-		a.rcptEvent, a.rcptUser, NotifyChannel, notify,
-	).Scan(&created, &conflicted, nil)
+	run := func() error {
+		return db.QueryRow(ctx, ingestSQL, pgx.QueryExecModeCacheDescribe,
+			a.eventKey, a.hash, a.producer, a.producerKey, a.received, a.typ, a.category, a.title, a.body, a.data, a.runID,
+			a.rcptEvent, a.rcptUser, NotifyChannel, notify,
+		).Scan(&created, &conflicted, nil)
+	}
+	err := run()
+	if noPartition(err) {
+		// Maintenance has not created this week's partition (it has not run
+		// for weeks, or a week just began): create it and send again.
+		if err = ensurePartition(ctx, db); err == nil {
+			err = run()
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ingest %d events: %w", len(items), err)
 	}
@@ -208,4 +221,19 @@ func (a *ingestArgs) addEvent(it Item, eventKey string, hash []byte) {
 	a.body = append(a.body, it.Event.Body)
 	a.data = append(a.data, data)
 	a.runID = append(a.runID, it.Event.RunID)
+}
+
+// noPartition reports Postgres's "no partition of relation found for row".
+func noPartition(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23514" && strings.Contains(pgErr.Message, "no partition")
+}
+
+// ensurePartition creates the notifications partition of the current week.
+func ensurePartition(ctx context.Context, db DB) error {
+	var created bool
+	if err := db.QueryRow(ctx, `SELECT spoolcast_ensure_week_partition('notifications', now())`, pgx.QueryExecModeCacheDescribe).Scan(&created); err != nil {
+		return fmt.Errorf("create this week's partition: %w", err)
+	}
+	return nil
 }

@@ -57,11 +57,11 @@ inserted AS (
     JOIN claimed c ON c.key = r.key
     JOIN ev e ON e.ev = r.ev
     ORDER BY r.ord
-    RETURNING id, user_id, category, notification_key
+    RETURNING id, created_at, user_id, category, notification_key
 ),
 queued AS (
-    INSERT INTO push_queue (notification_id, user_id, category)
-    SELECT id, user_id, category FROM inserted
+    INSERT INTO push_queue (notification_id, notification_created_at, user_id, category)
+    SELECT id, created_at, user_id, category FROM inserted
     RETURNING notification_id
 )
 SELECT

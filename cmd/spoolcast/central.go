@@ -20,6 +20,7 @@ import (
 	"github.com/spoolcast/spoolcast/docs"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/problem"
+	"github.com/spoolcast/spoolcast/lifecycle"
 )
 
 // centralOptions are central's flags.
@@ -36,9 +37,11 @@ type centralOptions struct {
 	minAppVersion      string
 	dbMaxConns         int
 	dbConnectTimeout   time.Duration
-	dbStatementTimeout time.Duration
-	shutdownTimeout    time.Duration
-	log                logFlags
+	dbStatementTimeout  time.Duration
+	maintenanceInterval time.Duration
+	lifecycle           lifecycleFlags
+	shutdownTimeout     time.Duration
+	log                 logFlags
 }
 
 func (o *centralOptions) register(fs *flag.FlagSet) {
@@ -55,6 +58,8 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", 10, "Postgres connections central may open")
 	fs.DurationVar(&o.dbConnectTimeout, "db-connect-timeout", 5*time.Second, "longest wait to open a Postgres connection")
 	fs.DurationVar(&o.dbStatementTimeout, "db-statement-timeout", 5*time.Second, "longest a request waits on Postgres; past it the request gets 503 + Retry-After and the statement is cancelled")
+	fs.DurationVar(&o.maintenanceInterval, "maintenance-interval", time.Hour, "how often central runs a maintenance pass (one replica at a time); 0 leaves it to `spoolcast maintain`")
+	o.lifecycle.register(fs)
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight")
 	o.log.register(fs)
 }
@@ -79,12 +84,14 @@ func centralCommand() (*flag.FlagSet, runFunc) {
 
 // runningCentral is a started central API.
 type runningCentral struct {
-	addr     string
-	log      *slog.Logger
-	http     *httpService
-	pool     *pgxpool.Pool
-	verifier *auth.UserVerifier
+	addr        string
+	log         *slog.Logger
+	http        *httpService
+	pool        *pgxpool.Pool
+	verifier    *auth.UserVerifier
+	maintenance *lifecycle.Scheduler // nil with --maintenance-interval 0
 }
+
 
 // validate reports the first flag a user must fix.
 func (o centralOptions) validate() error {
@@ -93,10 +100,12 @@ func (o centralOptions) validate() error {
 		return errors.New("--database-url is required")
 	case o.dbMaxConns < 1:
 		return fmt.Errorf("--db-max-conns %d: want at least 1", o.dbMaxConns)
-	case o.dbConnectTimeout < 0 || o.dbStatementTimeout < 0 || o.shutdownTimeout < 0:
-		return errors.New("--db-connect-timeout, --db-statement-timeout and --shutdown-timeout must not be negative")
+	case o.dbConnectTimeout < 0 || o.dbStatementTimeout < 0 || o.shutdownTimeout < 0 || o.maintenanceInterval < 0:
+		return errors.New("--db-connect-timeout, --db-statement-timeout, --maintenance-interval and --shutdown-timeout must not be negative")
+	case o.maintenanceInterval > 0 && o.dbMaxConns < 2:
+		return errors.New("--db-max-conns must be at least 2 while central runs maintenance (--maintenance-interval): a pass holds one connection for its lock")
 	}
-	return nil
+	return o.lifecycle.config().Validate()
 }
 
 // startCentral serves central's API. extra, when set, serves the paths it
@@ -170,12 +179,21 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	if c.pool, err = pgpool.New(ctx, pgpool.Config{URL: o.databaseURL, MaxConns: o.dbMaxConns, ConnectTimeout: o.dbConnectTimeout}); err != nil {
 		return fail(fmt.Errorf("--database-url: %w", err))
 	}
+	reg := central.NewRegistry()
 	api, err := central.New(central.Config{
 		DB: c.pool, DBTimeout: o.dbStatementTimeout, Users: users, Services: services, AdminRole: o.adminRole,
-		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Logger: logger,
+		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Registry: reg, Logger: logger,
 	})
 	if err != nil {
 		return fail(err)
+	}
+	if o.maintenanceInterval > 0 {
+		cfg := o.lifecycle.config()
+		cfg.DB, cfg.Metrics, cfg.Logger = c.pool, lifecycle.NewMetrics(reg), logger
+		if c.maintenance, err = lifecycle.NewScheduler(cfg, o.maintenanceInterval); err != nil {
+			return fail(err)
+		}
+		c.maintenance.Start(context.WithoutCancel(ctx))
 	}
 	var h http.Handler = api
 	apiHandler.Store(&h)
@@ -192,6 +210,9 @@ func (c *runningCentral) shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := c.http.stop(ctx)
+	if c.maintenance != nil {
+		err = errors.Join(err, c.maintenance.Stop(ctx))
+	}
 	c.verifier.Close()
 	c.pool.Close()
 	if err != nil {

@@ -32,6 +32,7 @@ func commands() []command {
 		{"relay", "run the producer-facing sidecar: spool events durably and forward them", relayCommand},
 		{"central", "run the central API: authenticated feed, read state, internal ingress", centralCommand},
 		{"migrate", "apply or list the Postgres schema migrations: `migrate up` or `migrate status`", migrateCommand},
+		{"maintain", "run one maintenance pass: partitions ahead, drops past retention, expired keys", maintainCommand},
 		{"emit", "post one sample event to a relay and print the answer", emitCommand},
 		{"spool", "inspect a spool file (`spool stats`, `spool ls`) or requeue its dead rows (`spool requeue --dead`)", spoolCommand},
 	}

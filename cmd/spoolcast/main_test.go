@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/internal/pgtest"
 )
 
 func TestHelpListsEveryRelayFlagWithDefaultAndEnv(t *testing.T) {
@@ -140,5 +144,54 @@ func TestASecondRelayOnTheSameSpoolRefusesToStart(t *testing.T) {
 	var out bytes.Buffer
 	if code := run([]string{"relay", "--producer", "p", "--listen", "127.0.0.1:0", "--spool", spool}, &out, &out); code == 0 || !strings.Contains(out.String(), "in use by another process") {
 		t.Errorf("second relay on one spool: exit %d, %q; want a refusal naming the owner", code, out.String())
+	}
+}
+
+func TestARelayKeyTTLPastCentralsKeyWindowIsRefused(t *testing.T) {
+	dbURL := pgtest.DB(t)
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(context.Background(), `INSERT INTO spoolcast_settings (name, value) VALUES ('key_window', '48h0m0s')`); err != nil {
+		t.Fatal(err)
+	}
+	o := relayFlags(t, "--producer", "p", "--listen", "127.0.0.1:0", "--spool", t.TempDir()+"/s.db", "--database-url", dbURL, "--key-ttl", "72h")
+	if _, err := startRelay(context.Background(), o, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "key window") {
+		t.Errorf("a relay keeping keys 72h beside a 48h key window started: %v", err)
+	}
+	o = relayFlags(t, "--producer", "p", "--listen", "127.0.0.1:0", "--spool", t.TempDir()+"/s.db", "--database-url", dbURL, "--key-ttl", "24h")
+	r, err := startRelay(context.Background(), o, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("a relay keeping keys 24h beside a 48h key window: %v", err)
+	}
+	r.shutdown(5 * time.Second)
+}
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestMaintainRunsOnePassAsOfAGivenTime(t *testing.T) {
+	dbURL := pgtest.DB(t)
+	later := time.Now().AddDate(0, 0, 100).UTC().Format(time.RFC3339)
+	var out bytes.Buffer
+	if code := run([]string{"maintain", "--database-url", dbURL, "--now", later, "--json"}, &out, &out); code != 0 {
+		t.Fatalf("maintain exited %d: %s", code, out.String())
+	}
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var newest time.Time
+	if err := pool.QueryRow(context.Background(), `SELECT max(to_date(right(c.relname, 8), 'YYYYMMDD'))::timestamptz
+		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'notifications'::regclass`).Scan(&newest); err != nil {
+		t.Fatal(err)
+	}
+	if newest.Before(time.Now().AddDate(0, 0, 100)) {
+		t.Errorf("newest partition starts %s; want partitions created ahead of the pass's time", newest.Format(time.DateOnly))
+	}
+	if code := run([]string{"maintain", "--database-url", dbURL, "--now", "yesterday"}, &out, &out); code == 0 {
+		t.Error("maintain accepted --now yesterday")
 	}
 }

@@ -276,6 +276,10 @@ func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, lo
 	if err != nil {
 		return nil, nil, fmt.Errorf("--database-url: %w", err)
 	}
+	if err := checkKeyWindow(pool, o.keyTTL, logger); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
 	fcfg := sync.ForwarderConfig{
 		Spool:           sp,
 		DB:              pool,
@@ -299,6 +303,25 @@ func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, lo
 		return nil, nil, err
 	}
 	return pool, f, nil
+}
+
+// checkKeyWindow refuses a --key-ttl that is not shorter than the key window
+// central's maintenance recorded in Postgres: past the window a retry the
+// relay still answers as a duplicate could be forwarded as a new event. When
+// Postgres cannot tell yet (unreachable, or no pass has run), the relay starts.
+func checkKeyWindow(pool *pgxpool.Pool, keyTTL time.Duration, logger *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var recorded string
+	if err := pool.QueryRow(ctx, `SELECT value FROM spoolcast_settings WHERE name = 'key_window'`).Scan(&recorded); err != nil {
+		logger.Debug("central's key window is not known yet; --key-ttl is not checked against it", "err", err)
+		return nil
+	}
+	window, err := time.ParseDuration(recorded)
+	if err != nil || keyTTL < window {
+		return nil
+	}
+	return fmt.Errorf("--key-ttl %s is not shorter than central's key window %s (its --key-window): retries after the window would make second notifications; lower --key-ttl", keyTTL, window)
 }
 
 func isLoopback(listen string) bool {

@@ -1,0 +1,188 @@
+package lifecycle_test
+
+import (
+	"context"
+	"fmt"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/lifecycle"
+	"github.com/spoolcast/spoolcast/sync"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func newPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), pgtest.DB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func ingest(t *testing.T, pool *pgxpool.Pool, prefix string, n int) []sync.Result {
+	t.Helper()
+	var items []sync.Item
+	for i := range n {
+		ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":"%s-%d","type":"t","recipients":["u1","u2"]}`, prefix, i), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, sync.Item{Producer: "p", Event: ev})
+	}
+	res, err := sync.Ingest(context.Background(), pool, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, query string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), query).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func pass(t *testing.T, pool *pgxpool.Pool, at time.Time) lifecycle.Report {
+	t.Helper()
+	rep, err := lifecycle.Run(context.Background(), lifecycle.Config{DB: pool, Retention: 90 * 24 * time.Hour, Now: func() time.Time { return at }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Ran {
+		t.Fatal("the pass was skipped")
+	}
+	return rep
+}
+
+func TestAPassDropsWhatIsPastRetentionAndNothingElse(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ingest(t, pool, "today", 10)
+	now := time.Now()
+
+	soon := pass(t, pool, now.AddDate(0, 0, 3))
+	if len(soon.Dropped) != 0 || soon.KeysExpired != 0 {
+		t.Errorf("a pass 3 days on dropped %v and expired %d keys; want nothing", soon.Dropped, soon.KeysExpired)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
+		t.Errorf("notifications after a pass 3 days on = %d, want 20", n)
+	}
+	// Inside the key window a re-sent batch is still a duplicate.
+	for _, r := range ingest(t, pool, "today", 10) {
+		if r.Outcome != sync.Duplicate {
+			t.Fatalf("re-sent event = %v, want duplicate", r.Outcome)
+		}
+	}
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
+		t.Errorf("notifications after the re-send = %d, want 20", n)
+	}
+
+	later := pass(t, pool, now.AddDate(0, 0, 100))
+	thisWeek := "notifications_" + weekStart(now).Format("20060102")
+	if !contains(later.Dropped, thisWeek) || later.RowsDropped < 0 {
+		t.Errorf("a pass 100 days on dropped %v; want this week's %s", later.Dropped, thisWeek)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 0 {
+		t.Errorf("notifications after a pass 100 days on = %d, want 0", n)
+	}
+	if later.KeysExpired != 30 { // 10 event keys and 20 recipient keys
+		t.Errorf("keys expired = %d, want 30", later.KeysExpired)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM idempotency_keys"); n != 0 {
+		t.Errorf("keys left = %d, want 0", n)
+	}
+	ahead := weekStart(now.AddDate(0, 0, 100+28))
+	if !contains(later.Created, "notifications_"+ahead.Format("20060102")) {
+		t.Errorf("created %v; want partitions ahead of the pass's time up to %s", later.Created, ahead.Format(time.DateOnly))
+	}
+	var window string
+	if err := pool.QueryRow(context.Background(), `SELECT value FROM spoolcast_settings WHERE name = 'key_window'`).Scan(&window); err != nil || window != (7*24*time.Hour).String() {
+		t.Errorf("recorded key window = %q, %v", window, err)
+	}
+}
+
+func TestIngestNeverFailsForLackOfAPartition(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	// As if maintenance had not run for weeks: no partition holds today.
+	parts, err := lifecycle.Partitions(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		if _, err := pool.Exec(context.Background(), "DROP TABLE "+p.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	ingest(t, pool, "orphan", 5)
+	first := time.Since(start)
+	start = time.Now()
+	ingest(t, pool, "next", 5)
+	t.Logf("ingest that created its partition: %s; the next: %s", first.Round(time.Microsecond), time.Since(start).Round(time.Microsecond))
+	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
+		t.Errorf("notifications = %d, want 20", n)
+	}
+	if parts, _ := lifecycle.Partitions(context.Background(), pool); len(parts) != 1 {
+		t.Errorf("partitions = %v; want this week's, created on demand", parts)
+	}
+}
+
+func TestReplicasPassingAtOnceMakeOnePass(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ingest(t, pool, "k", 5)
+	at := time.Now().AddDate(0, 0, 100)
+	var wg gosync.WaitGroup
+	reps := make([]lifecycle.Report, 4)
+	errs := make([]error, 4)
+	hold := make(chan struct{})
+	for i := range reps {
+		wg.Go(func() {
+			<-hold
+			reps[i], errs[i] = lifecycle.Run(context.Background(), lifecycle.Config{DB: pool, Retention: 90 * 24 * time.Hour, Now: func() time.Time { return at }})
+		})
+	}
+	close(hold)
+	wg.Wait()
+	ran, expired, dropped := 0, int64(0), 0
+	for i := range reps {
+		if errs[i] != nil {
+			t.Errorf("replica %d: %v", i, errs[i])
+		}
+		if reps[i].Ran {
+			ran++
+		}
+		expired += reps[i].KeysExpired
+		dropped += len(reps[i].Dropped)
+	}
+	if ran < 1 || expired != 15 || dropped != 1 {
+		t.Errorf("%d passes ran, %d keys expired, %d partitions dropped in all; want the 15 keys and 1 partition once", ran, expired, dropped)
+	}
+}
+
+func weekStart(t time.Time) time.Time {
+	t = t.UTC()
+	d := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	return d.AddDate(0, 0, -((int(d.Weekday()) + 6) % 7))
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

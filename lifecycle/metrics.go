@@ -1,0 +1,120 @@
+package lifecycle
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are maintenance's metrics.
+type Metrics struct {
+	passes      *prometheus.CounterVec
+	keysExpired prometheus.Counter
+	dropped     prometheus.Counter
+	lastPass    prometheus.Gauge
+	lastTook    prometheus.Gauge
+
+	mu         sync.Mutex
+	partitions []Partition
+	now        time.Time
+	count      *prometheus.Desc
+	oldestAge  *prometheus.Desc
+	ahead      *prometheus.Desc
+}
+
+// NewMetrics creates maintenance's metrics and registers them with reg (nil: not exported).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spoolcast_maintenance_passes_total",
+			Help: "Maintenance passes by result: ran, skipped (another replica's pass held the lock), failed.",
+		}, []string{"result"}),
+		keysExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "spoolcast_maintenance_keys_expired_total",
+			Help: "Claimed keys deleted past the key window.",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "spoolcast_maintenance_partitions_dropped_total",
+			Help: "Partitions dropped past retention.",
+		}),
+		lastPass: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "spoolcast_maintenance_last_pass_timestamp_seconds",
+			Help: "When this replica last ran a maintenance pass (unix seconds); 0 before the first.",
+		}),
+		lastTook: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "spoolcast_maintenance_last_pass_duration_seconds",
+			Help: "How long this replica's last maintenance pass took.",
+		}),
+		count:     prometheus.NewDesc("spoolcast_partitions", "Weekly partitions present, by table.", []string{"table"}, nil),
+		oldestAge: prometheus.NewDesc("spoolcast_partition_oldest_age_seconds", "Age of the oldest partition's start, by table: about the retention kept.", []string{"table"}, nil),
+		ahead:     prometheus.NewDesc("spoolcast_partition_ahead_seconds", "Time until the end of the newest partition, by table; below a week, partitions are not being created ahead.", []string{"table"}, nil),
+	}
+	for _, r := range []string{"ran", "skipped", "failed"} {
+		m.passes.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(m.passes, m.keysExpired, m.dropped, m.lastPass, m.lastTook, m)
+	}
+	return m
+}
+
+func (m *Metrics) observe(rep Report, err error, now time.Time) {
+	switch {
+	case err != nil:
+		m.passes.WithLabelValues("failed").Inc()
+	case !rep.Ran:
+		m.passes.WithLabelValues("skipped").Inc()
+	default:
+		m.passes.WithLabelValues("ran").Inc()
+		m.keysExpired.Add(float64(rep.KeysExpired))
+		m.dropped.Add(float64(len(rep.Dropped)))
+		m.lastPass.Set(float64(now.Unix()))
+		m.lastTook.Set(rep.Took.Seconds())
+	}
+	if rep.Partitions != nil {
+		m.mu.Lock()
+		m.partitions, m.now = rep.Partitions, now
+		m.mu.Unlock()
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.count
+	ch <- m.oldestAge
+	ch <- m.ahead
+}
+
+// Collect implements prometheus.Collector: the partitions as the last pass
+// (or skipped pass) saw them, aged to now. No query per scrape.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	parts, seen := m.partitions, m.now
+	m.mu.Unlock()
+	if seen.IsZero() {
+		return
+	}
+	now := time.Now()
+	for _, table := range Partitioned {
+		var n int
+		var oldest, newestEnd time.Time
+		for _, p := range parts {
+			if p.Table != table {
+				continue
+			}
+			n++
+			if oldest.IsZero() || p.Start.Before(oldest) {
+				oldest = p.Start
+			}
+			if p.End.After(newestEnd) {
+				newestEnd = p.End
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(m.count, prometheus.GaugeValue, float64(n), table)
+		if n > 0 {
+			ch <- prometheus.MustNewConstMetric(m.oldestAge, prometheus.GaugeValue, now.Sub(oldest).Seconds(), table)
+			ch <- prometheus.MustNewConstMetric(m.ahead, prometheus.GaugeValue, newestEnd.Sub(now).Seconds(), table)
+		}
+	}
+}

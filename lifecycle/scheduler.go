@@ -1,0 +1,76 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/spoolcast/spoolcast/internal/lograte"
+)
+
+// Scheduler runs a maintenance pass at start and then every interval, in
+// every replica; the advisory lock makes all but one skip.
+type Scheduler struct {
+	cfg      Config
+	interval time.Duration
+	failLog  *lograte.Limiter
+	cancel   context.CancelFunc
+	done     chan struct{}
+	start    sync.Once
+	stop     sync.Once
+}
+
+// NewScheduler returns a scheduler of passes with cfg; Start runs it.
+func NewScheduler(cfg Config, interval time.Duration) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.DB == nil || interval <= 0 {
+		return nil, errors.New("maintenance: a database and a positive interval are required")
+	}
+	return &Scheduler{cfg: cfg.withDefaults(), interval: interval, failLog: lograte.New(10 * time.Minute), done: make(chan struct{})}, nil
+}
+
+// Start runs passes in the background and returns at once. Only the first
+// call starts them.
+func (s *Scheduler) Start(ctx context.Context) {
+	s.start.Do(func() {
+		ctx, s.cancel = context.WithCancel(ctx)
+		go s.loop(ctx)
+	})
+}
+
+func (s *Scheduler) loop(ctx context.Context) {
+	defer close(s.done)
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		if _, err := Run(ctx, s.cfg); err != nil && ctx.Err() == nil {
+			s.failLog.Do(func(suppressed int64) {
+				s.cfg.Logger.Error("maintenance pass failed; the next one retries", "component", "maintenance", "err", err, "suppressed", suppressed)
+			})
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Stop cancels a pass in flight and waits for the loop to end, until ctx
+// ends. Safe to call twice, and before Start (which then never starts).
+func (s *Scheduler) Stop(ctx context.Context) error {
+	s.start.Do(func() {}) // a Start after Stop starts nothing
+	if s.cancel == nil {
+		return nil
+	}
+	s.stop.Do(s.cancel)
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -25,18 +25,18 @@ import (
 
 // centralOptions are central's flags.
 type centralOptions struct {
-	listen             string
-	databaseURL        string
-	oidcIssuer         string
-	oidcAudience       string
-	jwksURL            string
-	userClaim          string
-	rolesClaim         string
-	adminRole          string
-	jwtSecretFile      string
-	minAppVersion      string
-	dbMaxConns         int
-	dbConnectTimeout   time.Duration
+	listen              string
+	databaseURL         string
+	oidcIssuer          string
+	oidcAudience        string
+	jwksURL             string
+	userClaim           string
+	rolesClaim          string
+	adminRole           string
+	jwtSecretFile       string
+	minAppVersion       string
+	dbMaxConns          int
+	dbConnectTimeout    time.Duration
 	dbStatementTimeout  time.Duration
 	maintenanceInterval time.Duration
 	lifecycle           lifecycleFlags
@@ -91,7 +91,6 @@ type runningCentral struct {
 	verifier    *auth.UserVerifier
 	maintenance *lifecycle.Scheduler // nil with --maintenance-interval 0
 }
-
 
 // validate reports the first flag a user must fix.
 func (o centralOptions) validate() error {

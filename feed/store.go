@@ -73,10 +73,29 @@ func NewStore(db DB) *Store { return &Store{db: db} }
 const readMark = `(SELECT coalesce(max(through_at), '-infinity') AS at, coalesce(max(through_id), 0) AS id, max(marked_at) AS marked
 	FROM read_marks WHERE user_id = $1)`
 
+// recentWindow is how far back a read looks first. Postgres plans a query
+// over every partition its bounds allow, at some tens of microseconds each;
+// bounded to the last two weeks a query plans two or three partitions, and
+// most reads are answered there. Only what the window cannot fill reads on,
+// in a second query over the older partitions.
+const recentWindow = 14 * 24 * time.Hour
+
+// futureSlack bounds the newest created_at a read expects: Postgres's clock
+// may run ahead of this process's, but not by a day. It keeps the partitions
+// made ahead of time out of the plan.
+const futureSlack = 24 * time.Hour
+
+// windows returns the created_at ranges a read walks, newest first: (lower,
+// upper] then everything at or before lower.
+func windows(upper time.Time) [2][2]*time.Time {
+	lower := upper.Add(-recentWindow)
+	return [2][2]*time.Time{{&lower, &upper}, {nil, &lower}}
+}
+
 // Page returns the page q names, newest first. It reads limit+1 rows to learn
-// whether another page follows. Notifications are partitioned by created_at,
-// and the page reads the newest partitions first, stopping once it has its
-// rows, so its cost does not grow with the partitions kept.
+// whether another page follows. Notifications are partitioned by created_at;
+// the page reads the newest partitions first, in order, and stops once it has
+// its rows, so its cost does not grow with the partitions kept.
 func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 	limit := q.Limit
 	if limit == 0 {
@@ -85,28 +104,19 @@ func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 	if limit < 1 || limit > MaxLimit {
 		return Page{}, fmt.Errorf("limit %d: want 1..%d", limit, MaxLimit)
 	}
-	sql := `SELECT n.id, n.type, n.category, n.title, n.body, n.data, n.producer, n.created_at, n.received_at,
-			coalesce(n.read_at, CASE WHEN (n.created_at, n.id) <= (w.at, w.id) THEN w.marked END)
-		FROM notifications n, ` + readMark + ` w
-		WHERE n.user_id = $1`
-	args := []any{q.UserID, limit + 1}
-	if q.UnreadOnly {
-		sql += ` AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
-	}
+	upper := time.Now().Add(futureSlack)
 	if q.After != nil {
-		// A row comparison matches the index order, so the scan starts right
-		// at the cursor whatever its depth.
-		sql += ` AND (n.created_at, n.id) < ($3, $4)`
-		args = append(args, q.After.CreatedAt, q.After.ID)
+		upper = q.After.CreatedAt
 	}
-	sql += ` ORDER BY n.created_at DESC, n.id DESC LIMIT $2`
-	rows, err := s.db.Query(ctx, sql, args...)
-	if err != nil {
-		return Page{}, fmt.Errorf("read feed: %w", err)
-	}
-	items, err := pgx.CollectRows(rows, scanNotification)
-	if err != nil {
-		return Page{}, fmt.Errorf("read feed: %w", err)
+	var items []Notification
+	for _, w := range windows(upper) {
+		more, err := s.pageWithin(ctx, q, w[0], w[1], limit+1-len(items))
+		if err != nil {
+			return Page{}, fmt.Errorf("read feed: %w", err)
+		}
+		if items = append(items, more...); len(items) > limit {
+			break
+		}
 	}
 	p := Page{Items: items}
 	if len(items) > limit {
@@ -115,6 +125,35 @@ func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 		p.Next = Cursor{CreatedAt: last.CreatedAt, ID: last.ID}
 	}
 	return p, nil
+}
+
+// pageWithin reads up to n rows of q's page with created_at in (lower, upper];
+// a nil lower is unbounded.
+func (s *Store) pageWithin(ctx context.Context, q Query, lower, upper *time.Time, n int) ([]Notification, error) {
+	sql := `SELECT n.id, n.type, n.category, n.title, n.body, n.data, n.producer, n.created_at, n.received_at,
+			coalesce(n.read_at, CASE WHEN (n.created_at, n.id) <= (w.at, w.id) THEN w.marked END)
+		FROM notifications n, ` + readMark + ` w
+		WHERE n.user_id = $1 AND n.created_at <= $3`
+	args := []any{q.UserID, n, *upper}
+	if lower != nil {
+		sql += ` AND n.created_at > $4`
+		args = append(args, *lower)
+	}
+	if q.UnreadOnly {
+		sql += ` AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
+	}
+	if q.After != nil {
+		// A row comparison matches the index order, so the scan starts right
+		// at the cursor whatever its depth.
+		sql += fmt.Sprintf(` AND (n.created_at, n.id) < ($%d, $%d)`, len(args)+1, len(args)+2)
+		args = append(args, q.After.CreatedAt, q.After.ID)
+	}
+	sql += ` ORDER BY n.created_at DESC, n.id DESC LIMIT $2`
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanNotification)
 }
 
 func scanNotification(row pgx.CollectableRow) (Notification, error) {
@@ -152,20 +191,24 @@ func (s *Store) MarkRead(ctx context.Context, userID string, id ID) error {
 // notification and returns it; ok is false when they have none. It costs the
 // same for 10 and 10 M unread rows: one row of read_marks.
 func (s *Store) MarkAllRead(ctx context.Context, userID string) (through ID, ok bool, err error) {
+	newest, err := s.Page(ctx, Query{UserID: userID, Limit: 1})
+	if err != nil {
+		return ID{}, false, fmt.Errorf("mark all read: %w", err)
+	}
+	if len(newest.Items) == 0 {
+		return ID{}, false, nil
+	}
+	through = newest.Items[0].PublicID()
 	err = s.db.QueryRow(ctx, `WITH newest AS (
-			SELECT created_at, id FROM notifications WHERE user_id = $1
-			ORDER BY created_at DESC, id DESC LIMIT 1
+			SELECT $2::timestamptz AS created_at, $3::bigint AS id
 		), marked AS (
 			INSERT INTO read_marks (user_id, through_at, through_id, marked_at)
 			SELECT $1, created_at, id, now() FROM newest
 			ON CONFLICT (user_id) DO UPDATE SET through_at = EXCLUDED.through_at, through_id = EXCLUDED.through_id, marked_at = EXCLUDED.marked_at
 			WHERE (read_marks.through_at, read_marks.through_id) < (EXCLUDED.through_at, EXCLUDED.through_id)
 		)
-		SELECT created_at, id FROM newest`, userID).Scan(&through.CreatedAt, &through.Seq)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return ID{}, false, nil
-	case err != nil:
+		SELECT 1`, userID, through.CreatedAt, through.Seq).Scan(new(int))
+	if err != nil {
 		return ID{}, false, fmt.Errorf("mark all read: %w", err)
 	}
 	return through, true, nil
@@ -174,20 +217,33 @@ func (s *Store) MarkAllRead(ctx context.Context, userID string) (through ID, ok 
 // UnreadCount counts the user's unread notifications up to UnreadCap; capped
 // is true when there are more. It never counts a whole feed: it reads the
 // unread index from the top down to the read-all watermark, at most
-// UnreadCap+1 rows.
+// UnreadCap+1 rows, the recent partitions first; the older ones only when
+// the watermark lies beyond the recent window.
 func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capped bool, err error) {
-	err = s.db.QueryRow(ctx, `SELECT count(*) FROM (
-			SELECT 1 FROM notifications n
-			WHERE n.user_id = $1 AND n.read_at IS NULL
-			  AND (n.created_at, n.id) > ((SELECT at FROM `+readMark+` w), (SELECT id FROM `+readMark+` w))
-			ORDER BY n.created_at DESC, n.id DESC
-			LIMIT $2
-		) unread`, userID, UnreadCap+1).Scan(&count)
-	if err != nil {
-		return 0, false, fmt.Errorf("unread count: %w", err)
-	}
-	if count > UnreadCap {
-		return UnreadCap, true, nil
+	for _, w := range windows(time.Now().Add(futureSlack)) {
+		sql := `SELECT (SELECT count(*) FROM (
+				SELECT 1 FROM notifications n
+				WHERE n.user_id = $1 AND n.read_at IS NULL AND n.created_at <= $3
+				  AND (n.created_at, n.id) > (w.at, w.id)`
+		args := []any{userID, UnreadCap + 1 - count, *w[1]}
+		covered := "false"
+		if w[0] != nil {
+			sql += ` AND n.created_at > $4`
+			args = append(args, *w[0])
+			covered = "w.at >= $4" // everything older is under the watermark: read
+		}
+		sql += ` LIMIT $2) unread), ` + covered + ` FROM ` + readMark + ` w`
+		var n int
+		var done bool
+		if err := s.db.QueryRow(ctx, sql, args...).Scan(&n, &done); err != nil {
+			return 0, false, fmt.Errorf("unread count: %w", err)
+		}
+		if count += n; count > UnreadCap {
+			return UnreadCap, true, nil
+		}
+		if done {
+			break
+		}
 	}
 	return count, false, nil
 }

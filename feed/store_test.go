@@ -221,3 +221,47 @@ func TestIDsAreOpaqueAndStrict(t *testing.T) {
 		}
 	}
 }
+
+func TestPagesAndCountsReachPastTheRecentWindow(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	for _, daysAgo := range []int{60, 30, 20, 1} {
+		at := time.Now().AddDate(0, 0, -daysAgo)
+		if _, err := pool.Exec(ctx, `SELECT spoolcast_ensure_week_partition('notifications', $1)`, at); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO notifications (user_id, created_at, type, category, producer, idempotency_key, notification_key, title)
+			VALUES ('erin', $1, 't', 'c', 'p', $2, $2, $2)`, at, fmt.Sprintf("%d days ago", daysAgo)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := feed.NewStore(pool)
+	var titles []string
+	q := feed.Query{UserID: "erin", Limit: 3}
+	for {
+		page, err := store.Page(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range page.Items {
+			titles = append(titles, n.Title)
+		}
+		if !page.HasMore {
+			break
+		}
+		q.After = &page.Next
+	}
+	if got := fmt.Sprint(titles); got != "[1 days ago 20 days ago 30 days ago 60 days ago]" {
+		t.Errorf("erin's feed = %s; want all four, newest first", got)
+	}
+	if n, _, err := store.UnreadCount(ctx, "erin"); err != nil || n != 4 {
+		t.Errorf("unread = %d, %v; want 4", n, err)
+	}
+	if _, _, err := store.MarkAllRead(ctx, "erin"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := store.UnreadCount(ctx, "erin"); err != nil || n != 0 {
+		t.Errorf("unread after read-all = %d, %v; want 0", n, err)
+	}
+}

@@ -1,10 +1,15 @@
-// Command feedbench measures feed page latency at depth: one user with over a
-// million notifications, a page of 20 read at depth 0, 10k, 100k and 1M rows.
+// Command feedbench measures feed page latency at depth, and what partitions
+// cost: one user with over a million notifications spread over 20 weekly
+// partitions, a page of 20 read at depth 0, 10k, 100k and 1M rows.
 //
-// Keyset pages go through central's real handler (token check, query, JSON)
-// with httptest recorders, server-side. The OFFSET baseline runs the same page
-// as an OFFSET query on the same pool, in the same run. It starts its own
-// Postgres cluster from the installed binaries, or uses -database-url.
+// The same rows are loaded twice: into notifications as the migrations make
+// it (partitioned by week) and into a database where notifications is one
+// plain table with the same columns and indexes. Keyset pages go through
+// central's real handler (token check, query, JSON) with httptest recorders,
+// server-side, on the partitioned table; the store's query alone is timed on
+// both tables, alternating, in the same run. The OFFSET baseline runs the same
+// page as an OFFSET query. It starts its own Postgres cluster from the
+// installed binaries, or uses -database-url.
 package main
 
 import (
@@ -34,18 +39,19 @@ import (
 func main() {
 	var (
 		rows        = flag.Int("rows", 1_000_100, "notifications of the measured user")
+		weeks       = flag.Int("weeks", 20, "weeks (weekly partitions) the rows are spread over")
 		iterations  = flag.Int("n", 2000, "keyset pages read per depth")
 		offsetIters = flag.Int("offset-n", 30, "OFFSET pages read per depth")
 		databaseURL = flag.String("database-url", "", "Postgres maintenance URL (default: start a local cluster)")
 	)
 	flag.Parse()
-	if err := run(*rows, *iterations, *offsetIters, *databaseURL); err != nil {
+	if err := run(*rows, *weeks, *iterations, *offsetIters, *databaseURL); err != nil {
 		fmt.Fprintln(os.Stderr, "feedbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rows, iterations, offsetIters int, adminURL string) error {
+func run(rows, weeks, iterations, offsetIters int, adminURL string) error {
 	ctx := context.Background()
 	tmp, err := os.MkdirTemp("", "feedbench-")
 	if err != nil {
@@ -63,47 +69,23 @@ func run(rows, iterations, offsetIters int, adminURL string) error {
 		defer c.Stop()
 		adminURL = c.URL
 	}
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return err
-	}
-	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS bench_feed WITH (FORCE)")
-	if _, err := conn.Exec(ctx, "CREATE DATABASE bench_feed"); err != nil {
-		return err
-	}
-	conn.Close(ctx)
-	url := strings.Replace(adminURL, "/postgres?", "/bench_feed?", 1)
-	if _, err := migrations.Up(ctx, url, nil); err != nil {
-		return err
-	}
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := loadDatabase(ctx, adminURL, "bench_feed", rows, weeks, false)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-
-	start := time.Now()
-	// The measured user's rows, 100 per created_at (rows of one ingest
-	// transaction share it), among other users' rows.
-	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_keys (key) SELECT 'k' || g FROM generate_series(1, $1) g`, rows+rows/10); err != nil {
+	flat, err := loadDatabase(ctx, adminURL, "bench_feed_flat", rows, weeks, true)
+	if err != nil {
 		return err
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO notifications (user_id, created_at, type, category, title, body, data, producer, idempotency_key, notification_key)
-		SELECT CASE WHEN g % 11 = 0 THEN 'other_' || (g % 1000) ELSE 'deep' END,
-		       timestamptz '2026-01-01' + ((g / 100) * interval '1 second'),
-		       'job.finished', 'jobs', 'Nightly export finished', 'Your export of 12,345 rows is ready to download.',
-		       jsonb_build_object('job_id', 'j_' || g, 'rows', 12345), 'bench', 'k' || g, 'k' || g
-		FROM generate_series(1, $1) g`, rows+rows/10); err != nil {
-		return err
-	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE notifications"); err != nil {
-		return err
-	}
-	var deep int
+	defer flat.Close()
+	var deep, partitions int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM notifications WHERE user_id = 'deep'").Scan(&deep); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "loaded %d rows for the measured user in %s\n", deep, time.Since(start).Round(time.Second))
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_inherits WHERE inhparent = 'notifications'::regclass").Scan(&partitions); err != nil {
+		return err
+	}
 
 	issuer, err := devauth.LoadIssuer(filepath.Join(tmp, "key.pem"), "feedbench", "spoolcast")
 	if err != nil {
@@ -125,22 +107,10 @@ func run(rows, iterations, offsetIters int, adminURL string) error {
 		return err
 	}
 
-	var plan strings.Builder
-	prows, err := pool.Query(ctx, `EXPLAIN SELECT id FROM notifications WHERE user_id = 'deep' AND (created_at, id) < ($1, $2) ORDER BY created_at DESC, id DESC LIMIT 21`, time.Now(), int64(1))
-	if err != nil {
-		return err
-	}
-	for prows.Next() {
-		var line string
-		_ = prows.Scan(&line)
-		plan.WriteString("    " + line + "\n")
-	}
-	prows.Close()
-
 	type result struct {
 		depth                int
 		keysetP50, keysetP99 time.Duration
-		queryP50             time.Duration
+		queryP50, flatP50    time.Duration
 		offsetP50            time.Duration
 	}
 	var results []result
@@ -160,15 +130,17 @@ func run(rows, iterations, offsetIters int, adminURL string) error {
 			path += "&cursor=" + c.Encode()
 			q.After = &c
 		}
-		store := feed.NewStore(pool)
-		query := make([]time.Duration, 0, iterations)
-		for range iterations {
+		// The store's query alone, on the partitioned and the flat table in turn.
+		stores := []*feed.Store{feed.NewStore(pool), feed.NewStore(flat)}
+		times := [2][]time.Duration{}
+		for i := range 2 * iterations {
 			t0 := time.Now()
-			if _, err := store.Page(ctx, q); err != nil {
+			if _, err := stores[i%2].Page(ctx, q); err != nil {
 				return err
 			}
-			query = append(query, time.Since(t0))
+			times[i%2] = append(times[i%2], time.Since(t0))
 		}
+		query, flatQuery := times[0], times[1]
 		keyset := make([]time.Duration, 0, iterations)
 		for i := range iterations + iterations/10 {
 			req := httptest.NewRequest(http.MethodGet, path, nil)
@@ -206,17 +178,74 @@ func run(rows, iterations, offsetIters int, adminURL string) error {
 		}
 		slices.Sort(keyset)
 		slices.Sort(query)
+		slices.Sort(flatQuery)
 		slices.Sort(offset)
-		results = append(results, result{depth, keyset[len(keyset)/2], keyset[len(keyset)*99/100], query[len(query)/2], offset[len(offset)/2]})
+		results = append(results, result{depth, keyset[len(keyset)/2], keyset[len(keyset)*99/100], query[len(query)/2], flatQuery[len(flatQuery)/2], offset[len(offset)/2]})
 	}
 
-	fmt.Printf("\nkeyset query plan:\n%s\n", plan.String())
-	fmt.Printf("%d rows of one user; page of 20; keyset through the handler and as the store's query alone (n=%d per depth), OFFSET query alone (n=%d)\n\n", deep, iterations, offsetIters)
-	fmt.Println("| depth | handler p50 | handler p99 | handler vs depth 0 | keyset query p50 | OFFSET query p50 | OFFSET vs keyset query |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Printf("\n%d rows of one user over %d weeks, %d partitions present; page of 20; keyset through the handler and as the store's query alone on the partitioned and the flat table (n=%d per depth, alternating), OFFSET query alone (n=%d)\n\n", deep, weeks, partitions, iterations, offsetIters)
+	fmt.Println("| depth | handler p50 | handler p99 | handler vs depth 0 | query p50, partitioned | query p50, flat table | partitioned vs flat | OFFSET query p50 | OFFSET vs keyset |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {
-		fmt.Printf("| %d | %s | %s | %.2f× | %s | %s | %.1f× |\n", r.depth, r.keysetP50.Round(time.Microsecond), r.keysetP99.Round(time.Microsecond),
-			float64(r.keysetP50)/float64(results[0].keysetP50), r.queryP50.Round(time.Microsecond), r.offsetP50.Round(time.Microsecond), float64(r.offsetP50)/float64(r.queryP50))
+		fmt.Printf("| %d | %s | %s | %.2f× | %s | %s | %.2f× | %s | %.0f× |\n", r.depth, r.keysetP50.Round(time.Microsecond), r.keysetP99.Round(time.Microsecond),
+			float64(r.keysetP50)/float64(results[0].keysetP50), r.queryP50.Round(time.Microsecond), r.flatP50.Round(time.Microsecond),
+			float64(r.queryP50)/float64(r.flatP50), r.offsetP50.Round(time.Microsecond), float64(r.offsetP50)/float64(r.queryP50))
 	}
 	return nil
+}
+
+// loadDatabase creates database name with the schema and loads the rows: the
+// measured user's, 100 per created_at (rows of one ingest transaction share
+// it), among other users', spread evenly over the last `weeks` weeks. With
+// flat, notifications is replaced by one plain table of the same columns and
+// indexes first.
+func loadDatabase(ctx context.Context, adminURL, name string, rows, weeks int, flat bool) (*pgxpool.Pool, error) {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return nil, err
+	}
+	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return nil, err
+	}
+	conn.Close(ctx)
+	url := strings.Replace(adminURL, "/postgres?", "/"+name+"?", 1)
+	if _, err := migrations.Up(ctx, url, nil); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	steps := []string{}
+	if flat {
+		steps = append(steps,
+			`DROP TABLE notifications`,
+			`CREATE TABLE notifications (
+				id bigint GENERATED BY DEFAULT AS IDENTITY, user_id text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(),
+				received_at timestamptz, type text NOT NULL, category text NOT NULL, title text NOT NULL DEFAULT '', body text NOT NULL DEFAULT '',
+				data jsonb NOT NULL DEFAULT '{}'::jsonb, producer text NOT NULL, idempotency_key text NOT NULL, notification_key text NOT NULL,
+				run_id text, read_at timestamptz, PRIMARY KEY (id, created_at))`,
+			`CREATE INDEX notifications_feed ON notifications (user_id, created_at DESC, id DESC)`,
+			`CREATE INDEX notifications_unread ON notifications (user_id, created_at DESC, id DESC) WHERE read_at IS NULL`)
+	} else {
+		steps = append(steps, fmt.Sprintf(`SELECT spoolcast_ensure_week_partition('notifications', w)
+			FROM generate_series(now() - interval '%d weeks', now(), interval '1 week') w`, weeks))
+	}
+	total := rows + rows/10
+	steps = append(steps, fmt.Sprintf(`INSERT INTO notifications (user_id, created_at, type, category, title, body, data, producer, idempotency_key, notification_key)
+		SELECT CASE WHEN g %% 11 = 0 THEN 'other_' || (g %% 1000) ELSE 'deep' END,
+		       now() - interval '%d weeks' + (g / 100) * (interval '%d weeks' / (%d / 100)),
+		       'job.finished', 'jobs', 'Nightly export finished', 'Your export of 12,345 rows is ready to download.',
+		       jsonb_build_object('job_id', 'j_' || g, 'rows', 12345), 'bench', 'k' || g, 'k' || g
+		FROM generate_series(1, %d) g`, weeks, weeks, total, total), "VACUUM ANALYZE notifications")
+	for _, q := range steps {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "%s: loaded %d rows in %s\n", name, total, time.Since(start).Round(time.Second))
+	return pool, nil
 }

@@ -9,6 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/spoolcast/spoolcast/internal/weekly"
 )
 
 // Limits of a page.
@@ -73,29 +76,40 @@ func NewStore(db DB) *Store { return &Store{db: db} }
 const readMark = `(SELECT coalesce(max(through_at), '-infinity') AS at, coalesce(max(through_id), 0) AS id, max(marked_at) AS marked
 	FROM read_marks WHERE user_id = $1)`
 
-// recentWindow is how far back a read looks first. Postgres plans a query
-// over every partition its bounds allow, at some tens of microseconds each;
-// bounded to the last two weeks a query plans two or three partitions, and
-// most reads are answered there. Only what the window cannot fill reads on,
-// in a second query over the older partitions.
-const recentWindow = 14 * 24 * time.Hour
+// directWeeks is how many weekly partitions a read asks by name, newest
+// first, before it asks the partitioned table for the rest. Postgres plans a
+// query on the partitioned table at a cost that grows with its partitions,
+// several times a small page's own cost; a query on one partition plans like
+// a plain table. Most reads are answered from the newest one or two.
+const directWeeks = 2
 
 // futureSlack bounds the newest created_at a read expects: Postgres's clock
-// may run ahead of this process's, but not by a day. It keeps the partitions
-// made ahead of time out of the plan.
+// may run ahead of this process's, but not by a day.
 const futureSlack = 24 * time.Hour
 
-// windows returns the created_at ranges a read walks, newest first: (lower,
-// upper] then everything at or before lower.
-func windows(upper time.Time) [2][2]*time.Time {
-	lower := upper.Add(-recentWindow)
-	return [2][2]*time.Time{{&lower, &upper}, {nil, &lower}}
+// span is a piece of a read: one weekly partition asked by name, or (table
+// "notifications") every partition before a week.
+type span struct {
+	table  string
+	before *time.Time // the partitioned table: only rows created before this
+}
+
+// spans returns the pieces of a read of rows at or before upper, newest first.
+func spans(upper time.Time) []span {
+	out := make([]span, 0, directWeeks+1)
+	week := weekly.Start(upper)
+	for range directWeeks {
+		out = append(out, span{table: weekly.Partition("notifications", week)})
+		week = week.AddDate(0, 0, 7*-1)
+	}
+	before := week.AddDate(0, 0, 7)
+	return append(out, span{table: "notifications", before: &before})
 }
 
 // Page returns the page q names, newest first. It reads limit+1 rows to learn
-// whether another page follows. Notifications are partitioned by created_at;
-// the page reads the newest partitions first, in order, and stops once it has
-// its rows, so its cost does not grow with the partitions kept.
+// whether another page follows. Notifications are partitioned by week of
+// created_at: the page reads the newest partitions first, each by name, and
+// stops once it has its rows, so its cost does not grow with the partitions kept.
 func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 	limit := q.Limit
 	if limit == 0 {
@@ -109,8 +123,8 @@ func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 		upper = q.After.CreatedAt
 	}
 	var items []Notification
-	for _, w := range windows(upper) {
-		more, err := s.pageWithin(ctx, q, w[0], w[1], limit+1-len(items))
+	for _, sp := range spans(upper) {
+		more, err := s.pageIn(ctx, q, sp, upper, limit+1-len(items))
 		if err != nil {
 			return Page{}, fmt.Errorf("read feed: %w", err)
 		}
@@ -127,17 +141,16 @@ func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 	return p, nil
 }
 
-// pageWithin reads up to n rows of q's page with created_at in (lower, upper];
-// a nil lower is unbounded.
-func (s *Store) pageWithin(ctx context.Context, q Query, lower, upper *time.Time, n int) ([]Notification, error) {
+// pageIn reads up to n rows of q's page, created at or before upper, from one span.
+func (s *Store) pageIn(ctx context.Context, q Query, sp span, upper time.Time, n int) ([]Notification, error) {
 	sql := `SELECT n.id, n.type, n.category, n.title, n.body, n.data, n.producer, n.created_at, n.received_at,
 			coalesce(n.read_at, CASE WHEN (n.created_at, n.id) <= (w.at, w.id) THEN w.marked END)
-		FROM notifications n, ` + readMark + ` w
+		FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n, ` + readMark + ` w
 		WHERE n.user_id = $1 AND n.created_at <= $3`
-	args := []any{q.UserID, n, *upper}
-	if lower != nil {
-		sql += ` AND n.created_at > $4`
-		args = append(args, *lower)
+	args := []any{q.UserID, n, upper}
+	if sp.before != nil {
+		sql += ` AND n.created_at < $4`
+		args = append(args, *sp.before)
 	}
 	if q.UnreadOnly {
 		sql += ` AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
@@ -150,10 +163,20 @@ func (s *Store) pageWithin(ctx context.Context, q Query, lower, upper *time.Time
 	}
 	sql += ` ORDER BY n.created_at DESC, n.id DESC LIMIT $2`
 	rows, err := s.db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
+	var items []Notification
+	if err == nil {
+		items, err = pgx.CollectRows(rows, scanNotification)
 	}
-	return pgx.CollectRows(rows, scanNotification)
+	if undefinedTable(err) {
+		return nil, nil // no partition for that week: nothing was stored in it
+	}
+	return items, err
+}
+
+// undefinedTable reports a missing relation: a week whose partition does not exist.
+func undefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
 func scanNotification(row pgx.CollectableRow) (Notification, error) {
@@ -217,32 +240,35 @@ func (s *Store) MarkAllRead(ctx context.Context, userID string) (through ID, ok 
 // UnreadCount counts the user's unread notifications up to UnreadCap; capped
 // is true when there are more. It never counts a whole feed: it reads the
 // unread index from the top down to the read-all watermark, at most
-// UnreadCap+1 rows, the recent partitions first; the older ones only when
-// the watermark lies beyond the recent window.
+// UnreadCap+1 rows, the newest partitions first; older ones only while the
+// watermark lies further back.
 func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capped bool, err error) {
-	for _, w := range windows(time.Now().Add(futureSlack)) {
+	for _, sp := range spans(time.Now().Add(futureSlack)) {
 		sql := `SELECT (SELECT count(*) FROM (
-				SELECT 1 FROM notifications n
-				WHERE n.user_id = $1 AND n.read_at IS NULL AND n.created_at <= $3
-				  AND (n.created_at, n.id) > (w.at, w.id)`
-		args := []any{userID, UnreadCap + 1 - count, *w[1]}
-		covered := "false"
-		if w[0] != nil {
-			sql += ` AND n.created_at > $4`
-			args = append(args, *w[0])
-			covered = "w.at >= $4" // everything older is under the watermark: read
+				SELECT 1 FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n
+				WHERE n.user_id = $1 AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
+		args := []any{userID, UnreadCap + 1 - count}
+		if sp.before != nil {
+			sql += ` AND n.created_at < $3`
+			args = append(args, *sp.before)
 		}
-		sql += ` LIMIT $2) unread), ` + covered + ` FROM ` + readMark + ` w`
+		// Rows older than this span's newest possible row are all read when
+		// the watermark is past the span's start.
+		sql += ` LIMIT $2) unread), w.at FROM ` + readMark + ` w`
 		var n int
-		var done bool
-		if err := s.db.QueryRow(ctx, sql, args...).Scan(&n, &done); err != nil {
+		var mark pgtype.Timestamptz
+		err := s.db.QueryRow(ctx, sql, args...).Scan(&n, &mark)
+		if undefinedTable(err) {
+			continue
+		}
+		if err != nil {
 			return 0, false, fmt.Errorf("unread count: %w", err)
 		}
 		if count += n; count > UnreadCap {
 			return UnreadCap, true, nil
 		}
-		if done {
-			break
+		if start, ok := weekly.ParsePartition("notifications", sp.table); ok && mark.InfinityModifier == pgtype.Finite && !mark.Time.Before(start) {
+			break // everything older is under the watermark: read
 		}
 	}
 	return count, false, nil

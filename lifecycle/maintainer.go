@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/spoolcast/spoolcast/internal/weekly"
 )
 
 // DB is what maintenance needs of Postgres: a pgxpool.Pool with at least two
@@ -155,7 +156,7 @@ func run(ctx context.Context, cfg Config) (Report, error) {
 				return rep, fmt.Errorf("maintenance: create the partition of %s for %s: %w", table, at.Format(time.DateOnly), err)
 			}
 			if created {
-				rep.Created = append(rep.Created, partitionName(table, weekStart(at)))
+				rep.Created = append(rep.Created, weekly.Partition(table, at))
 			}
 		}
 	}
@@ -228,22 +229,11 @@ func Partitions(ctx context.Context, db DB) ([]Partition, error) {
 		if err := rows.Scan(&table, &name); err != nil {
 			return nil, err
 		}
-		start, err := time.Parse("20060102", strings.TrimPrefix(name, table+"_"))
-		if err != nil {
+		start, ok := weekly.ParsePartition(table, name)
+		if !ok {
 			continue // not one of ours
 		}
 		out = append(out, Partition{Table: table, Name: name, Start: start, End: start.AddDate(0, 0, 7)})
 	}
 	return out, rows.Err()
-}
-
-// weekStart is the Monday 00:00 UTC of t's week, as Postgres's date_trunc('week').
-func weekStart(t time.Time) time.Time {
-	t = t.UTC()
-	d := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
-	return d.AddDate(0, 0, -((int(d.Weekday()) + 6) % 7))
-}
-
-func partitionName(table string, start time.Time) string {
-	return table + "_" + start.Format("20060102")
 }

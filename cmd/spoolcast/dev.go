@@ -127,6 +127,7 @@ func runDev(ctx context.Context, o relayOptions, co centralOptions, dataDir, key
 	co.userClaim, co.rolesClaim, co.adminRole = "sub", "roles", "admin"
 	co.jwtSecretFile = secretPath
 	co.dbMaxConns = 4
+	co.maintenanceInterval = time.Hour // keeps everything (no retention), creates partitions ahead
 	c, err := startCentral(ctx, co, logger, map[string]http.Handler{devJWKSPath: issuer.JWKS()})
 	if err != nil {
 		return err

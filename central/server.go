@@ -28,10 +28,12 @@ import (
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/problem"
+	"github.com/spoolcast/spoolcast/push"
 )
 
 // DB is what central needs of Postgres: a pgxpool.Pool.
 type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -64,6 +66,11 @@ type Config struct {
 	Services ServiceAuthorizer
 	// AdminRole is the role /v1/admin routes require. Default "admin".
 	AdminRole string
+	// Devices registers push tokens. Default the store over DB.
+	Devices *push.Devices
+	// Preferences keeps push preferences. Nil: they live in the product's own
+	// API (--prefs-url) and /v1/preferences answers 404 saying so.
+	Preferences *push.BuiltinPreferences
 	// MinAppVersion, when set, answers 426 to apps that send an older Spoolcast-App-Version.
 	MinAppVersion apiversion.AppVersion
 	// Versions are the API versions served. Default apiversion.Default().
@@ -133,6 +140,9 @@ func New(cfg Config) (*Server, error) {
 	cfg.AdminRole = cmp.Or(cfg.AdminRole, "admin")
 	cfg.MaxBody = cmp.Or(cfg.MaxBody, 64<<10)
 	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, 5*time.Second)
+	if cfg.Devices == nil {
+		cfg.Devices = push.NewDevices(cfg.DB, nil)
+	}
 	if cfg.Versions == nil {
 		cfg.Versions = apiversion.Default()
 	}
@@ -191,6 +201,13 @@ func (s *Server) routeAll() {
 	s.handleUser(http.MethodPost, "/v1/notifications/:id", user, s.readAll)
 	s.handleUser(http.MethodPost, "/v1/notifications/:id/read", user, s.markRead)
 	s.handleUser(http.MethodGet, "/v1/admin/users/:user/notifications", admin, s.adminListNotifications)
+	s.handleUser(http.MethodGet, "/v1/admin/deliveries", admin, s.listDeliveries)
+
+	s.handleUser(http.MethodGet, "/v1/devices", user, s.listDevices)
+	s.handleUser(http.MethodPut, "/v1/devices", user, s.putDevice)
+	s.handleUser(http.MethodDelete, "/v1/devices/:token", user, s.deleteDevice)
+	s.handleUser(http.MethodGet, "/v1/preferences", user, s.getPreferences)
+	s.handleUser(http.MethodPut, "/v1/preferences", user, s.putPreferences)
 
 	s.handleService(http.MethodPost, "/internal/v1/events", auth.ScopeEmit, s.ingestEvent)
 }

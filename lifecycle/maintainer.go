@@ -26,7 +26,7 @@ type DB interface {
 // Partitioned are the tables kept in weekly partitions on their creation
 // time, each dropped whole past retention. The push issue's dispatch rows join
 // this list.
-var Partitioned = []string{"notifications"}
+var Partitioned = []string{"notifications", "push_dispatches"}
 
 // lockKey is the advisory lock that makes one pass at a time, cluster-wide.
 const lockKey = 0x73706f6f6c636173 // "spoolcas"

@@ -21,6 +21,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/problem"
 	"github.com/spoolcast/spoolcast/lifecycle"
+	"github.com/spoolcast/spoolcast/push"
 )
 
 // centralOptions are central's flags.
@@ -40,6 +41,7 @@ type centralOptions struct {
 	dbStatementTimeout  time.Duration
 	maintenanceInterval time.Duration
 	lifecycle           lifecycleFlags
+	push                pushFlags
 	shutdownTimeout     time.Duration
 	log                 logFlags
 }
@@ -60,6 +62,7 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.dbStatementTimeout, "db-statement-timeout", 5*time.Second, "longest a request waits on Postgres; past it the request gets 503 + Retry-After and the statement is cancelled")
 	fs.DurationVar(&o.maintenanceInterval, "maintenance-interval", time.Hour, "how often central runs a maintenance pass (one replica at a time); 0 leaves it to `spoolcast maintain`")
 	o.lifecycle.register(fs)
+	o.push.register(fs)
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight")
 	o.log.register(fs)
 }
@@ -90,6 +93,7 @@ type runningCentral struct {
 	pool        *pgxpool.Pool
 	verifier    *auth.UserVerifier
 	maintenance *lifecycle.Scheduler // nil with --maintenance-interval 0
+	push        *pushWorkers         // nil with --push=false
 }
 
 // validate reports the first flag a user must fix.
@@ -103,6 +107,9 @@ func (o centralOptions) validate() error {
 		return errors.New("--db-connect-timeout, --db-statement-timeout, --maintenance-interval and --shutdown-timeout must not be negative")
 	case o.maintenanceInterval > 0 && o.dbMaxConns < 2:
 		return errors.New("--db-max-conns must be at least 2 while central runs maintenance (--maintenance-interval): a pass holds one connection for its lock")
+	}
+	if err := o.push.validate(); err != nil {
+		return err
 	}
 	return o.lifecycle.config().Validate()
 }
@@ -179,12 +186,30 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		return fail(fmt.Errorf("--database-url: %w", err))
 	}
 	reg := central.NewRegistry()
+	pushMetrics := push.NewMetrics(reg)
+	devices := push.NewDevices(c.pool, pushMetrics)
+	var prefs push.Preferences
+	var builtin *push.BuiltinPreferences
+	if o.push.prefsURL != "" {
+		if prefs, err = externalPreferences(o, pushMetrics, logger); err != nil {
+			return fail(err)
+		}
+	} else {
+		builtin = push.NewBuiltinPreferences(c.pool, pushMetrics, logger)
+		prefs = builtin
+	}
 	api, err := central.New(central.Config{
 		DB: c.pool, DBTimeout: o.dbStatementTimeout, Users: users, Services: services, AdminRole: o.adminRole,
+		Devices: devices, Preferences: builtin,
 		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Registry: reg, Logger: logger,
 	})
 	if err != nil {
 		return fail(err)
+	}
+	if o.push.enabled {
+		if c.push, err = startPush(ctx, o, c.pool, pushMetrics, prefs, devices, logger); err != nil {
+			return fail(err)
+		}
 	}
 	if o.maintenanceInterval > 0 {
 		cfg := o.lifecycle.config()
@@ -209,6 +234,9 @@ func (c *runningCentral) shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := c.http.stop(ctx)
+	if c.push != nil {
+		err = errors.Join(err, c.push.stop(ctx))
+	}
 	if c.maintenance != nil {
 		err = errors.Join(err, c.maintenance.Stop(ctx))
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,10 +17,13 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/internal/devauth"
+	"github.com/spoolcast/spoolcast/internal/expofake"
 	"github.com/spoolcast/spoolcast/internal/filelock"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
+	"github.com/spoolcast/spoolcast/push"
 )
 
 // The dev stack's own OIDC issuer and audience. Its tokens mean nothing elsewhere.
@@ -45,6 +49,7 @@ func devCommand() (*flag.FlagSet, runFunc) {
 	fs.StringVar(&dataDir, "data-dir", "./data", "where the local Postgres cluster (pg/), the spool and the dev signing keys live")
 	fs.StringVar(&co.listen, "central-listen", "127.0.0.1:8080", "address central serves its API on")
 	fs.StringVar(&co.minAppVersion, "min-app-version", "", "oldest Spoolcast-App-Version central serves")
+	fs.StringVar(&co.push.expoURL, "expo-url", "", "Expo push API base to push through; unset, a fake Expo runs in the dev stack and logs each push it gets")
 	fs.StringVar(&tokenUser, "user", "", "token: mint a user token for this user id")
 	fs.BoolVar(&tokenAdmin, "admin", false, "token: give the user token the admin role")
 	fs.StringVar(&tokenService, "service", "", "token: mint a service token (scope push:emit) for this service")
@@ -128,6 +133,16 @@ func runDev(ctx context.Context, o relayOptions, co centralOptions, dataDir, key
 	co.jwtSecretFile = secretPath
 	co.dbMaxConns = 4
 	co.maintenanceInterval = time.Hour // keeps everything (no retention), creates partitions ahead
+	co.push = pushFlags{enabled: true, expoURL: co.push.expoURL, expoRate: expo.DefaultRatePerSecond, expoConcurrency: 6,
+		maxAge: time.Hour, receiptInterval: 5 * time.Second}
+	if co.push.expoURL == "" {
+		fakeURL, stopFake, err := startFakeExpo(logger)
+		if err != nil {
+			return err
+		}
+		defer stopFake()
+		co.push.expoURL = fakeURL
+	}
 	c, err := startCentral(ctx, co, logger, map[string]http.Handler{devJWKSPath: issuer.JWKS()})
 	if err != nil {
 		return err
@@ -157,6 +172,23 @@ Read u_123's feed (mint other tokens with: spoolcast dev token --user NAME [--ad
 	timeout := max(o.shutdownTimeout, 5*time.Second)
 	err = r.wait(ctx, timeout)
 	return errors.Join(err, c.shutdown(timeout))
+}
+
+// startFakeExpo serves a fake Expo on loopback that logs each push it gets,
+// so the dev stack shows the whole path without a real device.
+func startFakeExpo(logger *slog.Logger) (url string, stop func(), err error) {
+	fake := expofake.New()
+	log := logger.With("component", "fake-expo")
+	fake.OnPush = func(m expo.Message) {
+		log.Info("push delivered to the fake Expo", "to", push.MaskToken(m.To), "title", m.Title, "body", m.Body)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("fake Expo: %w", err)
+	}
+	srv := &http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String() + "/--/api/v2/push", func() { _ = srv.Close() }, nil
 }
 
 // lockDataDir takes the data directory for this process, or says who holds it.

@@ -1,0 +1,178 @@
+package central
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/internal/httpapi"
+	"github.com/spoolcast/spoolcast/internal/problem"
+	"github.com/spoolcast/spoolcast/push"
+)
+
+// readJSON decodes a small JSON body strictly into v, or answers 400/415.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" && ct != "application/json; charset=utf-8" {
+		problem.Write(w, r, problem.New(http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type", "send Content-Type: application/json"))
+		return false
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		problem.Write(w, r, problem.New(http.StatusBadRequest, "invalid-request", "Invalid request", "the body is not the JSON this route takes: "+err.Error()))
+		return false
+	}
+	return true
+}
+
+// DevicesJSON is the caller's devices.
+type DevicesJSON struct {
+	Data []push.Device `json:"data"`
+}
+
+func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
+	var body struct {
+		Token    string `json:"token"`
+		Platform string `json:"platform"`
+	}
+	if !readJSON(w, r, &body) {
+		return
+	}
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	dev, err := s.cfg.Devices.Register(ctx, u.ID, body.Token, body.Platform)
+	switch {
+	case errors.Is(err, push.ErrInvalidToken):
+		p := problem.New(http.StatusBadRequest, "invalid-token", "Invalid push token", err.Error())
+		p.Field = "token"
+		problem.Write(w, r, p)
+	case err != nil && body.Platform != push.IOS && body.Platform != push.Android:
+		p := problem.New(http.StatusBadRequest, "invalid-request", "Invalid request", "platform must be ios or android")
+		p.Field = "platform"
+		problem.Write(w, r, p)
+	case err != nil:
+		s.dbError(w, r, "register device", err)
+	default:
+		httpapi.WriteJSON(w, http.StatusOK, dev)
+	}
+}
+
+func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User) {
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	switch err := s.cfg.Devices.Disable(ctx, u.ID, ps.ByName("token")); {
+	case errors.Is(err, push.ErrNoDevice):
+		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no such device"))
+	case err != nil:
+		s.dbError(w, r, "disable device", err)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (s *Server) listDevices(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	devs, err := s.cfg.Devices.List(ctx, u.ID)
+	if err != nil {
+		s.dbError(w, r, "list devices", err)
+		return
+	}
+	if devs == nil {
+		devs = []push.Device{}
+	}
+	httpapi.WriteJSON(w, http.StatusOK, DevicesJSON{Data: devs})
+}
+
+// preferencesElsewhere answers the preference routes of a deployment whose
+// preferences live in the product's own API (--prefs-url).
+func (s *Server) preferencesElsewhere(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.Preferences != nil {
+		return false
+	}
+	problem.Write(w, r, problem.New(http.StatusNotFound, "preferences-external", "Preferences are kept elsewhere",
+		"this deployment reads push preferences from the product's own API; change them there"))
+	return true
+}
+
+func (s *Server) getPreferences(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
+	if s.preferencesElsewhere(w, r) {
+		return
+	}
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	doc, err := s.cfg.Preferences.Get(ctx, u.ID)
+	if err != nil {
+		s.dbError(w, r, "read preferences", err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, doc)
+}
+
+func (s *Server) putPreferences(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
+	if s.preferencesElsewhere(w, r) {
+		return
+	}
+	var doc push.PreferencesDoc
+	if !readJSON(w, r, &doc) {
+		return
+	}
+	for c := range doc.Categories {
+		if c == "" || len(c) > 128 {
+			p := problem.New(http.StatusBadRequest, "invalid-request", "Invalid request", "a category is 1 to 128 bytes")
+			p.Field = "categories"
+			problem.Write(w, r, p)
+			return
+		}
+	}
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	merged, err := s.cfg.Preferences.Merge(ctx, u.ID, doc)
+	if err != nil {
+		s.dbError(w, r, "save preferences", err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, merged)
+}
+
+// listDeliveries is the delivery log, for admins: dispatches newest first.
+func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.User) {
+	query := r.URL.Query()
+	q := push.DeliveryQuery{UserID: query.Get("user"), State: query.Get("state"), Cursor: query.Get("cursor")}
+	bad := func(field, detail string) {
+		p := problem.New(http.StatusBadRequest, "invalid-query", "Invalid query", detail)
+		p.Field = field
+		problem.Write(w, r, p)
+	}
+	if v := query.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > push.MaxDeliveriesLimit {
+			bad("limit", "limit must be a whole number from 1 to "+strconv.Itoa(push.MaxDeliveriesLimit))
+			return
+		}
+		q.Limit = n
+	}
+	if q.State != "" && !slices.Contains(push.States, q.State) {
+		bad("state", "state must be one of queued, sent, delivered, receipt_error, receipt_missing, failed, skipped")
+		return
+	}
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	page, err := push.Deliveries(ctx, s.cfg.DB, q)
+	switch {
+	case errors.Is(err, push.ErrBadCursor):
+		p := problem.New(http.StatusBadRequest, "invalid-cursor", "Invalid cursor", "cursor is not one this server issued; start again without it")
+		p.Field = "cursor"
+		problem.Write(w, r, p)
+	case err != nil:
+		s.dbError(w, r, "read deliveries", err)
+	default:
+		httpapi.WriteJSON(w, http.StatusOK, page)
+	}
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	gosync "sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/internal/pglisten"
+	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/sync"
+)
+
+// pushFlags are central's push settings.
+type pushFlags struct {
+	enabled         bool
+	expoURL         string
+	expoTokenFile   string
+	expoRate        int
+	expoConcurrency int
+	maxAge          time.Duration
+	prefsURL        string
+	prefsCacheTTL   time.Duration
+	prefsTimeout    time.Duration
+	receiptInterval time.Duration
+	directURL       string
+}
+
+func (p *pushFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&p.enabled, "push", true, "run the push dispatcher and receipt reconciler in this replica (replicas share the work)")
+	fs.StringVar(&p.expoURL, "expo-url", expo.DefaultURL, "base of Expo's push API; /send and /getReceipts are appended")
+	fs.StringVar(&p.expoTokenFile, "expo-access-token-file", "", "file holding an Expo access token, for projects with enhanced push security")
+	fs.IntVar(&p.expoRate, "expo-rate", expo.DefaultRatePerSecond, "most push messages sent per second by this replica (Expo allows 600/s per project; 0 is no cap)")
+	fs.IntVar(&p.expoConcurrency, "expo-concurrency", 6, "most Expo requests in flight from this replica")
+	fs.DurationVar(&p.maxAge, "push-max-age", time.Hour, "oldest notification still pushed; older ones (after a long stop of every dispatcher) are recorded skipped")
+	fs.StringVar(&p.prefsURL, "prefs-url", "", "the product API's preference endpoint: GET <url>/<user id> with a prefs:read service token (see docs/api.md); unset, preferences are built in (/v1/preferences)")
+	fs.DurationVar(&p.prefsCacheTTL, "prefs-cache-ttl", time.Minute, "how long an answer of --prefs-url is kept per user (failures never are)")
+	fs.DurationVar(&p.prefsTimeout, "prefs-timeout", 300*time.Millisecond, "longest wait for --prefs-url; past it the notification is pushed anyway (fail open)")
+	fs.DurationVar(&p.receiptInterval, "receipt-interval", 30*time.Second, "how often push receipts are fetched")
+	fs.StringVar(&p.directURL, "direct-database-url", "", "Postgres URL for the LISTEN connection that wakes the dispatcher, direct (not through PgBouncer in transaction mode); default --database-url")
+}
+
+func (p *pushFlags) validate() error {
+	switch {
+	case p.expoRate < 0 || p.expoConcurrency < 1:
+		return errors.New("--expo-rate must not be negative and --expo-concurrency must be at least 1")
+	case p.maxAge < 0 || p.prefsCacheTTL < 0 || p.prefsTimeout < 0 || p.receiptInterval < 0:
+		return errors.New("--push-max-age, --prefs-cache-ttl, --prefs-timeout and --receipt-interval must not be negative")
+	}
+	return nil
+}
+
+// pushWorkers are the push parts of a running central.
+type pushWorkers struct {
+	listener   *pglisten.Listener
+	dispatcher *push.Dispatcher
+	receipts   *push.ReceiptReconciler
+}
+
+// startPush starts the dispatcher, the receipt reconciler and the LISTEN
+// connection that wakes the dispatcher.
+func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, metrics *push.Metrics, prefs push.Preferences, devices *push.Devices, logger *slog.Logger) (*pushWorkers, error) {
+	p := o.push
+	var accessToken string
+	if p.expoTokenFile != "" {
+		b, err := os.ReadFile(p.expoTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--expo-access-token-file: %w", err)
+		}
+		accessToken = strings.TrimSpace(string(b))
+	}
+	rate := p.expoRate
+	if rate == 0 {
+		rate = -1 // no cap
+	}
+	client, err := expo.New(expo.Config{
+		URL: p.expoURL, AccessToken: accessToken, RatePerSecond: rate, MaxConcurrent: p.expoConcurrency,
+		OnRequest: func(endpoint string, took time.Duration, _ error) { metrics.ObserveRequest(endpoint, took.Seconds()) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	direct := p.directURL
+	if direct == "" {
+		direct = o.databaseURL
+	}
+	w := &pushWorkers{listener: pglisten.New(direct, sync.NotifyChannel, logger)}
+	wake := w.listener.Subscribe()
+	if w.dispatcher, err = push.NewDispatcher(push.DispatcherConfig{
+		DB: pool, Sender: client, Preferences: prefs, Devices: devices, Wake: wake,
+		MaxAge: p.maxAge, Metrics: metrics, Logger: logger,
+	}); err != nil {
+		return nil, err
+	}
+	if w.receipts, err = push.NewReceiptReconciler(push.ReceiptReconcilerConfig{
+		DB: pool, Receipter: client, Devices: devices, Interval: p.receiptInterval, Metrics: metrics, Logger: logger,
+	}); err != nil {
+		return nil, err
+	}
+	bg := context.WithoutCancel(ctx)
+	w.listener.Start(bg)
+	w.dispatcher.Start(bg)
+	w.receipts.Start(bg)
+	return w, nil
+}
+
+func (w *pushWorkers) stop(ctx context.Context) error {
+	return errors.Join(w.dispatcher.Stop(ctx), w.receipts.Stop(ctx), w.listener.Stop(ctx))
+}
+
+// externalPreferences is the --prefs-url source, asking with central's own
+// prefs:read service token, minted from the service secret and renewed
+// before it expires.
+func externalPreferences(o centralOptions, metrics *push.Metrics, logger *slog.Logger) (*push.ExternalPreferences, error) {
+	if o.jwtSecretFile == "" {
+		return nil, errors.New("--prefs-url needs --service-jwt-secret-file: central signs its prefs:read token with it")
+	}
+	secret, err := auth.ReadSecretFile(o.jwtSecretFile)
+	if err != nil {
+		return nil, err
+	}
+	var mu gosync.Mutex
+	var token string
+	var expires time.Time
+	source := func() (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Until(expires) > time.Minute {
+			return token, nil
+		}
+		t, err := auth.SignServiceToken(secret, "spoolcast-central", []string{auth.ScopePrefsRead}, 10*time.Minute)
+		if err != nil {
+			return "", err
+		}
+		token, expires = t, time.Now().Add(10*time.Minute)
+		return token, nil
+	}
+	return push.NewExternalPreferences(push.ExternalConfig{
+		URL: o.push.prefsURL, Token: source, CacheTTL: o.push.prefsCacheTTL, Timeout: o.push.prefsTimeout,
+		Metrics: metrics, Logger: logger,
+	})
+}

@@ -1,0 +1,339 @@
+// Package expo is a client of Expo's push service: send messages, fetch
+// receipts. It keeps to Expo's limits — at most 100 messages a send, 1,000
+// ids a receipt request, 4,096 bytes a message — compresses request bodies
+// over 1 KiB, caps its concurrent requests and its messages per second, and
+// retries 429 and 5xx answers with backoff, honouring Retry-After.
+//
+// The rule it keeps: a ticket is not an outcome. Send returns tickets; only
+// a receipt says whether a message reached the device.
+package expo
+
+import (
+	"bytes"
+	"cmp"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// DefaultURL is the base of Expo's production push API.
+const DefaultURL = "https://exp.host/--/api/v2/push"
+
+// Expo's limits.
+const (
+	MaxMessagesPerSend   = 100
+	MaxIDsPerReceipts    = 1000
+	MaxMessageBytes      = 4096
+	DefaultRatePerSecond = 600 // messages per second per project
+	gzipAbove            = 1 << 10
+)
+
+// Error codes Expo reports in tickets and receipts, and in request errors.
+const (
+	DeviceNotRegistered = "DeviceNotRegistered"
+	MessageTooBig       = "MessageTooBig"
+	MessageRateExceeded = "MessageRateExceeded"
+	InvalidCredentials  = "InvalidCredentials"
+)
+
+// Message is one push to one device.
+type Message struct {
+	To    string         `json:"to"`
+	Title string         `json:"title,omitempty"`
+	Body  string         `json:"body,omitempty"`
+	Data  map[string]any `json:"data,omitempty"`
+	Sound string         `json:"sound,omitempty"`
+}
+
+// Ticket is Expo's answer to one message of a send: an id to ask for its
+// receipt, or an error.
+type Ticket struct {
+	Status  string       `json:"status"` // "ok" or "error"
+	ID      string       `json:"id,omitempty"`
+	Message string       `json:"message,omitempty"`
+	Details *ErrorDetail `json:"details,omitempty"`
+}
+
+// Receipt is the outcome of one message, once Expo has it.
+type Receipt struct {
+	Status  string       `json:"status"` // "ok" or "error"
+	Message string       `json:"message,omitempty"`
+	Details *ErrorDetail `json:"details,omitempty"`
+}
+
+// ErrorDetail names an error Expo reports for one message.
+type ErrorDetail struct {
+	Error string `json:"error,omitempty"`
+}
+
+// Code returns the error code of a ticket or receipt ("" when none).
+func code(d *ErrorDetail) string {
+	if d == nil {
+		return ""
+	}
+	return d.Error
+}
+
+// Code is the ticket's error code, "" for an ok ticket.
+func (t Ticket) Code() string { return code(t.Details) }
+
+// Code is the receipt's error code, "" for an ok receipt.
+func (r Receipt) Code() string { return code(r.Details) }
+
+// RequestError is a request Expo refused or failed as a whole.
+type RequestError struct {
+	Status int    // HTTP status; 0 when no answer came
+	Code   string // Expo's error code, e.g. InvalidCredentials
+	Msg    string
+}
+
+func (e *RequestError) Error() string {
+	switch {
+	case e.Status == 0:
+		return "expo: " + e.Msg
+	case e.Code != "":
+		return fmt.Sprintf("expo: %d %s: %s", e.Status, e.Code, e.Msg)
+	}
+	return fmt.Sprintf("expo: %d: %s", e.Status, e.Msg)
+}
+
+// Retryable reports whether the request may pass later: no answer, 429, 5xx.
+func (e *RequestError) Retryable() bool {
+	return e.Status == 0 || e.Status == http.StatusTooManyRequests || e.Status >= 500
+}
+
+// ErrMessageTooBig: a message over MaxMessageBytes, refused before sending.
+var ErrMessageTooBig = errors.New("expo: " + MessageTooBig + ": a message is over 4096 bytes")
+
+// Config configures a client.
+type Config struct {
+	// URL is the API base; the client appends /send and /getReceipts. Default DefaultURL.
+	URL string
+	// AccessToken, when set, is sent as a bearer token (Expo's enhanced push security).
+	AccessToken string
+	// HTTP is the HTTP client. Default one with a 10 s timeout.
+	HTTP *http.Client
+	// MaxConcurrent caps requests in flight. Default 6.
+	MaxConcurrent int
+	// RatePerSecond caps messages sent per second; negative is no cap (for
+	// benchmarks against a fake). Default DefaultRatePerSecond.
+	RatePerSecond int
+	// Retries is how many times a 429, 5xx or failed request is tried again.
+	// Default 3.
+	Retries int
+	// MinBackoff is the first wait before a retry, doubled each time, unless
+	// Retry-After says otherwise. Default 500ms.
+	MinBackoff time.Duration
+	// MaxBackoff caps a wait, Retry-After included. Default 30s.
+	MaxBackoff time.Duration
+	// OnRequest, when set, is called after every HTTP request with its
+	// endpoint ("send" or "getReceipts"), its duration and its outcome.
+	OnRequest func(endpoint string, took time.Duration, err error)
+}
+
+// Client talks to Expo's push API. It is safe for concurrent use.
+type Client struct {
+	cfg     Config
+	slots   chan struct{}
+	limiter *rate.Limiter
+}
+
+// New returns a client.
+func New(cfg Config) (*Client, error) {
+	switch {
+	case cfg.MaxConcurrent < 0 || cfg.Retries < 0 || cfg.MinBackoff < 0 || cfg.MaxBackoff < 0:
+		return nil, errors.New("expo: concurrency, retries and backoff must not be negative")
+	}
+	cfg.URL = strings.TrimSuffix(cmp.Or(cfg.URL, DefaultURL), "/")
+	if cfg.HTTP == nil {
+		cfg.HTTP = &http.Client{Timeout: 10 * time.Second}
+	}
+	cfg.MaxConcurrent = cmp.Or(cfg.MaxConcurrent, 6)
+	cfg.RatePerSecond = cmp.Or(cfg.RatePerSecond, DefaultRatePerSecond)
+	cfg.Retries = cmp.Or(cfg.Retries, 3)
+	cfg.MinBackoff = cmp.Or(cfg.MinBackoff, 500*time.Millisecond)
+	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
+	c := &Client{cfg: cfg, slots: make(chan struct{}, cfg.MaxConcurrent)}
+	if cfg.RatePerSecond > 0 {
+		c.limiter = rate.NewLimiter(rate.Limit(cfg.RatePerSecond), max(cfg.RatePerSecond, MaxMessagesPerSend))
+	}
+	return c, nil
+}
+
+// Send pushes at most MaxMessagesPerSend messages in one request and returns
+// their tickets in the same order. A message over MaxMessageBytes fails the
+// call with ErrMessageTooBig before anything is sent: check with Size first.
+// A request Expo refuses as a whole is a *RequestError, after the retries
+// when it is retryable.
+func (c *Client) Send(ctx context.Context, msgs []Message) ([]Ticket, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	if len(msgs) > MaxMessagesPerSend {
+		return nil, fmt.Errorf("expo: %d messages in one send; at most %d", len(msgs), MaxMessagesPerSend)
+	}
+	for _, m := range msgs {
+		if n, _ := Size(m); n > MaxMessageBytes {
+			return nil, ErrMessageTooBig
+		}
+	}
+	if c.limiter != nil {
+		if err := c.limiter.WaitN(ctx, len(msgs)); err != nil {
+			return nil, err
+		}
+	}
+	var out struct {
+		Data []Ticket `json:"data"`
+	}
+	if err := c.post(ctx, "send", msgs, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Data) != len(msgs) {
+		return nil, &RequestError{Status: http.StatusOK, Msg: fmt.Sprintf("%d tickets for %d messages", len(out.Data), len(msgs))}
+	}
+	return out.Data, nil
+}
+
+// Receipts fetches the receipts of at most MaxIDsPerReceipts tickets. An id
+// Expo has no receipt for yet is absent from the map: ask again later.
+func (c *Client) Receipts(ctx context.Context, ids []string) (map[string]Receipt, error) {
+	if len(ids) == 0 {
+		return map[string]Receipt{}, nil
+	}
+	if len(ids) > MaxIDsPerReceipts {
+		return nil, fmt.Errorf("expo: %d receipt ids in one request; at most %d", len(ids), MaxIDsPerReceipts)
+	}
+	var out struct {
+		Data map[string]Receipt `json:"data"`
+	}
+	if err := c.post(ctx, "getReceipts", map[string][]string{"ids": ids}, &out); err != nil {
+		return nil, err
+	}
+	if out.Data == nil {
+		out.Data = map[string]Receipt{}
+	}
+	return out.Data, nil
+}
+
+// Size is a message's encoded size, the measure of MaxMessageBytes.
+func Size(m Message) (int, error) {
+	b, err := json.Marshal(m)
+	return len(b), err
+}
+
+// post sends body to endpoint and decodes the answer into out, retrying what
+// may pass later.
+func (c *Client) post(ctx context.Context, endpoint string, body, out any) error {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("expo: encode %s: %w", endpoint, err)
+	}
+	for attempt := 0; ; attempt++ {
+		wait, err := c.postOnce(ctx, endpoint, raw, out)
+		var re *RequestError
+		if err == nil || !errors.As(err, &re) || !re.Retryable() || attempt >= c.cfg.Retries || ctx.Err() != nil {
+			return err
+		}
+		if wait == 0 {
+			d := c.cfg.MinBackoff << attempt
+			wait = d/2 + rand.N(d/2+1)
+		}
+		t := time.NewTimer(min(wait, c.cfg.MaxBackoff))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// postOnce makes one request. wait is what Retry-After asked for, if anything.
+func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out any) (wait time.Duration, err error) {
+	select {
+	case c.slots <- struct{}{}:
+		defer func() { <-c.slots }()
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	start := time.Now()
+	defer func() {
+		if c.cfg.OnRequest != nil {
+			c.cfg.OnRequest(endpoint, time.Since(start), err)
+		}
+	}()
+	var reqBody io.Reader = bytes.NewReader(raw)
+	gzipped := len(raw) > gzipAbove
+	if gzipped {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		_, _ = zw.Write(raw)
+		_ = zw.Close()
+		reqBody = &buf
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL+"/"+endpoint, reqBody)
+	if err != nil {
+		return 0, fmt.Errorf("expo: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if gzipped {
+		req.Header.Set("Content-Encoding", "gzip")
+	}
+	if c.cfg.AccessToken != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.AccessToken)
+	}
+	resp, err := c.cfg.HTTP.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		return 0, &RequestError{Msg: err.Error()}
+	}
+	defer resp.Body.Close()
+	payload, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	if err != nil {
+		return 0, &RequestError{Status: resp.StatusCode, Msg: "reading the answer: " + err.Error()}
+	}
+	if resp.StatusCode != http.StatusOK {
+		re := &RequestError{Status: resp.StatusCode, Msg: strings.TrimSpace(string(payload))}
+		var body struct {
+			Errors []struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"errors"`
+		}
+		if json.Unmarshal(payload, &body) == nil && len(body.Errors) > 0 {
+			re.Code, re.Msg = body.Errors[0].Code, body.Errors[0].Message
+		}
+		return retryAfter(resp.Header.Get("Retry-After")), re
+	}
+	if err := json.Unmarshal(payload, out); err != nil {
+		return 0, &RequestError{Status: resp.StatusCode, Msg: "undecodable answer: " + err.Error()}
+	}
+	return 0, nil
+}
+
+// retryAfter reads a Retry-After header: seconds, or an HTTP date.
+func retryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(0, time.Until(t))
+	}
+	return 0
+}

@@ -1,0 +1,209 @@
+// Package expofake is an HTTP server that speaks Expo's push API — /send and
+// /getReceipts, gzip request bodies, tickets and receipts — for tests and the
+// local dev stack. It records what it got and can be told to fail the way the
+// real service does: 429 with Retry-After, 500, slow answers, tokens that are
+// no longer registered (in tickets or in receipts), receipts not ready yet.
+package expofake
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/spoolcast/spoolcast/expo"
+)
+
+// Server is a fake Expo push service.
+type Server struct {
+	// OnPush, when set, is called with every message accepted (the dev stack logs them).
+	OnPush func(m expo.Message)
+
+	mu            sync.Mutex
+	messages      []expo.Message
+	tickets       map[string]string // ticket id → token
+	requests      map[string]int
+	gone          map[string]bool // tokens whose tickets say DeviceNotRegistered
+	goneAtReceipt map[string]bool // tokens whose receipts say DeviceNotRegistered
+	holdReceipts  int
+	failures      []failure
+	delay         time.Duration
+	nextID        int
+}
+
+type failure struct {
+	status     int
+	retryAfter string
+}
+
+// New returns a fake with no faults.
+func New() *Server {
+	return &Server{tickets: map[string]string{}, requests: map[string]int{}, gone: map[string]bool{}, goneAtReceipt: map[string]bool{}}
+}
+
+// Unregister makes the tickets of token say DeviceNotRegistered.
+func (s *Server) Unregister(token string) { s.mu.Lock(); s.gone[token] = true; s.mu.Unlock() }
+
+// UnregisterAtReceipt makes token's tickets ok but its receipts say DeviceNotRegistered.
+func (s *Server) UnregisterAtReceipt(token string) {
+	s.mu.Lock()
+	s.goneAtReceipt[token] = true
+	s.mu.Unlock()
+}
+
+// HoldReceipts makes the next n receipt requests answer without any receipt: not ready yet.
+func (s *Server) HoldReceipts(n int) { s.mu.Lock(); s.holdReceipts = n; s.mu.Unlock() }
+
+// Fail makes the next n requests answer status, with Retry-After when retryAfter is set.
+func (s *Server) Fail(n, status int, retryAfter string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range n {
+		s.failures = append(s.failures, failure{status, retryAfter})
+	}
+}
+
+// SetDelay makes every answer wait d.
+func (s *Server) SetDelay(d time.Duration) { s.mu.Lock(); s.delay = d; s.mu.Unlock() }
+
+// Messages returns the messages accepted so far, in order.
+func (s *Server) Messages() []expo.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]expo.Message(nil), s.messages...)
+}
+
+// Requests returns how many requests endpoint ("send" or "getReceipts") got, failed ones included.
+func (s *Server) Requests(endpoint string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests[endpoint]
+}
+
+// ServeHTTP answers POST /send and POST /getReceipts under any prefix.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	endpoint := ""
+	switch {
+	case r.Method == http.MethodPost && hasSuffix(r.URL.Path, "/send"):
+		endpoint = "send"
+	case r.Method == http.MethodPost && hasSuffix(r.URL.Path, "/getReceipts"):
+		endpoint = "getReceipts"
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	s.mu.Lock()
+	s.requests[endpoint]++
+	delay := s.delay
+	var fail *failure
+	if len(s.failures) > 0 {
+		fail = &s.failures[0]
+		s.failures = s.failures[1:]
+	}
+	s.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if fail != nil {
+		if fail.retryAfter != "" {
+			w.Header().Set("Retry-After", fail.retryAfter)
+		}
+		writeJSON(w, fail.status, map[string]any{"errors": []map[string]string{{"code": "TOO_MANY_REQUESTS", "message": http.StatusText(fail.status)}}})
+		return
+	}
+	var body io.Reader = r.Body
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"errors": []map[string]string{{"code": "VALIDATION_ERROR", "message": err.Error()}}})
+			return
+		}
+		body = zr
+	}
+	raw, _ := io.ReadAll(body)
+	if endpoint == "send" {
+		s.send(w, raw)
+	} else {
+		s.receipts(w, raw)
+	}
+}
+
+func (s *Server) send(w http.ResponseWriter, raw []byte) {
+	var msgs []expo.Message
+	if err := json.Unmarshal(raw, &msgs); err != nil || len(msgs) > expo.MaxMessagesPerSend {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"errors": []map[string]string{{"code": "VALIDATION_ERROR", "message": "want an array of at most 100 messages"}}})
+		return
+	}
+	tickets := make([]expo.Ticket, len(msgs))
+	s.mu.Lock()
+	for i, m := range msgs {
+		if s.gone[m.To] {
+			tickets[i] = expo.Ticket{Status: "error", Message: fmt.Sprintf("%q is not a registered push notification recipient", m.To), Details: &expo.ErrorDetail{Error: expo.DeviceNotRegistered}}
+			continue
+		}
+		s.nextID++
+		id := fmt.Sprintf("ticket-%08d", s.nextID)
+		s.tickets[id] = m.To
+		s.messages = append(s.messages, m)
+		tickets[i] = expo.Ticket{Status: "ok", ID: id}
+	}
+	onPush := s.OnPush
+	s.mu.Unlock()
+	if onPush != nil {
+		for i, m := range msgs {
+			if tickets[i].Status == "ok" {
+				onPush(m)
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": tickets})
+}
+
+func (s *Server) receipts(w http.ResponseWriter, raw []byte) {
+	var req struct {
+		IDs []string `json:"ids"`
+	}
+	if err := json.Unmarshal(raw, &req); err != nil || len(req.IDs) > expo.MaxIDsPerReceipts {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"errors": []map[string]string{{"code": "VALIDATION_ERROR", "message": "want at most 1000 ids"}}})
+		return
+	}
+	out := map[string]expo.Receipt{}
+	s.mu.Lock()
+	if s.holdReceipts > 0 {
+		s.holdReceipts--
+	} else {
+		for _, id := range req.IDs {
+			token, ok := s.tickets[id]
+			switch {
+			case !ok:
+			case s.goneAtReceipt[token]:
+				out[id] = expo.Receipt{Status: "error", Message: "the device is no longer registered", Details: &expo.ErrorDetail{Error: expo.DeviceNotRegistered}}
+			default:
+				out[id] = expo.Receipt{Status: "ok"}
+			}
+		}
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+}
+
+func hasSuffix(path, suffix string) bool {
+	return len(path) >= len(suffix) && path[len(path)-len(suffix):] == suffix
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// RetryAfter formats seconds for Fail.
+func RetryAfter(d time.Duration) string { return strconv.Itoa(int(d.Seconds())) }

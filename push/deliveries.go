@@ -1,0 +1,152 @@
+package push
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolcast/spoolcast/feed"
+)
+
+// Limits of a delivery log page.
+const (
+	DefaultDeliveriesLimit = 50
+	MaxDeliveriesLimit     = 200
+)
+
+// ErrBadCursor: a delivery log cursor this server did not make.
+var ErrBadCursor = errors.New("malformed cursor")
+
+// Delivery is one dispatch as the delivery log shows it.
+type Delivery struct {
+	ID             string     `json:"id"`
+	NotificationID string     `json:"notification_id"`
+	Title          string     `json:"title"`
+	Category       string     `json:"category"`
+	UserID         string     `json:"user_id"`
+	Token          *string    `json:"token"` // masked
+	State          string     `json:"state"`
+	Error          *string    `json:"error"`
+	TicketID       *string    `json:"ticket_id"`
+	CreatedAt      time.Time  `json:"created_at"`
+	SentAt         *time.Time `json:"sent_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	seq            int64
+}
+
+// DeliveryQuery selects a page of the delivery log.
+type DeliveryQuery struct {
+	UserID string // "" for every user
+	State  string // "" for every state
+	Limit  int
+	Cursor string // "" for the newest
+}
+
+// DeliveryPage is one page of the delivery log, newest first.
+type DeliveryPage struct {
+	Data       []Delivery `json:"data"`
+	HasMore    bool       `json:"has_more"`
+	NextCursor *string    `json:"next_cursor"`
+}
+
+// States lists the dispatch states, for validating a filter.
+var States = []string{StateQueued, StateSent, StateDelivered, StateReceiptError, StateReceiptMissing, StateFailed, StateSkipped}
+
+// Deliveries returns a keyset page of dispatches on (created_at DESC, id
+// DESC), with their notification's title and category and the token masked.
+func Deliveries(ctx context.Context, db DB, q DeliveryQuery) (DeliveryPage, error) {
+	limit := q.Limit
+	if limit == 0 {
+		limit = DefaultDeliveriesLimit
+	}
+	sql := `SELECT d.id, d.created_at, d.notification_id, d.notification_created_at, coalesce(n.title, ''), coalesce(n.category, ''),
+			d.user_id, d.token, d.state, d.error, d.ticket_id, d.sent_at, d.updated_at
+		FROM push_dispatches d
+		LEFT JOIN notifications n ON n.id = d.notification_id AND n.created_at = d.notification_created_at
+		WHERE true`
+	args := []any{limit + 1}
+	if q.UserID != "" {
+		args = append(args, q.UserID)
+		sql += fmt.Sprintf(" AND d.user_id = $%d", len(args))
+	}
+	if q.State != "" {
+		args = append(args, q.State)
+		sql += fmt.Sprintf(" AND d.state = $%d", len(args))
+	}
+	if q.Cursor != "" {
+		at, id, err := decodeCursor(q.Cursor)
+		if err != nil {
+			return DeliveryPage{}, err
+		}
+		args = append(args, at, id)
+		sql += fmt.Sprintf(" AND (d.created_at, d.id) < ($%d, $%d) AND d.created_at <= $%d", len(args)-1, len(args), len(args)-1)
+	}
+	rows, err := db.Query(ctx, sql+" ORDER BY d.created_at DESC, d.id DESC LIMIT $1", args...)
+	if err != nil {
+		return DeliveryPage{}, fmt.Errorf("read deliveries: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
+		var d Delivery
+		var nid int64
+		var ncreated time.Time
+		err := r.Scan(&d.seq, &d.CreatedAt, &nid, &ncreated, &d.Title, &d.Category, &d.UserID, &d.Token, &d.State, &d.Error, &d.TicketID, &d.SentAt, &d.UpdatedAt)
+		d.ID = encodeCursor(d.CreatedAt, d.seq)
+		d.NotificationID = feed.ID{CreatedAt: ncreated, Seq: nid}.String()
+		if d.Token != nil {
+			masked := MaskToken(*d.Token)
+			d.Token = &masked
+		}
+		return d, err
+	})
+	if err != nil {
+		return DeliveryPage{}, fmt.Errorf("read deliveries: %w", err)
+	}
+	page := DeliveryPage{Data: items}
+	if page.Data == nil {
+		page.Data = []Delivery{}
+	}
+	if len(items) > limit {
+		page.Data, page.HasMore = items[:limit], true
+		next := page.Data[limit-1].ID
+		page.NextCursor = &next
+	}
+	return page, nil
+}
+
+// MaskToken shows enough of a push token to tell two apart in a log, and no
+// more: ExponentPushToken[abcd…wxyz].
+func MaskToken(token string) string {
+	open := strings.IndexByte(token, '[')
+	if open < 0 || !strings.HasSuffix(token, "]") || len(token)-open-2 <= 8 {
+		return token[:max(0, open+1)] + "…]"
+	}
+	inner := token[open+1 : len(token)-1]
+	return token[:open+1] + inner[:4] + "…" + inner[len(inner)-4:] + "]"
+}
+
+// A delivery's id, and the log's cursor, is its (created_at, id), opaque.
+func encodeCursor(at time.Time, id int64) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(at.UnixMicro()))
+	binary.BigEndian.PutUint64(b[8:], uint64(id))
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func decodeCursor(s string) (time.Time, int64, error) {
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	if err != nil || len(b) != 16 {
+		return time.Time{}, 0, ErrBadCursor
+	}
+	at := time.UnixMicro(int64(binary.BigEndian.Uint64(b[:8]))).UTC()
+	id := int64(binary.BigEndian.Uint64(b[8:]))
+	if id <= 0 || encodeCursor(at, id) != s {
+		return time.Time{}, 0, ErrBadCursor
+	}
+	return at, id, nil
+}

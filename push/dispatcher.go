@@ -1,0 +1,512 @@
+package push
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	gosync "sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/lograte"
+)
+
+// Sender sends push messages: an *expo.Client.
+type Sender interface {
+	Send(ctx context.Context, msgs []expo.Message) ([]expo.Ticket, error)
+}
+
+var _ Sender = (*expo.Client)(nil)
+
+// Dispatch states.
+const (
+	StateQueued         = "queued"
+	StateSent           = "sent"
+	StateDelivered      = "delivered"
+	StateReceiptError   = "receipt_error"
+	StateReceiptMissing = "receipt_missing"
+	StateFailed         = "failed"
+	StateSkipped        = "skipped"
+)
+
+// DispatcherConfig configures a dispatcher.
+type DispatcherConfig struct {
+	// DB is Postgres. Required.
+	DB DB
+	// Sender sends to Expo. Required.
+	Sender Sender
+	// Preferences says which categories are off. Required.
+	Preferences Preferences
+	// Devices resolves and disables tokens. Required.
+	Devices *Devices
+	// Wake receives ingest's wake-ups; nil leaves the dispatcher to its interval.
+	Wake <-chan struct{}
+	// Interval is how often the queue is checked without a wake-up. Default 1s.
+	Interval time.Duration
+	// BatchSize caps the notifications one pass takes. Default 500.
+	BatchSize int
+	// Workers is how many passes run at once in this process. Default 2.
+	Workers int
+	// Lease is how long a pass holds the queue rows it took; past it another
+	// dispatcher may take them. Default 2m.
+	Lease time.Duration
+	// MaxAge is the oldest notification still pushed: older ones (left by a
+	// long stop of every dispatcher) are recorded skipped. Default 1h.
+	MaxAge time.Duration
+	// Replica names this process in the queue's leases. Default host-pid-random.
+	Replica string
+	// Metrics and Logger: defaults not exported, slog.Default().
+	Metrics *Metrics
+	Logger  *slog.Logger
+}
+
+// Dispatcher drains the push queue: any number of them, in any replicas,
+// share it, and each notification is dispatched once.
+type Dispatcher struct {
+	cfg     DispatcherConfig
+	log     *slog.Logger
+	failLog *lograte.Limiter
+	cancel  context.CancelFunc
+	wg      gosync.WaitGroup
+	kick    chan struct{}
+	start   gosync.Once
+}
+
+// NewDispatcher returns a dispatcher; Start runs it.
+func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
+	switch {
+	case cfg.DB == nil || cfg.Sender == nil || cfg.Preferences == nil || cfg.Devices == nil:
+		return nil, errors.New("dispatcher: a database, a sender, preferences and devices are required")
+	case cfg.Interval < 0 || cfg.BatchSize < 0 || cfg.Workers < 0 || cfg.Lease < 0 || cfg.MaxAge < 0:
+		return nil, errors.New("dispatcher: interval, batch size, workers, lease and max age must not be negative")
+	}
+	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 500)
+	cfg.Workers = cmp.Or(cfg.Workers, 2)
+	cfg.Lease = cmp.Or(cfg.Lease, 2*time.Minute)
+	cfg.MaxAge = cmp.Or(cfg.MaxAge, time.Hour)
+	if cfg.Replica == "" {
+		cfg.Replica = replicaName()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Dispatcher{cfg: cfg, log: cfg.Logger.With("component", "dispatcher"), failLog: lograte.New(10 * time.Second), kick: make(chan struct{}, cfg.Workers)}, nil
+}
+
+func replicaName() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// Start runs the dispatcher's workers in the background; only the first call does.
+func (d *Dispatcher) Start(ctx context.Context) {
+	d.start.Do(func() {
+		ctx, d.cancel = context.WithCancel(ctx)
+		for range d.cfg.Workers {
+			d.wg.Go(func() { d.loop(ctx) })
+		}
+		d.wg.Go(func() { d.gauges(ctx) })
+	})
+}
+
+// Stop stops the workers and waits for passes in flight, until ctx ends.
+// Safe to call twice, and before Start.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	d.start.Do(func() {})
+	if d.cancel == nil {
+		return nil
+	}
+	d.cancel()
+	done := make(chan struct{})
+	go func() { d.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *Dispatcher) loop(ctx context.Context) {
+	t := time.NewTicker(d.cfg.Interval)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		n, err := d.Pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			d.failLog.Do(func(suppressed int64) {
+				d.log.Error("dispatch pass failed; its notifications are taken again after the lease", "err", err, "suppressed", suppressed)
+			})
+		}
+		if n == d.cfg.BatchSize && err == nil {
+			select { // more is waiting: let another worker look too
+			case d.kick <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-d.cfg.Wake:
+		case <-d.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// gauges refreshes the in-flight gauges every few seconds with cheap queries
+// (partial indexes), whatever the dispatch history holds.
+func (d *Dispatcher) gauges(ctx context.Context) {
+	t := time.NewTicker(15 * time.Second)
+	defer t.Stop()
+	for {
+		var queued, sent int64
+		var oldest float64
+		err := d.cfg.DB.QueryRow(ctx, `SELECT
+				(SELECT count(*) FROM push_dispatches WHERE state = 'queued'),
+				(SELECT count(*) FROM push_dispatches WHERE state = 'sent' AND sent_at > now() - interval '24 hours'),
+				coalesce((SELECT extract(epoch FROM now() - enqueued_at) FROM push_queue ORDER BY notification_id LIMIT 1), 0)`).Scan(&queued, &sent, &oldest)
+		if err == nil {
+			d.cfg.Metrics.dispatches.WithLabelValues(StateQueued).Set(float64(queued))
+			d.cfg.Metrics.dispatches.WithLabelValues(StateSent).Set(float64(sent))
+			d.cfg.Metrics.queueOldest.Set(max(0, oldest))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// queued is a notification taken from the push queue.
+type queued struct {
+	id        int64
+	createdAt time.Time
+	user      string
+	category  string
+	title     string
+	body      string
+}
+
+// dispatchRow is a dispatch to write.
+type dispatchRow struct {
+	n     *queued
+	token *string
+	state string
+	err   *string
+}
+
+// Pass takes up to BatchSize notifications from the queue and dispatches
+// them: it records one row per device (or one skipped row), sends, and
+// records the tickets. It returns how many notifications it took.
+func (d *Dispatcher) Pass(ctx context.Context) (int, error) {
+	claimed, err := d.claim(ctx)
+	if err != nil || len(claimed) == 0 {
+		return 0, err
+	}
+	users := make([]string, 0, len(claimed))
+	seen := map[string]bool{}
+	for _, q := range claimed {
+		if !seen[q.user] {
+			seen[q.user] = true
+			users = append(users, q.user)
+		}
+	}
+	off := d.cfg.Preferences.PushOff(ctx, users)
+	tokens, err := d.cfg.Devices.enabledTokens(ctx, users)
+	if err != nil {
+		return len(claimed), err
+	}
+	var rows []dispatchRow
+	var invalid []string
+	oldest := time.Now().Add(-d.cfg.MaxAge)
+	skip := func(q *queued, why string) {
+		rows = append(rows, dispatchRow{n: q, state: StateSkipped, err: &why})
+	}
+	for i := range claimed {
+		q := &claimed[i]
+		switch {
+		case q.createdAt.Before(oldest):
+			skip(q, fmt.Sprintf("expired: created more than %s ago (--push-max-age)", d.cfg.MaxAge))
+		case off[q.user][q.category]:
+			skip(q, fmt.Sprintf("push is off for category %q", q.category))
+		default:
+			n := 0
+			for _, t := range tokens[q.user] {
+				if !ValidToken(t) {
+					invalid = append(invalid, t)
+					continue
+				}
+				rows = append(rows, dispatchRow{n: q, token: &t, state: StateQueued})
+				n++
+			}
+			if n == 0 {
+				skip(q, "no enabled device")
+			}
+		}
+	}
+	if err := d.cfg.Devices.disableTokens(ctx, invalid, DisabledInvalid); err != nil {
+		d.log.Warn("disable invalid tokens", "err", err)
+	}
+	created, err := d.create(ctx, claimed, rows)
+	if err != nil {
+		return len(claimed), err
+	}
+	d.send(ctx, created)
+	return len(claimed), nil
+}
+
+// claim leases up to BatchSize queue rows no one holds, oldest first, with
+// their notifications' text.
+func (d *Dispatcher) claim(ctx context.Context) ([]queued, error) {
+	rows, err := d.cfg.DB.Query(ctx, `WITH c AS (
+			UPDATE push_queue q SET claimed_until = now() + $3::interval, claimed_by = $2
+			FROM (SELECT notification_id FROM push_queue
+			      WHERE claimed_until IS NULL OR claimed_until < now()
+			      ORDER BY notification_id LIMIT $1 FOR UPDATE SKIP LOCKED) t
+			WHERE q.notification_id = t.notification_id
+			RETURNING q.notification_id, q.notification_created_at, q.user_id, q.category
+		)
+		SELECT c.notification_id, coalesce(c.notification_created_at, '-infinity'), c.user_id, c.category,
+		       coalesce(n.title, ''), coalesce(n.body, '')
+		FROM c LEFT JOIN notifications n ON n.id = c.notification_id AND n.created_at = c.notification_created_at
+		ORDER BY c.notification_id`, d.cfg.BatchSize, d.cfg.Replica, d.cfg.Lease)
+	if err != nil {
+		return nil, fmt.Errorf("claim the push queue: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queued, error) {
+		var q queued
+		var created pgtype.Timestamptz // -infinity for a row queued before notifications had partitions
+		err := r.Scan(&q.id, &created, &q.user, &q.category, &q.title, &q.body)
+		if created.InfinityModifier == pgtype.Finite {
+			q.createdAt = created.Time
+		}
+		return q, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim the push queue: %w", err)
+	}
+	return out, nil
+}
+
+// created is a queued dispatch, written.
+type created struct {
+	id        int64
+	createdAt time.Time
+	n         *queued
+	token     string
+}
+
+// create writes the dispatch rows and takes the notifications out of the
+// queue, in one statement: only those still leased to this dispatcher (a
+// pass that outlived its lease writes nothing for rows another has taken).
+func (d *Dispatcher) create(ctx context.Context, claimed []queued, rows []dispatchRow) ([]created, error) {
+	ids := make([]int64, len(claimed))
+	for i, q := range claimed {
+		ids[i] = q.id
+	}
+	var nid []int64
+	var ncreated []time.Time
+	var users []string
+	var tokens, errs []*string
+	var states []string
+	for _, r := range rows {
+		nid, ncreated, users = append(nid, r.n.id), append(ncreated, r.n.createdAt), append(users, r.n.user)
+		tokens, states, errs = append(tokens, r.token), append(states, r.state), append(errs, r.err)
+	}
+	byKey := map[string]*queued{}
+	for i := range claimed {
+		byKey[fmt.Sprint(claimed[i].id)] = &claimed[i]
+	}
+	insert := func() (pgx.Rows, error) {
+		return d.cfg.DB.Query(ctx, `WITH released AS (
+				DELETE FROM push_queue WHERE notification_id = ANY($1) AND claimed_by = $2
+				RETURNING notification_id
+			)
+			INSERT INTO push_dispatches (notification_id, notification_created_at, user_id, token, state, error)
+			SELECT r.nid, r.ncreated, r.user_id, r.token, r.state, r.error
+			FROM unnest($3::int8[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::text[])
+			     AS r(nid, ncreated, user_id, token, state, error)
+			WHERE r.nid IN (SELECT notification_id FROM released)
+			RETURNING id, created_at, notification_id, coalesce(token, ''), state`,
+			ids, d.cfg.Replica, nid, ncreated, users, tokens, states, errs)
+	}
+	res, err := insert()
+	var out []created
+	if err == nil {
+		out, err = collectCreated(res, byKey)
+	}
+	if noPartition(err) {
+		if err = ensurePartition(ctx, d.cfg.DB, "push_dispatches"); err == nil {
+			if res, err = insert(); err == nil {
+				out, err = collectCreated(res, byKey)
+			}
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("write dispatches: %w", err)
+	}
+	return out, nil
+}
+
+func collectCreated(rows pgx.Rows, byKey map[string]*queued) ([]created, error) {
+	defer rows.Close()
+	var out []created
+	for rows.Next() {
+		var c created
+		var nid int64
+		var state string
+		if err := rows.Scan(&c.id, &c.createdAt, &nid, &c.token, &state); err != nil {
+			return nil, err
+		}
+		if state != StateQueued {
+			continue
+		}
+		c.n = byKey[fmt.Sprint(nid)]
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// outcome is what became of one dispatch.
+type outcome struct {
+	c      created
+	state  string
+	ticket string
+	err    string
+	gone   bool // Expo says DeviceNotRegistered
+}
+
+// send pushes the written dispatches in requests of at most 100 messages,
+// in parallel (the client caps requests in flight), and records the tickets.
+func (d *Dispatcher) send(ctx context.Context, items []created) {
+	if len(items) == 0 {
+		return
+	}
+	outcomes := make([]outcome, len(items))
+	var wg gosync.WaitGroup
+	for lo := 0; lo < len(items); lo += expo.MaxMessagesPerSend {
+		hi := min(lo+expo.MaxMessagesPerSend, len(items))
+		wg.Go(func() {
+			msgs := make([]expo.Message, hi-lo)
+			for i, c := range items[lo:hi] {
+				msgs[i] = message(c)
+			}
+			tickets, err := d.cfg.Sender.Send(ctx, msgs)
+			for i, c := range items[lo:hi] {
+				o := outcome{c: c}
+				switch {
+				case err != nil:
+					o.state, o.err = StateFailed, err.Error()
+					d.cfg.Metrics.sent.WithLabelValues(SentFailed).Inc()
+				case tickets[i].Status == "ok":
+					o.state, o.ticket = StateSent, tickets[i].ID
+					d.cfg.Metrics.sent.WithLabelValues(SentOK).Inc()
+				default:
+					o.state, o.err = StateFailed, strings.TrimSpace(tickets[i].Code()+": "+tickets[i].Message)
+					o.gone = tickets[i].Code() == expo.DeviceNotRegistered
+					d.cfg.Metrics.sent.WithLabelValues(SentError).Inc()
+				}
+				outcomes[lo+i] = o
+			}
+		})
+	}
+	wg.Wait()
+	// The tickets are recorded even if the process is stopping: they were sent.
+	if err := d.record(context.WithoutCancel(ctx), outcomes); err != nil {
+		d.log.Error("record push tickets; the dispatches stay queued and end failed (interrupted)", "err", err)
+	}
+}
+
+// record writes what became of dispatches and disables the tokens Expo no longer knows.
+func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
+	var ids []int64
+	var createdAts []time.Time
+	var states, tickets, errs []string
+	var gone []string
+	for _, o := range outcomes {
+		ids, createdAts = append(ids, o.c.id), append(createdAts, o.c.createdAt)
+		states, tickets, errs = append(states, o.state), append(tickets, o.ticket), append(errs, o.err)
+		if o.gone {
+			gone = append(gone, o.c.token)
+		}
+	}
+	_, err := d.cfg.DB.Exec(ctx, `UPDATE push_dispatches d
+		SET state = u.state, ticket_id = NULLIF(u.ticket, ''), error = NULLIF(u.error, ''),
+		    sent_at = CASE WHEN u.state = 'sent' THEN now() END, updated_at = now()
+		FROM unnest($1::int8[], $2::timestamptz[], $3::text[], $4::text[], $5::text[]) AS u(id, created_at, state, ticket, error)
+		WHERE d.id = u.id AND d.created_at = u.created_at AND d.state = 'queued'`, ids, createdAts, states, tickets, errs)
+	if err != nil {
+		return err
+	}
+	return d.cfg.Devices.disableTokens(ctx, gone, DisabledUnreachable)
+}
+
+// message is the push for one dispatch: the title and body, shortened to fit
+// Expo's 4 KiB (the feed keeps the whole text), and the notification's id.
+func message(c created) expo.Message {
+	m := expo.Message{
+		To:    c.token,
+		Title: c.n.title,
+		Body:  c.n.body,
+		Sound: "default",
+		Data: map[string]any{
+			"notification_id": feed.ID{CreatedAt: c.n.createdAt, Seq: c.n.id}.String(),
+			"category":        c.n.category,
+		},
+	}
+	for size, _ := expo.Size(m); size > expo.MaxMessageBytes; size, _ = expo.Size(m) {
+		over := size - expo.MaxMessageBytes + len("…")
+		switch {
+		case len(m.Body) > 0:
+			m.Body = shorten(m.Body, over)
+		case len(m.Title) > 0:
+			m.Title = shorten(m.Title, over)
+		default:
+			return m // nothing left to shorten: the client refuses it as too big
+		}
+	}
+	return m
+}
+
+// shorten cuts at least n bytes off s, at a rune boundary, and marks the cut.
+func shorten(s string, n int) string {
+	cut := max(0, len(s)-n)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if cut == 0 {
+		return ""
+	}
+	return s[:cut] + "…"
+}
+
+// noPartition reports Postgres's "no partition of relation found for row".
+func noPartition(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23514" && strings.Contains(pgErr.Message, "no partition")
+}
+
+// ensurePartition creates table's partition of the current week.
+func ensurePartition(ctx context.Context, db DB, table string) error {
+	_, err := db.Exec(ctx, `SELECT spoolcast_ensure_week_partition($1::regclass, now())`, table)
+	return err
+}

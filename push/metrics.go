@@ -1,0 +1,80 @@
+package push
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are push's metrics.
+type Metrics struct {
+	dispatches     *prometheus.GaugeVec
+	sent           *prometheus.CounterVec
+	receipts       *prometheus.CounterVec
+	requestTook    *prometheus.HistogramVec
+	tokensDisabled *prometheus.CounterVec
+	prefsLookups   *prometheus.CounterVec
+	queueOldest    prometheus.Gauge
+}
+
+// Results of a message sent, the values of spoolcast_push_sent_total's result label.
+const (
+	SentOK     = "ok"     // a ticket: Expo took it (its receipt says the rest)
+	SentError  = "error"  // a ticket with an error (DeviceNotRegistered, …)
+	SentFailed = "failed" // the request failed after its retries, or the message was refused before sending
+)
+
+// NewMetrics creates push's metrics and registers them with reg (nil: not exported).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		dispatches: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spoolcast_dispatches",
+			Help: "Dispatches in flight by state: queued (written, not yet answered by Expo) and sent (a ticket, awaiting its receipt, younger than 24 h). Final states are counted by spoolcast_push_sent_total and spoolcast_push_receipts_total.",
+		}, []string{"state"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spoolcast_push_sent_total",
+			Help: "Push messages by result: ok (Expo gave a ticket), error (a ticket with an error), failed (the request failed after its retries).",
+		}, []string{"result"}),
+		receipts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spoolcast_push_receipts_total",
+			Help: "Receipts by status (ok, error, missing: none within 24 h) and Expo error code.",
+		}, []string{"status", "error"}),
+		requestTook: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "spoolcast_push_request_duration_seconds",
+			Help:    "Expo API request time by endpoint (send, getReceipts), retries counted apart.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"endpoint"}),
+		tokensDisabled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spoolcast_tokens_disabled_total",
+			Help: "Push tokens disabled, by reason: device_not_registered (Expo), invalid_token (not an Expo token), user_request.",
+		}, []string{"reason"}),
+		prefsLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spoolcast_prefs_lookups_total",
+			Help: "Preference lookups per user by result: hit, miss (the external service answered), fail_open (it failed: pushed anyway), builtin.",
+		}, []string{"result"}),
+		queueOldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "spoolcast_push_queue_oldest_seconds",
+			Help: "Age of the oldest notification waiting in the push queue; 0 when it is empty.",
+		}),
+	}
+	for _, s := range []string{"queued", "sent"} {
+		m.dispatches.WithLabelValues(s)
+	}
+	for _, r := range []string{SentOK, SentError, SentFailed} {
+		m.sent.WithLabelValues(r)
+	}
+	for _, r := range []string{DisabledByUser, DisabledUnreachable, DisabledInvalid} {
+		m.tokensDisabled.WithLabelValues(r)
+	}
+	for _, r := range []string{PrefsHit, PrefsMiss, PrefsFailOpen, PrefsBuiltin} {
+		m.prefsLookups.WithLabelValues(r)
+	}
+	m.receipts.WithLabelValues("ok", "")
+	if reg != nil {
+		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest)
+	}
+	return m
+}
+
+// ObserveRequest records one Expo request; it fits expo.Config.OnRequest.
+func (m *Metrics) ObserveRequest(endpoint string, took float64) {
+	m.requestTook.WithLabelValues(endpoint).Observe(took)
+}

@@ -1,0 +1,307 @@
+package push
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	gosync "sync"
+	"time"
+
+	"github.com/spoolcast/spoolcast/internal/lograte"
+)
+
+// Preferences says which categories users have turned push off for.
+type Preferences interface {
+	// PushOff returns, per user, the categories whose push is off; a user or
+	// category absent pushes. A source that cannot answer for a user leaves
+	// that user out (fail open): it never errors for one user's sake.
+	PushOff(ctx context.Context, users []string) map[string]map[string]bool
+}
+
+var (
+	_ Preferences = (*BuiltinPreferences)(nil)
+	_ Preferences = (*ExternalPreferences)(nil)
+)
+
+// CategorySetting is one category's preference, as the API shows it.
+type CategorySetting struct {
+	Push bool `json:"push"`
+}
+
+// PreferencesDoc is a user's preferences as the API and the external
+// preference service speak them: {"categories":{"<category>":{"push":false}}}.
+type PreferencesDoc struct {
+	Categories map[string]CategorySetting `json:"categories"`
+}
+
+// BuiltinPreferences keeps preferences in Postgres (GET|PUT /v1/preferences).
+type BuiltinPreferences struct {
+	db      DB
+	metrics *Metrics
+	log     *slog.Logger
+	failLog *lograte.Limiter
+}
+
+// NewBuiltinPreferences returns the preference store over db; metrics and
+// log may be nil.
+func NewBuiltinPreferences(db DB, metrics *Metrics, log *slog.Logger) *BuiltinPreferences {
+	if metrics == nil {
+		metrics = NewMetrics(nil)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &BuiltinPreferences{db: db, metrics: metrics, log: log.With("component", "preferences"), failLog: lograte.New(10 * time.Second)}
+}
+
+// Get returns the user's settings; categories not listed push.
+func (p *BuiltinPreferences) Get(ctx context.Context, userID string) (PreferencesDoc, error) {
+	rows, err := p.db.Query(ctx, `SELECT category, push FROM push_preferences WHERE user_id = $1 ORDER BY category`, userID)
+	if err != nil {
+		return PreferencesDoc{}, fmt.Errorf("read preferences: %w", err)
+	}
+	defer rows.Close()
+	doc := PreferencesDoc{Categories: map[string]CategorySetting{}}
+	for rows.Next() {
+		var category string
+		var push bool
+		if err := rows.Scan(&category, &push); err != nil {
+			return PreferencesDoc{}, err
+		}
+		doc.Categories[category] = CategorySetting{Push: push}
+	}
+	return doc, rows.Err()
+}
+
+// Merge sets the categories in doc and keeps the others as they were.
+func (p *BuiltinPreferences) Merge(ctx context.Context, userID string, doc PreferencesDoc) (PreferencesDoc, error) {
+	categories := make([]string, 0, len(doc.Categories))
+	pushes := make([]bool, 0, len(doc.Categories))
+	for c, s := range doc.Categories {
+		categories, pushes = append(categories, c), append(pushes, s.Push)
+	}
+	if _, err := p.db.Exec(ctx, `INSERT INTO push_preferences (user_id, category, push)
+		SELECT $1, c, p FROM unnest($2::text[], $3::bool[]) AS t(c, p)
+		ON CONFLICT (user_id, category) DO UPDATE SET push = EXCLUDED.push, updated_at = now()`, userID, categories, pushes); err != nil {
+		return PreferencesDoc{}, fmt.Errorf("save preferences: %w", err)
+	}
+	return p.Get(ctx, userID)
+}
+
+// PushOff implements Preferences. If Postgres fails, everyone pushes (fail open).
+func (p *BuiltinPreferences) PushOff(ctx context.Context, users []string) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	rows, err := p.db.Query(ctx, `SELECT user_id, category FROM push_preferences WHERE user_id = ANY($1) AND NOT push`, users)
+	if err == nil {
+		defer rows.Close()
+		for rows.Next() {
+			var user, category string
+			if err = rows.Scan(&user, &category); err != nil {
+				break
+			}
+			if out[user] == nil {
+				out[user] = map[string]bool{}
+			}
+			out[user][category] = true
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		p.metrics.prefsLookups.WithLabelValues(PrefsFailOpen).Add(float64(len(users)))
+		p.failLog.Do(func(suppressed int64) {
+			p.log.Warn("preferences unreadable; pushing to everyone (fail open)", "err", err, "suppressed", suppressed)
+		})
+		return map[string]map[string]bool{}
+	}
+	p.metrics.prefsLookups.WithLabelValues(PrefsBuiltin).Add(float64(len(users)))
+	return out
+}
+
+// Results of a preference lookup, the values of the metric's result label.
+const (
+	PrefsHit      = "hit"       // the external answer was cached
+	PrefsMiss     = "miss"      // asked the external service, which answered
+	PrefsFailOpen = "fail_open" // the source failed: pushed anyway
+	PrefsBuiltin  = "builtin"   // read from Postgres
+)
+
+// ExternalConfig configures the external preference source.
+type ExternalConfig struct {
+	// URL of the preference service: a user's preferences are at URL/<user id>. Required.
+	URL string
+	// Token returns the bearer token to send (a service token with the
+	// prefs:read scope). Required.
+	Token func() (string, error)
+	// CacheTTL is how long an answer is kept per user. Default 60s.
+	CacheTTL time.Duration
+	// Timeout bounds one lookup. Default 300ms.
+	Timeout time.Duration
+	// Concurrency caps lookups in flight. Default 16.
+	Concurrency int
+	// HTTP is the client. Default http.DefaultClient's transport without its own timeout.
+	HTTP *http.Client
+	// Metrics and Logger: defaults not exported, slog.Default().
+	Metrics *Metrics
+	Logger  *slog.Logger
+	// Now is the clock of the cache. Default time.Now.
+	Now func() time.Time
+}
+
+// ExternalPreferences asks the product's own API for each user's
+// preferences: GET <URL>/<user id> with a service bearer token, answered 200
+// with a PreferencesDoc, or 404 for a user without preferences (push
+// everything). Answers are cached per user for CacheTTL; a failure (timeout,
+// 5xx, an answer it cannot read) is never cached and pushes anyway.
+type ExternalPreferences struct {
+	cfg     ExternalConfig
+	log     *slog.Logger
+	failLog *lograte.Limiter
+	slots   chan struct{}
+
+	mu    gosync.Mutex
+	cache map[string]cachedPrefs
+}
+
+type cachedPrefs struct {
+	off     map[string]bool
+	expires time.Time
+}
+
+// NewExternalPreferences returns the external source.
+func NewExternalPreferences(cfg ExternalConfig) (*ExternalPreferences, error) {
+	u, err := url.Parse(cfg.URL)
+	switch {
+	case cfg.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https"):
+		return nil, fmt.Errorf("preferences URL %q: want an http(s) URL", cfg.URL)
+	case cfg.Token == nil:
+		return nil, errors.New("preferences: a service token source is required")
+	case cfg.CacheTTL < 0 || cfg.Timeout < 0 || cfg.Concurrency < 0:
+		return nil, errors.New("preferences: cache TTL, timeout and concurrency must not be negative")
+	}
+	cfg.URL = strings.TrimSuffix(cfg.URL, "/")
+	cfg.CacheTTL = cmp.Or(cfg.CacheTTL, time.Minute)
+	cfg.Timeout = cmp.Or(cfg.Timeout, 300*time.Millisecond)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 16)
+	if cfg.HTTP == nil {
+		cfg.HTTP = &http.Client{}
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &ExternalPreferences{
+		cfg: cfg, log: cfg.Logger.With("component", "preferences"), failLog: lograte.New(10 * time.Second),
+		slots: make(chan struct{}, cfg.Concurrency), cache: map[string]cachedPrefs{},
+	}, nil
+}
+
+// PushOff implements Preferences.
+func (p *ExternalPreferences) PushOff(ctx context.Context, users []string) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	var mu gosync.Mutex
+	var wg gosync.WaitGroup
+	now := p.cfg.Now()
+	for _, user := range users {
+		p.mu.Lock()
+		c, ok := p.cache[user]
+		p.mu.Unlock()
+		if ok && now.Before(c.expires) {
+			p.cfg.Metrics.prefsLookups.WithLabelValues(PrefsHit).Inc()
+			if len(c.off) > 0 {
+				out[user] = c.off
+			}
+			continue
+		}
+		wg.Go(func() {
+			off, err := p.lookup(ctx, user)
+			if err != nil {
+				p.cfg.Metrics.prefsLookups.WithLabelValues(PrefsFailOpen).Inc()
+				p.failLog.Do(func(suppressed int64) {
+					p.log.Warn("preference service failed; pushing anyway (fail open)", "user", user, "err", err, "suppressed", suppressed)
+				})
+				return
+			}
+			p.cfg.Metrics.prefsLookups.WithLabelValues(PrefsMiss).Inc()
+			p.mu.Lock()
+			p.cache[user] = cachedPrefs{off: off, expires: p.cfg.Now().Add(p.cfg.CacheTTL)}
+			if len(p.cache) > 100_000 {
+				p.evictExpiredLocked()
+			}
+			p.mu.Unlock()
+			if len(off) > 0 {
+				mu.Lock()
+				out[user] = off
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func (p *ExternalPreferences) evictExpiredLocked() {
+	now := p.cfg.Now()
+	for u, c := range p.cache {
+		if !now.Before(c.expires) {
+			delete(p.cache, u)
+		}
+	}
+}
+
+func (p *ExternalPreferences) lookup(ctx context.Context, user string) (map[string]bool, error) {
+	select {
+	case p.slots <- struct{}{}:
+		defer func() { <-p.slots }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	token, err := p.cfg.Token()
+	if err != nil {
+		return nil, fmt.Errorf("service token: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.cfg.URL+"/"+url.PathEscape(user), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Accept", "application/json")
+	resp, err := p.cfg.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return map[string]bool{}, nil // no preferences: push everything
+	default:
+		return nil, fmt.Errorf("preference service answered %d", resp.StatusCode)
+	}
+	var doc PreferencesDoc
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&doc); err != nil {
+		return nil, fmt.Errorf("preference service: undecodable answer: %w", err)
+	}
+	off := map[string]bool{}
+	for c, s := range doc.Categories {
+		if !s.Push {
+			off[c] = true
+		}
+	}
+	return off, nil
+}

@@ -1,0 +1,221 @@
+package push
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	gosync "sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/internal/lograte"
+)
+
+// Receipter fetches push receipts: an *expo.Client.
+type Receipter interface {
+	Receipts(ctx context.Context, ids []string) (map[string]expo.Receipt, error)
+}
+
+var _ Receipter = (*expo.Client)(nil)
+
+// ReceiptReconcilerConfig configures a receipt reconciler.
+type ReceiptReconcilerConfig struct {
+	// DB is Postgres. Required.
+	DB DB
+	// Receipter fetches receipts. Required.
+	Receipter Receipter
+	// Devices disables tokens Expo no longer knows. Required.
+	Devices *Devices
+	// Interval is how often a pass runs. Default 30s.
+	Interval time.Duration
+	// ReceiptWindow is how long Expo keeps receipts: a ticket older without
+	// one ends receipt_missing. Default 24h.
+	ReceiptWindow time.Duration
+	// Interrupted is how long a dispatch may stay queued (written, not yet
+	// sent) before it is taken for one whose dispatcher stopped mid-send and
+	// ends failed. Default 10m.
+	Interrupted time.Duration
+	// Metrics and Logger: defaults not exported, slog.Default().
+	Metrics *Metrics
+	Logger  *slog.Logger
+}
+
+// ReceiptReconciler turns tickets into outcomes: delivered, receipt_error,
+// or receipt_missing. Several replicas share the work: each pass leases the
+// tickets it checks.
+type ReceiptReconciler struct {
+	cfg     ReceiptReconcilerConfig
+	log     *slog.Logger
+	failLog *lograte.Limiter
+	cancel  context.CancelFunc
+	done    chan struct{}
+	start   gosync.Once
+}
+
+// receiptBatch is how many tickets one receipt request asks about.
+const receiptBatch = expo.MaxIDsPerReceipts
+
+// NewReceiptReconciler returns a reconciler; Start runs it.
+func NewReceiptReconciler(cfg ReceiptReconcilerConfig) (*ReceiptReconciler, error) {
+	switch {
+	case cfg.DB == nil || cfg.Receipter == nil || cfg.Devices == nil:
+		return nil, errors.New("receipt reconciler: a database, a receipt source and devices are required")
+	case cfg.Interval < 0 || cfg.ReceiptWindow < 0 || cfg.Interrupted < 0:
+		return nil, errors.New("receipt reconciler: interval and windows must not be negative")
+	}
+	cfg.Interval = cmp.Or(cfg.Interval, 30*time.Second)
+	cfg.ReceiptWindow = cmp.Or(cfg.ReceiptWindow, 24*time.Hour)
+	cfg.Interrupted = cmp.Or(cfg.Interrupted, 10*time.Minute)
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &ReceiptReconciler{cfg: cfg, log: cfg.Logger.With("component", "receipts"), failLog: lograte.New(10 * time.Second), done: make(chan struct{})}, nil
+}
+
+// Start runs passes every Interval in the background; only the first call does.
+func (r *ReceiptReconciler) Start(ctx context.Context) {
+	r.start.Do(func() {
+		ctx, r.cancel = context.WithCancel(ctx)
+		go r.loop(ctx)
+	})
+}
+
+// Stop stops the passes and waits for one in flight, until ctx ends. Safe
+// to call twice, and before Start.
+func (r *ReceiptReconciler) Stop(ctx context.Context) error {
+	r.start.Do(func() {})
+	if r.cancel == nil {
+		return nil
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *ReceiptReconciler) loop(ctx context.Context) {
+	defer close(r.done)
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
+			r.failLog.Do(func(suppressed int64) {
+				r.log.Error("receipt pass failed; the next one retries", "err", err, "suppressed", suppressed)
+			})
+		}
+	}
+}
+
+// Pass ends tickets past the receipt window as receipt_missing, queued
+// dispatches left by a stopped dispatcher as failed, and asks Expo for the
+// receipts of the sent ones, a thousand at a time until none is left that
+// was not asked about in this pass.
+func (r *ReceiptReconciler) Pass(ctx context.Context) error {
+	cutoff := time.Now().Add(-r.cfg.ReceiptWindow)
+	missing, err := r.cfg.DB.Exec(ctx, `UPDATE push_dispatches SET state = 'receipt_missing', updated_at = now(),
+			error = 'no receipt within the receipt window'
+		WHERE state = 'sent' AND sent_at < $1`, cutoff)
+	if err != nil {
+		return fmt.Errorf("end missing receipts: %w", err)
+	}
+	r.cfg.Metrics.receipts.WithLabelValues("missing", "").Add(float64(missing.RowsAffected()))
+	if _, err := r.cfg.DB.Exec(ctx, `UPDATE push_dispatches SET state = 'failed', updated_at = now(),
+			error = 'interrupted: the dispatcher stopped before recording the ticket'
+		WHERE state = 'queued' AND created_at < $1`, time.Now().Add(-r.cfg.Interrupted)); err != nil {
+		return fmt.Errorf("end interrupted dispatches: %w", err)
+	}
+	passStart := time.Now()
+	for ctx.Err() == nil {
+		n, err := r.checkBatch(ctx, cutoff, passStart)
+		if err != nil {
+			return err
+		}
+		if n < receiptBatch {
+			return nil
+		}
+	}
+	return ctx.Err()
+}
+
+type sentTicket struct {
+	id        int64
+	createdAt time.Time
+	ticket    string
+	token     string
+}
+
+// checkBatch leases up to receiptBatch sent dispatches not checked since
+// this pass began and records their receipts.
+func (r *ReceiptReconciler) checkBatch(ctx context.Context, cutoff, passStart time.Time) (int, error) {
+	rows, err := r.cfg.DB.Query(ctx, `UPDATE push_dispatches d SET receipt_checked_at = now()
+		FROM (SELECT id, created_at FROM push_dispatches
+		      WHERE state = 'sent' AND sent_at >= $1 AND (receipt_checked_at IS NULL OR receipt_checked_at < $2)
+		      ORDER BY sent_at LIMIT $3 FOR UPDATE SKIP LOCKED) t
+		WHERE d.id = t.id AND d.created_at = t.created_at
+		RETURNING d.id, d.created_at, d.ticket_id, d.token`, cutoff, passStart, receiptBatch)
+	if err != nil {
+		return 0, fmt.Errorf("take tickets: %w", err)
+	}
+	sent, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sentTicket, error) {
+		var s sentTicket
+		err := row.Scan(&s.id, &s.createdAt, &s.ticket, &s.token)
+		return s, err
+	})
+	if err != nil || len(sent) == 0 {
+		return 0, err
+	}
+	ids := make([]string, len(sent))
+	for i, s := range sent {
+		ids[i] = s.ticket
+	}
+	receipts, err := r.cfg.Receipter.Receipts(ctx, ids)
+	if err != nil {
+		return 0, fmt.Errorf("fetch receipts: %w", err) // the rows stay sent; a later pass asks again
+	}
+	var upd []int64
+	var updAt []time.Time
+	var states, errs []string
+	var gone []string
+	for _, s := range sent {
+		rc, ok := receipts[s.ticket]
+		if !ok {
+			continue // not ready: stays sent for the next pass
+		}
+		state, detail := StateDelivered, ""
+		if rc.Status != "ok" {
+			state, detail = StateReceiptError, strings.TrimSpace(rc.Code()+": "+rc.Message)
+			if rc.Code() == expo.DeviceNotRegistered {
+				gone = append(gone, s.token)
+			}
+		}
+		r.cfg.Metrics.receipts.WithLabelValues(rc.Status, rc.Code()).Inc()
+		upd, updAt, states, errs = append(upd, s.id), append(updAt, s.createdAt), append(states, state), append(errs, detail)
+	}
+	if len(upd) > 0 {
+		if _, err := r.cfg.DB.Exec(ctx, `UPDATE push_dispatches d SET state = u.state, error = NULLIF(u.error, ''), updated_at = now()
+			FROM unnest($1::int8[], $2::timestamptz[], $3::text[], $4::text[]) AS u(id, created_at, state, error)
+			WHERE d.id = u.id AND d.created_at = u.created_at AND d.state = 'sent'`, upd, updAt, states, errs); err != nil {
+			return 0, fmt.Errorf("record receipts: %w", err)
+		}
+	}
+	if err := r.cfg.Devices.disableTokens(ctx, gone, DisabledUnreachable); err != nil {
+		return 0, err
+	}
+	return len(sent), nil
+}

@@ -93,7 +93,7 @@ func (s *Server) listDevices(w http.ResponseWriter, r *http.Request, _ httproute
 // preferencesElsewhere answers the preference routes of a deployment whose
 // preferences live in the product's own API (--prefs-url).
 func (s *Server) preferencesElsewhere(w http.ResponseWriter, r *http.Request) bool {
-	if s.cfg.Preferences != nil {
+	if !s.cfg.PreferencesExternal {
 		return false
 	}
 	problem.Write(w, r, problem.New(http.StatusNotFound, "preferences-external", "Preferences are kept elsewhere",

@@ -68,9 +68,11 @@ type Config struct {
 	AdminRole string
 	// Devices registers push tokens. Default the store over DB.
 	Devices *push.Devices
-	// Preferences keeps push preferences. Nil: they live in the product's own
-	// API (--prefs-url) and /v1/preferences answers 404 saying so.
+	// Preferences keeps built-in push preferences. Default the store over DB.
 	Preferences *push.BuiltinPreferences
+	// PreferencesExternal says preferences live in the product's own API
+	// (--prefs-url): /v1/preferences answers 404 saying so.
+	PreferencesExternal bool
 	// MinAppVersion, when set, answers 426 to apps that send an older Spoolcast-App-Version.
 	MinAppVersion apiversion.AppVersion
 	// Versions are the API versions served. Default apiversion.Default().
@@ -142,6 +144,9 @@ func New(cfg Config) (*Server, error) {
 	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, 5*time.Second)
 	if cfg.Devices == nil {
 		cfg.Devices = push.NewDevices(cfg.DB, nil)
+	}
+	if cfg.Preferences == nil {
+		cfg.Preferences = push.NewBuiltinPreferences(cfg.DB, nil, cfg.Logger)
 	}
 	if cfg.Versions == nil {
 		cfg.Versions = apiversion.Default()

@@ -200,7 +200,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	}
 	api, err := central.New(central.Config{
 		DB: c.pool, DBTimeout: o.dbStatementTimeout, Users: users, Services: services, AdminRole: o.adminRole,
-		Devices: devices, Preferences: builtin,
+		Devices: devices, Preferences: builtin, PreferencesExternal: builtin == nil,
 		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Registry: reg, Logger: logger,
 	})
 	if err != nil {

@@ -210,7 +210,7 @@ func (r *ReceiptReconciler) checkBatch(ctx context.Context, cutoff, passStart ti
 	if len(upd) > 0 {
 		if _, err := r.cfg.DB.Exec(ctx, `UPDATE push_dispatches d SET state = u.state, error = NULLIF(u.error, ''), updated_at = now()
 			FROM unnest($1::int8[], $2::timestamptz[], $3::text[], $4::text[]) AS u(id, created_at, state, error)
-			WHERE d.id = u.id AND d.created_at = u.created_at AND d.state = 'sent'`, upd, updAt, states, errs); err != nil {
+			WHERE d.id = u.id AND d.created_at = u.created_at`, upd, updAt, states, errs); err != nil {
 			return 0, fmt.Errorf("record receipts: %w", err)
 		}
 	}

@@ -77,6 +77,13 @@ func (s *Server) Messages() []expo.Message {
 	return append([]expo.Message(nil), s.messages...)
 }
 
+// Accepted returns how many messages were accepted so far.
+func (s *Server) Accepted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.messages)
+}
+
 // Requests returns how many requests endpoint ("send" or "getReceipts") got, failed ones included.
 func (s *Server) Requests(endpoint string) int {
 	s.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	gosync "sync"
 	"sync/atomic"
@@ -58,10 +59,10 @@ type ForwarderConfig struct {
 	// IngestTimeout bounds one ingest transaction; a batch that runs past it
 	// is sent in halves. Default 30s.
 	IngestTimeout time.Duration
-	// WakeUpInterval is the least time between the NOTIFY wake-ups the
-	// forwarder's transactions send; batches in between are covered by a
-	// trailing wake-up. Notifying commits serialize in Postgres, so this bounds
-	// that cost under load. Default 100ms.
+	// WakeUpInterval is the least time between the wake-ups the forwarder
+	// sends after its commits; commits in between are covered by a trailing
+	// wake-up, so it is also the longest a live reader waits for a hint.
+	// Default sync.DefaultWakeUpInterval (20ms).
 	WakeUpInterval time.Duration
 	// Metrics receives the forwarder's metrics. Default: not exported.
 	Metrics *Metrics
@@ -111,7 +112,7 @@ type Forwarder struct {
 	kick     chan struct{}
 	take1    chan struct{} // one take at a time, so batches never overlap
 	failLog  *lograte.Limiter
-	wake     *wakeHint
+	wake     *Waker
 	stopOnce gosync.Once
 	stopErr  error
 	landed   atomic.Int64 // unix nanoseconds when a batch last landed in Postgres
@@ -159,7 +160,7 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	cfg.MaxBackoff = max(cmp.Or(cfg.MaxBackoff, 5*time.Second), cfg.MinBackoff)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
 	cfg.IngestTimeout = cmp.Or(cfg.IngestTimeout, 30*time.Second)
-	cfg.WakeUpInterval = cmp.Or(cfg.WakeUpInterval, 100*time.Millisecond)
+	cfg.WakeUpInterval = cmp.Or(cfg.WakeUpInterval, DefaultWakeUpInterval)
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
@@ -177,7 +178,7 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 		kick:    make(chan struct{}, cfg.Workers),
 		take1:   make(chan struct{}, 1),
 		failLog: lograte.New(10 * time.Second),
-		wake:    newWakeHint(cfg.DB, cfg.WakeUpInterval, cfg.Clock, log),
+		wake:    NewWaker(cfg.DB, cfg.WakeUpInterval, cfg.Clock, log),
 		refused: map[int64]time.Time{},
 	}, nil
 }
@@ -207,7 +208,7 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 		stopIO := context.AfterFunc(ctx, f.ioCancel)
 		defer stopIO()
 		defer f.ioCancel()
-		defer f.wake.stop()
+		defer f.wake.Stop()
 		if !waitFor(ctx, &f.workers) || !waitFor(ctx, &f.acks) {
 			f.stopErr = fmt.Errorf("final flush: %w", ctx.Err())
 			return
@@ -524,16 +525,13 @@ func (f *Forwarder) send(ctx context.Context, rows []spool.Record, items []Item,
 	for i, rec := range rows {
 		seqs[i] = rec.Seq
 	}
-	notify := f.wake.decide()
-	ingestFn := IngestWithoutWakeUp
-	if notify {
-		ingestFn = Ingest
-	}
 	ictx, cancel := context.WithTimeout(ctx, f.cfg.IngestTimeout)
-	results, err := ingestFn(ictx, f.cfg.DB, items)
+	results, err := Ingest(ictx, f.cfg.DB, items)
 	timedOut := ictx.Err() != nil && ctx.Err() == nil
 	cancel()
-	f.wake.committed(notify, err == nil)
+	if err == nil && slices.ContainsFunc(results, func(r Result) bool { return r.Outcome == New }) {
+		f.wake.Committed()
+	}
 	if err != nil {
 		if !refusedForGood(err) {
 			if markErr := f.cfg.Spool.MarkFailed(ctx, seqs); markErr != nil {

@@ -19,11 +19,6 @@ import (
 //go:embed ingest.sql
 var ingestSQL string
 
-// NotifyChannel is the Postgres channel ingest wakes live listeners on. The
-// payload is the number of notifications the transaction inserted: a hint to
-// read committed rows, never the data itself.
-const NotifyChannel = "spoolcast_notifications"
-
 // Item is one producer event to persist.
 type Item struct {
 	// Producer scopes the event's key: the relay's --producer, or the service
@@ -89,7 +84,8 @@ func NotificationKey(producer, key, recipient string) string {
 // Ingest persists a batch of events in one statement, and so one transaction:
 // it claims each event's key with its request hash, then every recipient's
 // notification key (ON CONFLICT DO NOTHING RETURNING), inserts notifications
-// for the keys that came back, queues their push work and sends one NOTIFY. An
+// for the keys that came back and queues their push work. It sends no wake-up:
+// a caller that ingests continuously tells its Waker (see WakeUp). An
 // event whose key was claimed by another request writes nothing and is
 // reported Conflict, even when the two race. Sending the same batch twice is
 // harmless: the second time every event is Duplicate.
@@ -97,27 +93,6 @@ func NotificationKey(producer, key, recipient string) string {
 // The statement keeps no session state (an unnamed statement, its description
 // cached by pgx), so it works through PgBouncer in transaction mode.
 func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
-	return ingest(ctx, db, items, true)
-}
-
-// IngestWithoutWakeUp is Ingest without the NOTIFY, for a caller that sends
-// wake-ups itself with WakeUp. A transaction that notifies takes a
-// database-wide lock at commit, so notifying commits serialize: under load,
-// one wake-up per interval is enough.
-func IngestWithoutWakeUp(ctx context.Context, db DB, items []Item) ([]Result, error) {
-	return ingest(ctx, db, items, false)
-}
-
-// WakeUp sends the wake-up NOTIFY on its own.
-func WakeUp(ctx context.Context, db DB) error {
-	var one int
-	if err := db.QueryRow(ctx, `SELECT 1 FROM (SELECT pg_notify($1, '')) n`, pgx.QueryExecModeCacheDescribe, NotifyChannel).Scan(&one); err != nil {
-		return fmt.Errorf("wake up listeners: %w", err)
-	}
-	return nil
-}
-
-func ingest(ctx context.Context, db DB, items []Item, notify bool) ([]Result, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -151,8 +126,8 @@ func ingest(ctx context.Context, db DB, items []Item, notify bool) ([]Result, er
 	run := func() error {
 		return db.QueryRow(ctx, ingestSQL, pgx.QueryExecModeCacheDescribe,
 			a.eventKey, a.hash, a.producer, a.producerKey, a.received, a.typ, a.category, a.title, a.body, a.data, a.runID,
-			a.rcptEvent, a.rcptUser, NotifyChannel, notify,
-		).Scan(&created, &conflicted, nil)
+			a.rcptEvent, a.rcptUser,
+		).Scan(&created, &conflicted)
 	}
 	err := run()
 	if noPartition(err) {

@@ -62,13 +62,9 @@ inserted AS (
 queued AS (
     INSERT INTO push_queue (notification_id, notification_created_at, user_id, category)
     SELECT id, created_at, user_id, category FROM inserted
-    RETURNING notification_id
 )
+-- No NOTIFY here: a notifying commit serializes with every other one (see
+-- sync.WakeUp); the caller's Waker sends the wake-up after the commit.
 SELECT
     coalesce((SELECT array_agg(r.ev) FROM inserted n JOIN rcpt r ON r.key = n.notification_key), '{}'),
-    coalesce((SELECT array_agg(ev) FROM conflicted), '{}'),
-    -- One wake-up per transaction at most, only when something was inserted.
-    -- The payload is a count, a hint to read; never the rows' ids, which are
-    -- assigned before commit and so do not arrive in order.
-    -- $15 turns the wake-up off for a caller that sends its own.
-    (SELECT pg_notify($14, count(*)::text) FROM queued HAVING count(*) > 0 AND $15::bool);
+    coalesce((SELECT array_agg(ev) FROM conflicted), '{}');

@@ -194,41 +194,6 @@ func TestAKeyTwiceInOneBatchIsAnsweredAgainstItsFirstRequest(t *testing.T) {
 	}
 }
 
-func TestIngestNotifiesOncePerTransaction(t *testing.T) {
-	t.Parallel()
-	pool := newPool(t)
-	ctx := context.Background()
-	listener, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Release()
-	if _, err := listener.Exec(ctx, "LISTEN "+sync.NotifyChannel); err != nil {
-		t.Fatal(err)
-	}
-	items := []sync.Item{{Producer: "p", Event: mustEvent(t, "a", "u1", "u2", "u3")}, {Producer: "p", Event: mustEvent(t, "b", "u1")}}
-	if _, err := sync.Ingest(ctx, pool, items); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sync.Ingest(ctx, pool, items); err != nil { // all duplicates: no wake-up
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	n, err := listener.Conn().WaitForNotification(wctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n.Payload != "4" {
-		t.Errorf("payload = %q, want the count of notifications inserted (4)", n.Payload)
-	}
-	wctx2, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel2()
-	if extra, err := listener.Conn().WaitForNotification(wctx2); err == nil {
-		t.Errorf("a second notification %q; want one per transaction that inserted", extra.Payload)
-	}
-}
-
 func TestConcurrentOverlappingBatchesMakeOneRowPerKey(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)

@@ -126,7 +126,7 @@ func runRound(ctx context.Context, adminURL, name string, users, devices, events
 			}
 			items = append(items, sync.Item{Producer: "bench", Event: ev})
 		}
-		if _, err := sync.IngestWithoutWakeUp(ctx, pool, items); err != nil {
+		if _, err := sync.Ingest(ctx, pool, items); err != nil {
 			return 0, err
 		}
 	}

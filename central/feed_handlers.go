@@ -15,10 +15,7 @@ import (
 )
 
 // NotificationJSON is a notification as the API shows it.
-type NotificationJSON struct {
-	ID string `json:"id"`
-	feed.Notification
-}
+type NotificationJSON = feed.Item
 
 // PageJSON is a page of the feed.
 type PageJSON struct {
@@ -86,7 +83,7 @@ func (s *Server) writePage(w http.ResponseWriter, r *http.Request, userID string
 	}
 	out := PageJSON{Data: make([]NotificationJSON, 0, len(page.Items)), HasMore: page.HasMore}
 	for _, n := range page.Items {
-		out.Data = append(out.Data, NotificationJSON{ID: n.PublicID().String(), Notification: n})
+		out.Data = append(out.Data, n.Item())
 	}
 	if page.HasMore {
 		next := page.Next.Encode()

@@ -37,6 +37,7 @@ func (s *Server) ingestEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 	answer := eventhttp.Answer{IdempotencyKey: ev.IdempotencyKey, ReceivedAt: now.UTC()}
 	switch results[0].Outcome {
 	case sync.New:
+		s.waker.Committed()
 		answer.Status = eventhttp.StatusAccepted
 		eventhttp.WriteAnswer(w, answer)
 	case sync.Duplicate:

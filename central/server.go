@@ -28,7 +28,9 @@ import (
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/problem"
+	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/sync"
 )
 
 // DB is what central needs of Postgres: a pgxpool.Pool.
@@ -43,6 +45,9 @@ type DB interface {
 // UserAuthorizer checks end users' bearer tokens.
 type UserAuthorizer interface {
 	Authorize(r *http.Request, role string) (auth.User, error)
+	// AuthorizeWebSocket checks the token of a WebSocket handshake, which
+	// rides in Sec-WebSocket-Protocol.
+	AuthorizeWebSocket(r *http.Request) (auth.User, error)
 }
 
 // ServiceAuthorizer checks sibling services' bearer tokens.
@@ -73,6 +78,12 @@ type Config struct {
 	// PreferencesExternal says preferences live in the product's own API
 	// (--prefs-url): /v1/preferences answers 404 saying so.
 	PreferencesExternal bool
+	// Live serves /v1/stream; nil answers it 404.
+	Live *live.Hub
+	// AllowedOrigins are the browser origins (scheme://host[:port]) that may
+	// open /v1/stream; "*" allows any. A handshake without Origin (a native
+	// app) or from the server's own host is always allowed.
+	AllowedOrigins []string
 	// MinAppVersion, when set, answers 426 to apps that send an older Spoolcast-App-Version.
 	MinAppVersion apiversion.AppVersion
 	// Versions are the API versions served. Default apiversion.Default().
@@ -83,6 +94,10 @@ type Config struct {
 	// is answered 503 and Postgres is asked to cancel the statement.
 	// Default 5s.
 	DBTimeout time.Duration
+	// WakeUpInterval is the least time between the wake-ups the internal
+	// ingress sends after its commits (sync.Waker). Default
+	// sync.DefaultWakeUpInterval.
+	WakeUpInterval time.Duration
 	// OpenAPI is the document served at /openapi.yaml.
 	OpenAPI []byte
 	// Registry serves /metrics and receives central's metrics. Default a new
@@ -103,8 +118,8 @@ func (c Config) Validate() error {
 		return errors.New("central: a user token verifier is required")
 	case c.MaxBody < 0:
 		return errors.New("central: max body must not be negative")
-	case c.DBTimeout < 0:
-		return errors.New("central: database timeout must not be negative")
+	case c.DBTimeout < 0 || c.WakeUpInterval < 0:
+		return errors.New("central: database timeout and wake-up interval must not be negative")
 	}
 	return nil
 }
@@ -126,6 +141,7 @@ type Server struct {
 	handler http.Handler
 	routes  []Route
 	dbLog   *lograte.Limiter // one line per interval while Postgres fails
+	waker   *sync.Waker
 }
 
 // Route is one registered route, as the OpenAPI check lists them.
@@ -168,11 +184,16 @@ func New(cfg Config) (*Server, error) {
 		metrics: newMetrics(cfg.Registry),
 		router:  httpapi.NewRouter(log),
 		dbLog:   lograte.New(10 * time.Second),
+		waker:   sync.NewWaker(cfg.DB, cfg.WakeUpInterval, nil, log),
 	}
 	s.routeAll()
 	s.handler = httpapi.Answered(s.router, log)
 	return s, nil
 }
+
+// Close sends the wake-up the internal ingress still owes. Call it once the
+// HTTP server has stopped.
+func (s *Server) Close() { s.waker.Stop() }
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
@@ -215,6 +236,12 @@ func (s *Server) routeAll() {
 	s.handleUser(http.MethodPut, "/v1/preferences", user, s.putPreferences)
 
 	s.handleService(http.MethodPost, "/internal/v1/events", auth.ScopeEmit, s.ingestEvent)
+
+	// The stream is not wrapped in API versions: its frames cannot be
+	// buffered and translated. They follow the latest version's shapes.
+	const stream = http.MethodGet + " /v1/stream"
+	s.routes = append(s.routes, Route{Method: http.MethodGet, Path: "/v1/stream"})
+	s.router.Handler(http.MethodGet, "/v1/stream", s.metrics.instrument(stream, apiversion.RequireApp(s.cfg.MinAppVersion, http.HandlerFunc(s.stream))))
 }
 
 // handle registers a route anyone may call: health, metrics, the API description.
@@ -280,6 +307,9 @@ func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
 func (s *Server) ready(ctx context.Context) error {
 	if err := s.cfg.DB.Ping(ctx); err != nil {
 		return errors.New("Postgres is not reachable")
+	}
+	if s.cfg.Live != nil && !s.cfg.Live.Ready() {
+		return errors.New("the live stream is not serving: its reader has not read Postgres yet, or the replica is shutting down")
 	}
 	return nil
 }

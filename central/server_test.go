@@ -31,6 +31,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/oidctest"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/sync"
 )
@@ -54,6 +55,9 @@ type options struct {
 	minAppVersion string
 	pool          *pgxpool.Pool // default a pool on a fresh test database
 	dbTimeout     time.Duration
+	live          bool      // serve /v1/stream
+	origins       []string  // AllowedOrigins
+	log           io.Writer // receives central's logs at debug level
 }
 
 func newHarness(t *testing.T, o options) *harness {
@@ -73,7 +77,28 @@ func newHarness(t *testing.T, o options) *harness {
 	}
 	t.Cleanup(users.Close)
 	services, _ := auth.NewServiceVerifier(serviceSecret)
-	cfg := central.Config{DB: pool, DBTimeout: o.dbTimeout, Users: users, Services: services, Versions: o.versions, OpenAPI: docs.OpenAPI, Logger: slog.New(slog.DiscardHandler)}
+	logger := slog.New(slog.DiscardHandler)
+	if o.log != nil {
+		logger = slog.New(slog.NewTextHandler(o.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	cfg := central.Config{DB: pool, DBTimeout: o.dbTimeout, Users: users, Services: services, Versions: o.versions, OpenAPI: docs.OpenAPI,
+		Logger: logger, AllowedOrigins: o.origins, Registry: central.NewRegistry()}
+	if o.live {
+		hub, err := live.New(live.Config{DB: pool, Metrics: live.NewMetrics(cfg.Registry), Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hub.Start(context.Background())
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = hub.Shutdown(ctx)
+		})
+		for !hub.Ready() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cfg.Live = hub
+	}
 	if o.minAppVersion != "" {
 		cfg.MinAppVersion, _ = apiversion.ParseAppVersion(o.minAppVersion)
 	}
@@ -81,6 +106,7 @@ func newHarness(t *testing.T, o options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Close)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	spec, router := loadSpec(t)

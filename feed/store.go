@@ -46,6 +46,15 @@ type Notification struct {
 	ReadAt     *time.Time      `json:"read_at"`
 }
 
+// Item is a notification as the API shows it: its public id beside its fields.
+type Item struct {
+	ID string `json:"id"`
+	Notification
+}
+
+// Item returns the notification as the API shows it.
+func (n Notification) Item() Item { return Item{ID: n.PublicID().String(), Notification: n} }
+
 // Page is one page of a feed.
 type Page struct {
 	Items   []Notification
@@ -71,8 +80,11 @@ type Store struct{ db DB }
 // NewStore returns a store over db.
 func NewStore(db DB) *Store { return &Store{db: db} }
 
-// readMark is the user's read-all watermark as a row of one: rows at or
+// ReadMark is the read-all watermark of user $1 as a row of one: rows at or
 // before (at, id) in feed order count as read, read at marked.
+const ReadMark = readMark
+
+// readMark is ReadMark.
 const readMark = `(SELECT coalesce(max(through_at), '-infinity') AS at, coalesce(max(through_id), 0) AS id, max(marked_at) AS marked
 	FROM read_marks WHERE user_id = $1)`
 
@@ -199,8 +211,12 @@ func (s *Store) MarkRead(ctx context.Context, userID string, id ID) error {
 			FROM target t, `+readMark+` w
 			WHERE n.created_at = t.created_at AND n.id = t.id AND n.read_at IS NULL
 			  AND (n.created_at, n.id) > (w.at, w.id)
+			RETURNING n.id
+		), told AS (
+			-- The user's other devices hear of it on the live stream.
+			INSERT INTO read_events (user_id, read_id) SELECT $1, $4 FROM marked
 		)
-		SELECT EXISTS (SELECT 1 FROM target)`, userID, id.CreatedAt, id.Seq).Scan(&found)
+		SELECT EXISTS (SELECT 1 FROM target)`, userID, id.CreatedAt, id.Seq, id.String()).Scan(&found)
 	if err != nil {
 		return fmt.Errorf("mark read: %w", err)
 	}
@@ -229,8 +245,11 @@ func (s *Store) MarkAllRead(ctx context.Context, userID string) (through ID, ok 
 			SELECT $1, created_at, id, now() FROM newest
 			ON CONFLICT (user_id) DO UPDATE SET through_at = EXCLUDED.through_at, through_id = EXCLUDED.through_id, marked_at = EXCLUDED.marked_at
 			WHERE (read_marks.through_at, read_marks.through_id) < (EXCLUDED.through_at, EXCLUDED.through_id)
+			RETURNING 1
+		), told AS (
+			INSERT INTO read_events (user_id, through_id) SELECT $1, $4 FROM marked
 		)
-		SELECT 1`, userID, through.CreatedAt, through.Seq).Scan(new(int))
+		SELECT 1`, userID, through.CreatedAt, through.Seq, through.String()).Scan(new(int))
 	if err != nil {
 		return ID{}, false, fmt.Errorf("mark all read: %w", err)
 	}

@@ -97,6 +97,8 @@ type Report struct {
 	RowsDropped int64 `json:"rows_dropped_estimate"`
 	// KeysExpired counts the claimed keys deleted past the key window.
 	KeysExpired int64 `json:"keys_expired"`
+	// ReadEventsExpired counts the read-state changes deleted past ReadEventsKept.
+	ReadEventsExpired int64 `json:"read_events_expired"`
 	// Partitions describes the partitions present after the pass.
 	Partitions []Partition `json:"partitions"`
 	// Took is how long the pass took.
@@ -182,6 +184,9 @@ func run(ctx context.Context, cfg Config) (Report, error) {
 	if rep.KeysExpired, err = expireKeys(ctx, cfg.DB, now.Add(-cfg.KeyWindow)); err != nil {
 		return rep, err
 	}
+	if rep.ReadEventsExpired, err = expireReadEvents(ctx, cfg.DB, now.Add(-ReadEventsKept)); err != nil {
+		return rep, err
+	}
 	if _, err := cfg.DB.Exec(ctx, `INSERT INTO spoolcast_settings (name, value) VALUES ('key_window', $1)
 		ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`, cfg.KeyWindow.String()); err != nil {
 		return rep, fmt.Errorf("maintenance: record the key window: %w", err)
@@ -205,6 +210,28 @@ func expireKeys(ctx context.Context, db DB, cutoff time.Time) (int64, error) {
 				ORDER BY claimed_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, cutoff, keyBatch)
 		if err != nil {
 			return total, fmt.Errorf("maintenance: expire keys: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < keyBatch {
+			return total, nil
+		}
+	}
+}
+
+// ReadEventsKept is how long the read-state changes the live stream sends to
+// a user's other devices are kept: replicas read them within moments, so a
+// day covers any replica's catch-up after an outage.
+const ReadEventsKept = 24 * time.Hour
+
+// expireReadEvents deletes read-state changes made before cutoff, keyBatch at
+// a time.
+func expireReadEvents(ctx context.Context, db DB, cutoff time.Time) (int64, error) {
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, `DELETE FROM read_events WHERE id IN (
+				SELECT id FROM read_events WHERE created_at < $1 ORDER BY created_at LIMIT $2)`, cutoff, keyBatch)
+		if err != nil {
+			return total, fmt.Errorf("maintenance: expire read events: %w", err)
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < keyBatch {

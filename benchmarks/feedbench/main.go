@@ -103,6 +103,7 @@ func run(rows, weeks, iterations, offsetIters int, adminURL string) error {
 	if err != nil {
 		return err
 	}
+	defer api.Close()
 	token, err := issuer.Mint("deep", nil, time.Hour)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -18,10 +19,13 @@ import (
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/central"
 	"github.com/spoolcast/spoolcast/docs"
+	"github.com/spoolcast/spoolcast/internal/pglisten"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/problem"
 	"github.com/spoolcast/spoolcast/lifecycle"
+	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/sync"
 )
 
 // centralOptions are central's flags.
@@ -40,7 +44,10 @@ type centralOptions struct {
 	dbConnectTimeout    time.Duration
 	dbStatementTimeout  time.Duration
 	maintenanceInterval time.Duration
+	wakeUpInterval      time.Duration
+	directURL           string
 	lifecycle           lifecycleFlags
+	live                liveFlags
 	push                pushFlags
 	shutdownTimeout     time.Duration
 	log                 logFlags
@@ -61,7 +68,10 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.dbConnectTimeout, "db-connect-timeout", 5*time.Second, "longest wait to open a Postgres connection")
 	fs.DurationVar(&o.dbStatementTimeout, "db-statement-timeout", 5*time.Second, "longest a request waits on Postgres; past it the request gets 503 + Retry-After and the statement is cancelled")
 	fs.DurationVar(&o.maintenanceInterval, "maintenance-interval", time.Hour, "how often central runs a maintenance pass (one replica at a time); 0 leaves it to `spoolcast maintain`")
+	fs.DurationVar(&o.wakeUpInterval, "wake-up-interval", sync.DefaultWakeUpInterval, "least time between the wake-ups (NOTIFY) /internal/v1/events sends after its commits")
+	fs.StringVar(&o.directURL, "direct-database-url", "", "Postgres URL for the LISTEN connection that wakes the live stream and the push dispatcher, direct (not through PgBouncer in transaction mode); default --database-url")
 	o.lifecycle.register(fs)
+	o.live.register(fs)
 	o.push.register(fs)
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight")
 	o.log.register(fs)
@@ -94,6 +104,12 @@ type runningCentral struct {
 	verifier    *auth.UserVerifier
 	maintenance *lifecycle.Scheduler // nil with --maintenance-interval 0
 	push        *pushWorkers         // nil with --push=false
+	listener    *pglisten.Listener
+	live        *live.Hub
+	api         *central.Server
+	// listenersClosed is closed when a shutdown has closed the HTTP
+	// listeners: sockets closed after that reconnect to another replica.
+	listenersClosed chan struct{}
 }
 
 // validate reports the first flag a user must fix.
@@ -103,12 +119,15 @@ func (o centralOptions) validate() error {
 		return errors.New("--database-url is required")
 	case o.dbMaxConns < 1:
 		return fmt.Errorf("--db-max-conns %d: want at least 1", o.dbMaxConns)
-	case o.dbConnectTimeout < 0 || o.dbStatementTimeout < 0 || o.shutdownTimeout < 0 || o.maintenanceInterval < 0:
-		return errors.New("--db-connect-timeout, --db-statement-timeout, --maintenance-interval and --shutdown-timeout must not be negative")
+	case o.dbConnectTimeout < 0 || o.dbStatementTimeout < 0 || o.shutdownTimeout < 0 || o.maintenanceInterval < 0 || o.wakeUpInterval < 0:
+		return errors.New("--db-connect-timeout, --db-statement-timeout, --maintenance-interval, --shutdown-timeout and --wake-up-interval must not be negative")
 	case o.maintenanceInterval > 0 && o.dbMaxConns < 2:
 		return errors.New("--db-max-conns must be at least 2 while central runs maintenance (--maintenance-interval): a pass holds one connection for its lock")
 	}
 	if err := o.push.validate(); err != nil {
+		return err
+	}
+	if err := o.live.validate(); err != nil {
 		return err
 	}
 	return o.lifecycle.config().Validate()
@@ -158,10 +177,12 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "starting", "Starting", "central is starting; retry in a moment"))
 	})
 	c := &runningCentral{
-		addr: ln.Addr().String(),
-		log:  logger.With("component", "central"),
-		http: serveHTTP(ln, mux, logger),
+		addr:            ln.Addr().String(),
+		log:             logger.With("component", "central"),
+		http:            serveHTTP(ln, mux, logger),
+		listenersClosed: make(chan struct{}),
 	}
+	c.http.server.RegisterOnShutdown(func() { close(c.listenersClosed) })
 	fail := func(err error) (*runningCentral, error) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // no grace: nothing was served yet
@@ -198,19 +219,31 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		builtin = push.NewBuiltinPreferences(c.pool, pushMetrics, logger)
 		prefs = builtin
 	}
+	direct := cmp.Or(o.directURL, o.databaseURL)
+	c.listener = pglisten.New(direct, sync.NotifyChannel, logger)
+	if c.live, err = live.New(live.Config{
+		DB: c.pool, Wake: c.listener.Subscribe(), PollInterval: o.live.pollInterval, PingInterval: o.live.pingInterval,
+		QueueBytes: int(o.live.queueBytes), Metrics: live.NewMetrics(reg), Logger: logger,
+	}); err != nil {
+		return fail(err)
+	}
 	api, err := central.New(central.Config{
 		DB: c.pool, DBTimeout: o.dbStatementTimeout, Users: users, Services: services, AdminRole: o.adminRole,
 		Devices: devices, Preferences: builtin, PreferencesExternal: builtin == nil,
+		Live: c.live, AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval,
 		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Registry: reg, Logger: logger,
 	})
 	if err != nil {
 		return fail(err)
 	}
+	c.api = api
+	bg := context.WithoutCancel(ctx)
 	if o.push.enabled {
-		if c.push, err = startPush(ctx, o, c.pool, pushMetrics, prefs, devices, logger); err != nil {
+		if c.push, err = startPush(ctx, o, c.pool, c.listener.Subscribe(), pushMetrics, prefs, devices, logger); err != nil {
 			return fail(err)
 		}
 	}
+
 	if o.maintenanceInterval > 0 {
 		cfg := o.lifecycle.config()
 		cfg.DB, cfg.Metrics, cfg.Logger = c.pool, lifecycle.NewMetrics(reg), logger
@@ -219,6 +252,8 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		}
 		c.maintenance.Start(context.WithoutCancel(ctx))
 	}
+	c.listener.Start(bg)
+	c.live.Start(bg)
 	var h http.Handler = api
 	apiHandler.Store(&h)
 	c.log.Info("central listening", "addr", c.addr, "issuer", o.oidcIssuer, "internal_ingress", services != nil)
@@ -233,10 +268,22 @@ func (c *runningCentral) wait(ctx context.Context, timeout time.Duration) error 
 func (c *runningCentral) shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	err := c.http.stop(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.http.stop(ctx) }()
+	// Stream sockets are not requests the HTTP server waits for: once it has
+	// stopped accepting, they are closed with 1001 and their apps reconnect
+	// to another replica.
+	select {
+	case <-c.listenersClosed:
+	case <-ctx.Done():
+	}
+	err := c.live.Shutdown(ctx)
+	err = errors.Join(err, <-stopped)
+	c.api.Close()
 	if c.push != nil {
 		err = errors.Join(err, c.push.stop(ctx))
 	}
+	err = errors.Join(err, c.listener.Stop(ctx))
 	if c.maintenance != nil {
 		err = errors.Join(err, c.maintenance.Stop(ctx))
 	}

@@ -15,9 +15,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/expo"
-	"github.com/spoolcast/spoolcast/internal/pglisten"
 	"github.com/spoolcast/spoolcast/push"
-	"github.com/spoolcast/spoolcast/sync"
 )
 
 // pushFlags are central's push settings.
@@ -32,7 +30,6 @@ type pushFlags struct {
 	prefsCacheTTL   time.Duration
 	prefsTimeout    time.Duration
 	receiptInterval time.Duration
-	directURL       string
 }
 
 func (p *pushFlags) register(fs *flag.FlagSet) {
@@ -46,7 +43,6 @@ func (p *pushFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.prefsCacheTTL, "prefs-cache-ttl", time.Minute, "how long an answer of --prefs-url is kept per user (failures never are)")
 	fs.DurationVar(&p.prefsTimeout, "prefs-timeout", 300*time.Millisecond, "longest wait for --prefs-url; past it the notification is pushed anyway (fail open)")
 	fs.DurationVar(&p.receiptInterval, "receipt-interval", 30*time.Second, "how often push receipts are fetched")
-	fs.StringVar(&p.directURL, "direct-database-url", "", "Postgres URL for the LISTEN connection that wakes the dispatcher, direct (not through PgBouncer in transaction mode); default --database-url")
 }
 
 func (p *pushFlags) validate() error {
@@ -61,14 +57,13 @@ func (p *pushFlags) validate() error {
 
 // pushWorkers are the push parts of a running central.
 type pushWorkers struct {
-	listener   *pglisten.Listener
 	dispatcher *push.Dispatcher
 	receipts   *push.ReceiptReconciler
 }
 
-// startPush starts the dispatcher, the receipt reconciler and the LISTEN
-// connection that wakes the dispatcher.
-func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, metrics *push.Metrics, prefs push.Preferences, devices *push.Devices, logger *slog.Logger) (*pushWorkers, error) {
+// startPush starts the dispatcher, woken by wake after ingest commits, and
+// the receipt reconciler.
+func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <-chan struct{}, metrics *push.Metrics, prefs push.Preferences, devices *push.Devices, logger *slog.Logger) (*pushWorkers, error) {
 	p := o.push
 	var accessToken string
 	if p.expoTokenFile != "" {
@@ -89,12 +84,7 @@ func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, metric
 	if err != nil {
 		return nil, err
 	}
-	direct := p.directURL
-	if direct == "" {
-		direct = o.databaseURL
-	}
-	w := &pushWorkers{listener: pglisten.New(direct, sync.NotifyChannel, logger)}
-	wake := w.listener.Subscribe()
+	w := &pushWorkers{}
 	if w.dispatcher, err = push.NewDispatcher(push.DispatcherConfig{
 		DB: pool, Sender: client, Preferences: prefs, Devices: devices, Wake: wake,
 		MaxAge: p.maxAge, Metrics: metrics, Logger: logger,
@@ -107,14 +97,13 @@ func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, metric
 		return nil, err
 	}
 	bg := context.WithoutCancel(ctx)
-	w.listener.Start(bg)
 	w.dispatcher.Start(bg)
 	w.receipts.Start(bg)
 	return w, nil
 }
 
 func (w *pushWorkers) stop(ctx context.Context) error {
-	return errors.Join(w.dispatcher.Stop(ctx), w.receipts.Stop(ctx), w.listener.Stop(ctx))
+	return errors.Join(w.dispatcher.Stop(ctx), w.receipts.Stop(ctx))
 }
 
 // externalPreferences is the --prefs-url source, asking with central's own

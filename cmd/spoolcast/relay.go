@@ -42,6 +42,7 @@ type relayOptions struct {
 	batchMaxBytes   byteSize
 	maxBackoff      time.Duration
 	dbMaxConns      int
+	wakeUpInterval  time.Duration
 	pprof           bool
 	log             logFlags
 }
@@ -67,6 +68,7 @@ func (o *relayOptions) register(fs *flag.FlagSet) {
 	fs.Var(&o.batchMaxBytes, "batch-max-bytes", "most event bytes in one Postgres transaction; an event with more goes alone")
 	fs.DurationVar(&o.maxBackoff, "max-backoff", 5*time.Second, "longest wait between forwarding retries while Postgres is unreachable")
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", 2, "Postgres connections the forwarder may open; each carries one batch in flight")
+	fs.DurationVar(&o.wakeUpInterval, "wake-up-interval", sync.DefaultWakeUpInterval, "least time between the wake-ups (NOTIFY) the forwarder sends after its commits: the longest central's live stream and push wait for a hint")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --ops-listen (never on the ingest address)")
 	o.log.register(fs)
 }
@@ -112,8 +114,8 @@ func (o relayOptions) validate() error {
 		return errors.New("--max-body must be at least 1 byte")
 	case o.spoolMaxBytes < o.maxBody:
 		return fmt.Errorf("--spool-max-bytes %s is below --max-body %s: not even one event would fit", formatBytes(int64(o.spoolMaxBytes)), formatBytes(int64(o.maxBody)))
-	case o.keyTTL < 0 || o.deadTTL < 0 || o.shutdownTimeout < 0 || o.maxBackoff < 0:
-		return errors.New("--key-ttl, --dead-ttl, --shutdown-timeout and --max-backoff must not be negative")
+	case o.keyTTL < 0 || o.deadTTL < 0 || o.shutdownTimeout < 0 || o.maxBackoff < 0 || o.wakeUpInterval < 0:
+		return errors.New("--key-ttl, --dead-ttl, --shutdown-timeout, --max-backoff and --wake-up-interval must not be negative")
 	case o.batchSize < 1 || o.batchMaxRows < 1 || o.batchMaxBytes < 1:
 		return errors.New("--batch-size, --batch-max-rows and --batch-max-bytes must be at least 1")
 	case o.dbMaxConns < 1:
@@ -288,6 +290,7 @@ func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, lo
 		BatchBytes:      int64(o.batchMaxBytes),
 		Workers:         o.dbMaxConns, // one batch in flight per connection
 		MaxBackoff:      o.maxBackoff,
+		WakeUpInterval:  o.wakeUpInterval,
 		Metrics:         sync.NewMetrics(reg),
 		Logger:          logger,
 	}

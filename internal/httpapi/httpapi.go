@@ -8,9 +8,11 @@
 package httpapi
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -84,6 +86,16 @@ func (w *Recorder) Write(p []byte) (int, error) {
 		w.Status = http.StatusOK
 	}
 	return w.ResponseWriter.Write(p)
+}
+
+// Hijack hands the connection over (a WebSocket upgrade) and records 101:
+// the new owner answers on the connection itself.
+func (w *Recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil && w.Status == 0 {
+		w.Status = http.StatusSwitchingProtocols
+	}
+	return conn, rw, err
 }
 
 // Unwrap lets http.ResponseController reach the connection.

@@ -1,0 +1,192 @@
+package central_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/spoolcast/spoolcast/internal/wsclient"
+)
+
+// lockedBuffer collects log lines written from many goroutines.
+type lockedBuffer struct {
+	mu gosync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// handshake sends a WebSocket handshake by hand and returns every byte the
+// server sent until it closed the connection, or until the first frame
+// after a 101.
+func (h *harness) handshake(protocols, origin string) []byte {
+	h.t.Helper()
+	u, _ := url.Parse(h.url)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer conn.Close()
+	req := "GET /v1/stream HTTP/1.1\r\nHost: " + u.Host + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+	if protocols != "" {
+		req += "Sec-WebSocket-Protocol: " + protocols + "\r\n"
+	}
+	if origin != "" {
+		req += "Origin: " + origin + "\r\n"
+	}
+	if _, err := io.WriteString(conn, req+"\r\n"); err != nil {
+		h.t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var raw bytes.Buffer
+	_ = resp.Write(&raw)
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The first frame: ready.
+		b := make([]byte, 2)
+		if _, err := io.ReadFull(br, b); err != nil {
+			h.t.Fatal(err)
+		}
+		frame := make([]byte, int(b[1]&0x7f))
+		if _, err := io.ReadFull(br, frame); err != nil {
+			h.t.Fatal(err)
+		}
+		raw.Write(frame)
+		return raw.Bytes()
+	}
+	// A refusal closes the connection after its body.
+	if _, err := br.ReadByte(); err != io.EOF {
+		h.t.Errorf("the connection stayed open after a %d refusal (%v)", resp.StatusCode, err)
+	}
+	return raw.Bytes()
+}
+
+func (h *harness) metric(name string) string {
+	h.t.Helper()
+	r := h.request(http.MethodGet, "/metrics", "", "")
+	for line := range strings.SplitSeq(string(r.raw), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestStreamTokensAreCheckedBeforeTheUpgradeAndNeverRepeated(t *testing.T) {
+	t.Parallel()
+	logs := &lockedBuffer{}
+	h := newHarness(t, options{live: true, log: logs})
+	expired := h.iss.Claims("u1")
+	expired["exp"] = time.Now().Add(-time.Minute).Unix()
+	wrongAudience := h.iss.Claims("u1")
+	wrongAudience["aud"] = "someone-else"
+	refused := []struct {
+		name, protocols, token string
+	}{
+		{name: "missing", protocols: "spoolcast.bearer.v1"},
+		{name: "garbage", protocols: "spoolcast.bearer.v1, not-a-token-at-all", token: "not-a-token-at-all"},
+		{name: "expired", token: h.iss.Sign(expired)},
+		{name: "another audience", token: h.iss.Sign(wrongAudience)},
+		{name: "token without the protocol name", protocols: h.iss.Token("u1")},
+	}
+	for _, c := range refused {
+		protocols := c.protocols
+		if protocols == "" {
+			protocols = "spoolcast.bearer.v1, " + c.token
+		}
+		raw := h.handshake(protocols, "")
+		if !bytes.HasPrefix(raw, []byte("HTTP/1.1 401 ")) || !bytes.Contains(raw, []byte("application/problem+json")) {
+			t.Errorf("%s: %q, want a plain 401 problem", c.name, raw)
+		}
+		for _, secret := range []string{c.token, c.protocols} {
+			if secret != "" && secret != "spoolcast.bearer.v1" && bytes.Contains(raw, []byte(secret)) {
+				t.Errorf("%s: the response repeats the token", c.name)
+			}
+		}
+	}
+	if got := h.metric("spoolcast_ws_auth_failures_total"); got != "5" {
+		t.Errorf("spoolcast_ws_auth_failures_total = %q, want 5", got)
+	}
+
+	token := h.iss.Token("u1")
+	raw := h.handshake("spoolcast.bearer.v1, "+token, "")
+	if !bytes.HasPrefix(raw, []byte("HTTP/1.1 101 ")) || !bytes.Contains(raw, []byte("Sec-Websocket-Protocol: spoolcast.bearer.v1\r\n")) ||
+		!bytes.Contains(raw, []byte(`"type":"ready"`)) {
+		t.Errorf("a valid token: %q, want 101 echoing only the protocol, then ready", raw)
+	}
+	if bytes.Contains(raw, []byte(token)) {
+		t.Error("the upgrade repeats the token")
+	}
+	for _, c := range refused {
+		if c.token != "" && strings.Contains(logs.String(), c.token) {
+			t.Errorf("the logs hold the %s token", c.name)
+		}
+	}
+	if strings.Contains(logs.String(), token) {
+		t.Error("the logs hold the valid token")
+	}
+	if !strings.Contains(logs.String(), "refused stream token") {
+		t.Error("refusals are not logged at debug level at all")
+	}
+}
+
+func TestStreamOriginsAreChecked(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{live: true, origins: []string{"https://app.example.com"}})
+	token := "spoolcast.bearer.v1, " + h.iss.Token("u1")
+	if raw := h.handshake(token, "https://evil.example"); !bytes.HasPrefix(raw, []byte("HTTP/1.1 403 ")) {
+		t.Errorf("a foreign origin: %q, want 403", raw)
+	}
+	for _, origin := range []string{"https://app.example.com", "", "http://" + strings.TrimPrefix(h.url, "http://")} {
+		if raw := h.handshake(token, origin); !bytes.HasPrefix(raw, []byte("HTTP/1.1 101 ")) {
+			t.Errorf("origin %q: %q, want 101", origin, raw)
+		}
+	}
+}
+
+func TestAStreamFrameCarriesTheFeedsItem(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{live: true})
+	c, err := wsclient.Dial(context.Background(), h.url, h.iss.Token("u1"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if m, err := c.Next(10 * time.Second); err != nil || m.Type != "ready" {
+		t.Fatalf("first frame %v, %v; want ready", m, err)
+	}
+	h.seed("u1", 1)
+	m, err := c.Next(10 * time.Second)
+	if err != nil || m.Type != "notification" {
+		t.Fatalf("frame %v, %v; want the notification", m, err)
+	}
+	// The frame's data is the feed's item, id and all.
+	page := h.request(http.MethodGet, "/v1/notifications", h.iss.Token("u1"), "")
+	item, _ := m.Item()
+	if !strings.Contains(string(page.raw), `"id":"`+item.ID+`"`) {
+		t.Errorf("the frame's id %s is not the feed's (%s)", item.ID, page.raw)
+	}
+}

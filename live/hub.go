@@ -1,0 +1,256 @@
+package live
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	gosync "sync"
+	"time"
+
+	"github.com/gobwas/ws"
+	"github.com/jackc/pgx/v5"
+)
+
+// DB is what the live stream needs of Postgres: a pgxpool.Pool. It may reach
+// Postgres through PgBouncer in transaction mode: no query keeps session state.
+type DB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures a replica's live stream.
+type Config struct {
+	// DB is Postgres. Required.
+	DB DB
+	// Wake receives a value after ingest commits (the LISTEN connection's
+	// subscription); each makes the reader read at once. Nil: the reader polls.
+	Wake <-chan struct{}
+	// PollInterval is how often the reader reads without a wake-up: the
+	// longest a lost wake-up delays a frame. Default 500ms.
+	PollInterval time.Duration
+	// PingInterval is how often each socket is pinged. A socket that sends
+	// nothing (not even the pong) for two intervals is dropped. Default 30s.
+	PingInterval time.Duration
+	// WriteTimeout bounds one write to a socket; past it the socket is
+	// closed as too slow. Default 10s.
+	WriteTimeout time.Duration
+	// QueueFrames and QueueBytes bound what waits to be written to one
+	// socket; a socket past either is closed as too slow (1013) and its app
+	// resumes from its cursor. Defaults 1024 frames, 1 MiB: a burst for one
+	// user fits; only a socket that stops reading reaches them.
+	QueueFrames int
+	QueueBytes  int
+	// Metrics receives the stream's metrics. Default: not exported.
+	Metrics *Metrics
+	// Logger receives the stream's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports the first setting a user must fix.
+func (c Config) Validate() error {
+	switch {
+	case c.DB == nil:
+		return errors.New("live: a database is required")
+	case c.PollInterval < 0 || c.PingInterval < 0 || c.WriteTimeout < 0:
+		return errors.New("live: poll interval, ping interval and write timeout must not be negative")
+	case c.QueueFrames < 0 || c.QueueBytes < 0:
+		return errors.New("live: queue bounds must not be negative")
+	}
+	return nil
+}
+
+// Hub holds this replica's sockets by user and feeds them what the reader
+// reads.
+type Hub struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+
+	mu      gosync.RWMutex
+	users   map[string][]*socket
+	stopped bool
+
+	reader   reader
+	ready    chan struct{} // closed once the reader knows where to start
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{}
+	start    gosync.Once
+	sockets  gosync.WaitGroup // each socket until its connection is closed
+	shutOnce gosync.Once
+}
+
+// New returns a hub; Start begins reading.
+func New(cfg Config) (*Hub, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 500*time.Millisecond)
+	cfg.PingInterval = cmp.Or(cfg.PingInterval, 30*time.Second)
+	cfg.WriteTimeout = cmp.Or(cfg.WriteTimeout, 10*time.Second)
+	cfg.QueueFrames = cmp.Or(cfg.QueueFrames, 1024)
+	cfg.QueueBytes = cmp.Or(cfg.QueueBytes, 1<<20)
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	h := &Hub{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "live"),
+		metrics: cfg.Metrics,
+		users:   map[string][]*socket{},
+		ready:   make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	h.reader.hub = h
+	return h, nil
+}
+
+// Start reads in the background and pings sockets; only the first call does.
+// Sockets are served once the reader has its starting position.
+func (h *Hub) Start(ctx context.Context) {
+	h.start.Do(func() {
+		ctx, h.cancel = context.WithCancel(ctx)
+		h.ctx = ctx
+		go func() {
+			defer close(h.done)
+			go h.pingLoop(ctx)
+			h.reader.run(ctx)
+		}()
+	})
+}
+
+// Ready reports whether the hub serves sockets: started, its reader
+// positioned, not shut down.
+func (h *Hub) Ready() bool {
+	select {
+	case <-h.ready:
+	default:
+		return false
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return !h.stopped
+}
+
+// Shutdown stops reading and closes every socket with 1001 (going away), so
+// apps reconnect to another replica at once; it waits for the close frames
+// to be written until ctx ends, then drops what is left. Safe to call twice,
+// and before Start.
+func (h *Hub) Shutdown(ctx context.Context) error {
+	var err error
+	h.shutOnce.Do(func() {
+		h.start.Do(func() { close(h.done) })
+		if h.cancel != nil {
+			h.cancel()
+		}
+		h.mu.Lock()
+		h.stopped = true
+		var all []*socket
+		for _, ss := range h.users {
+			all = append(all, ss...)
+		}
+		h.mu.Unlock()
+		for _, s := range all {
+			s.close(ws.StatusGoingAway, "server shutting down; reconnect")
+		}
+		waited := make(chan struct{})
+		go func() { h.sockets.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-ctx.Done():
+			for _, s := range all {
+				s.drop()
+			}
+			err = ctx.Err()
+		}
+		select {
+		case <-h.done:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	})
+	return err
+}
+
+func deadline(d time.Duration) time.Time { return time.Now().Add(d) }
+
+// add registers s under its user; false once the hub is shut down.
+func (h *Hub) add(s *socket) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return false
+	}
+	h.users[s.user] = append(h.users[s.user], s)
+	h.sockets.Add(1)
+	h.metrics.connections.Inc()
+	return true
+}
+
+// remove unregisters s; called once, when its connection is closed.
+func (h *Hub) remove(s *socket) {
+	h.mu.Lock()
+	ss := h.users[s.user]
+	for i, o := range ss {
+		if o == s {
+			ss = append(ss[:i], ss[i+1:]...)
+			break
+		}
+	}
+	if len(ss) == 0 {
+		delete(h.users, s.user)
+	} else {
+		h.users[s.user] = ss
+	}
+	h.mu.Unlock()
+	h.metrics.connections.Dec()
+	h.sockets.Done()
+}
+
+// connected reports whether user has a socket here.
+func (h *Hub) connected(user string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.users[user]) > 0
+}
+
+// deliver offers a live frame to every socket of user.
+func (h *Hub) deliver(user string, f frame) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, s := range h.users[user] {
+		s.offer(f)
+	}
+}
+
+// pingLoop pings every socket each interval, spread over the interval so
+// that the writes do not all wake at once.
+func (h *Hub) pingLoop(ctx context.Context) {
+	const slices = 16
+	t := time.NewTicker(h.cfg.PingInterval / slices)
+	defer t.Stop()
+	ping := frame{kind: kindPing, bytes: wsFrame(ws.OpPing, nil)}
+	for turn := uint32(0); ; turn = (turn + 1) % slices {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		h.mu.RLock()
+		for _, ss := range h.users {
+			for _, s := range ss {
+				if s.slot%slices == turn {
+					s.enqueue(ping)
+				}
+			}
+		}
+		h.mu.RUnlock()
+	}
+}
+
+// Metrics returns the hub's metrics.
+func (h *Hub) Metrics() *Metrics { return h.metrics }

@@ -1,0 +1,94 @@
+package live
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the live stream's metrics.
+type Metrics struct {
+	connections prometheus.Gauge
+	frames      *prometheus.CounterVec
+	slowClosed  prometheus.Counter
+	authFailed  prometheus.Counter
+	lag         prometheus.Histogram
+	reads       *prometheus.CounterVec
+	heldGauge   prometheus.GaugeFunc
+	heldSince   atomic.Int64 // unix nanos since committed rows wait for the horizon; 0 when none do
+}
+
+// NewMetrics registers the live stream's metrics with reg; nil registers nowhere.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "spoolcast_ws_connections",
+			Help: "Open live stream WebSockets on this replica.",
+		}),
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spoolcast_ws_frames_sent_total",
+			Help: "Frames written to live stream sockets, by type (notification, read, ready).",
+		}, []string{"type"}),
+		slowClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "spoolcast_ws_slow_closed_total",
+			Help: "Sockets closed because they could not keep up (queue full or a write timed out); their apps resume from their cursor.",
+		}),
+		authFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "spoolcast_ws_auth_failures_total",
+			Help: "Stream handshakes refused 401 for a missing, bad or expired token.",
+		}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "spoolcast_live_notify_lag_seconds",
+			Help:    "From a notification's ingest transaction (its created_at) to its frame written to a socket; live frames only, not resumed ones.",
+			Buckets: []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spoolcast_live_reads_total",
+			Help: "Reads of newly committed rows by this replica's live reader, by result (ok, error).",
+		}, []string{"result"}),
+	}
+	for _, k := range []frameKind{kindNotification, kindRead, kindReady} {
+		m.frames.WithLabelValues(k.label())
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.reads.WithLabelValues(r)
+	}
+	m.heldGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "spoolcast_live_held_seconds",
+		Help: "How long committed notifications have waited behind an older transaction still running (0 when none wait). A long write transaction anywhere in the cluster delays every live frame.",
+	}, func() float64 {
+		since := m.heldSince.Load()
+		if since == 0 {
+			return 0
+		}
+		return time.Since(time.Unix(0, since)).Seconds()
+	})
+	if reg != nil {
+		reg.MustRegister(m.connections, m.frames, m.slowClosed, m.authFailed, m.lag, m.reads, m.heldGauge)
+	}
+	return m
+}
+
+// AuthFailed counts a handshake refused for its token.
+func (m *Metrics) AuthFailed() { m.authFailed.Inc() }
+
+func (m *Metrics) held(blocked bool, now time.Time) {
+	if !blocked {
+		m.heldSince.Store(0)
+		return
+	}
+	m.heldSince.CompareAndSwap(0, now.UnixNano())
+}
+
+// Connections is spoolcast_ws_connections.
+func (m *Metrics) Connections() prometheus.Gauge { return m.connections }
+
+// SlowClosed is spoolcast_ws_slow_closed_total.
+func (m *Metrics) SlowClosed() prometheus.Counter { return m.slowClosed }
+
+// AuthFailures is spoolcast_ws_auth_failures_total.
+func (m *Metrics) AuthFailures() prometheus.Counter { return m.authFailed }
+
+// Held is spoolcast_live_held_seconds.
+func (m *Metrics) Held() prometheus.GaugeFunc { return m.heldGauge }

@@ -1,0 +1,239 @@
+package live
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/lograte"
+)
+
+const (
+	// readPage is the most rows one read takes from each table.
+	readPage = 1000
+	// minReadGap is the least time between two reads: wake-ups from many
+	// ingress points coalesce into one read.
+	minReadGap = 2 * time.Millisecond
+	// heldRetry is the first wait before reading again while committed rows
+	// wait behind an older transaction; it doubles up to the poll interval.
+	heldRetry = 2 * time.Millisecond
+)
+
+// horizon is the oldest transaction still running in the statement's
+// snapshot: every transaction below it has committed or aborted.
+const horizon = `pg_snapshot_xmin(pg_current_snapshot())`
+
+// The replica's reads, each in commit-safe order from a position. Rows at or
+// above the horizon are read too, only to learn that committed rows wait;
+// they are not delivered until the horizon passes them.
+const (
+	readNotifications = `SELECT n.tx, n.id, n.user_id, n.type, n.category, n.title, n.body, n.data, n.producer,
+			n.created_at, n.received_at, n.read_at, ` + horizon + `
+		FROM notifications n
+		WHERE (n.tx, n.id) > ($1::xid8, $2::bigint)
+		ORDER BY n.tx, n.id
+		LIMIT $3`
+	readReadEvents = `SELECT r.tx, r.id, r.user_id, coalesce(r.read_id, ''), coalesce(r.through_id, ''), ` + horizon + `
+		FROM read_events r
+		WHERE (r.tx, r.id) > ($1::xid8, $2::bigint)
+		ORDER BY r.tx, r.id
+		LIMIT $3`
+)
+
+// reader is the replica's one reader of newly committed rows.
+type reader struct {
+	hub     *Hub
+	notes   Position // the last notification read
+	reads   Position // the last read-state change read
+	failLog *lograte.Limiter
+}
+
+// run positions the reader at the horizon, then reads on every wake-up, on
+// the poll interval, and soon again while committed rows wait behind an
+// older transaction.
+func (r *reader) run(ctx context.Context) {
+	h := r.hub
+	r.failLog = lograte.New(30 * time.Second)
+	for failures := 0; ; failures++ {
+		err := r.position(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.failed(err)
+		if !sleep(ctx, backoff(failures)) {
+			return
+		}
+	}
+	close(h.ready)
+	var wait time.Duration
+	var errs, heldWaits int
+	var last time.Time
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		if wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-h.cfg.Wake:
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+		if gap := minReadGap - time.Since(last); gap > 0 && !sleep(ctx, gap) {
+			return
+		}
+		last = time.Now()
+		more, held, err := r.read(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			h.metrics.reads.WithLabelValues("error").Inc()
+			r.failed(err)
+			wait = backoff(errs)
+			errs++
+			continue
+		}
+		h.metrics.reads.WithLabelValues("ok").Inc()
+		h.metrics.held(held, last)
+		errs = 0
+		switch {
+		case more:
+			wait, heldWaits = 0, 0
+		case held:
+			wait = min(heldRetry<<min(heldWaits, 10), h.cfg.PollInterval)
+			heldWaits++
+		default:
+			wait, heldWaits = h.cfg.PollInterval, 0
+		}
+	}
+}
+
+func (r *reader) failed(err error) {
+	r.failLog.Do(func(suppressed int64) {
+		r.hub.log.Warn("live reader cannot read Postgres; sockets get no frames until it can, then every one missed", "err", err, "suppressed", suppressed)
+	})
+}
+
+// position starts the reader at the horizon: what committed before it is
+// for the feed and for resumes.
+func (r *reader) position(ctx context.Context) error {
+	var h uint64
+	if err := r.hub.cfg.DB.QueryRow(ctx, `SELECT `+horizon).Scan(&h); err != nil {
+		return err
+	}
+	r.notes = Position{Tx: h}
+	r.reads = Position{Tx: h}
+	return nil
+}
+
+// read reads and delivers one page of each table. more: a page was full,
+// read again at once; held: committed rows wait behind an older transaction.
+func (r *reader) read(ctx context.Context) (more, held bool, err error) {
+	moreN, heldN, err := r.readNotifications(ctx)
+	if err != nil {
+		return false, false, err
+	}
+	moreR, heldR, err := r.readReadEvents(ctx)
+	if err != nil {
+		return false, false, err
+	}
+	return moreN || moreR, heldN || heldR, nil
+}
+
+func (r *reader) readNotifications(ctx context.Context) (more, held bool, err error) {
+	rows, err := r.hub.cfg.DB.Query(ctx, readNotifications, r.notes.Tx, r.notes.ID, readPage)
+	if err != nil {
+		return false, false, err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+		var pos Position
+		var user string
+		var note feed.Notification
+		var h uint64
+		if err := rows.Scan(&pos.Tx, &pos.ID, &user, &note.Type, &note.Category, &note.Title, &note.Body, &note.Data, &note.Producer,
+			&note.CreatedAt, &note.ReceivedAt, &note.ReadAt, &h); err != nil {
+			return false, false, err
+		}
+		if pos.Tx >= h {
+			held = true
+			break
+		}
+		r.notes = pos
+		if !r.hub.connected(user) {
+			continue
+		}
+		note.ID = pos.ID
+		f, err := notificationFrame(note, Cursor{Position: pos, At: note.CreatedAt}, true)
+		if err != nil {
+			return false, false, err
+		}
+		r.hub.deliver(user, f)
+	}
+	if err := rows.Err(); err != nil {
+		return false, false, err
+	}
+	return n == readPage && !held, held, nil
+}
+
+func (r *reader) readReadEvents(ctx context.Context) (more, held bool, err error) {
+	rows, err := r.hub.cfg.DB.Query(ctx, readReadEvents, r.reads.Tx, r.reads.ID, readPage)
+	if err != nil {
+		return false, false, err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+		var pos Position
+		var user string
+		var msg readMessage
+		var h uint64
+		if err := rows.Scan(&pos.Tx, &pos.ID, &user, &msg.ID, &msg.Through, &h); err != nil {
+			return false, false, err
+		}
+		if pos.Tx >= h {
+			held = true
+			break
+		}
+		r.reads = pos
+		if !r.hub.connected(user) {
+			continue
+		}
+		msg.Type = "read"
+		b, err := textFrame(msg)
+		if err != nil {
+			return false, false, err
+		}
+		r.hub.deliver(user, frame{kind: kindRead, bytes: b})
+	}
+	if err := rows.Err(); err != nil {
+		return false, false, err
+	}
+	return n == readPage && !held, held, nil
+}
+
+func backoff(failures int) time.Duration {
+	d := min(5*time.Second, 100*time.Millisecond<<min(failures, 6))
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

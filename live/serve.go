@@ -1,0 +1,100 @@
+package live
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/gobwas/ws"
+
+	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/internal/problem"
+)
+
+// Serve upgrades r to the live stream of user, whom the caller has
+// authenticated, and returns: the socket is served in the background until
+// it closes or the hub shuts down. Before the upgrade, a request that is not
+// a WebSocket handshake, or carries a cursor this server did not issue, is
+// answered with a problem; so is one that comes while the hub is not ready.
+func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
+	var after *Cursor
+	if v, ok := r.URL.Query()["after"]; ok {
+		c, err := ParseCursor(v[0])
+		if err != nil {
+			p := problem.New(http.StatusBadRequest, "invalid-cursor", "Invalid cursor", "after is not a stream cursor this server issued; connect without it and load the feed")
+			p.Field = "after"
+			problem.Write(w, r, p)
+			return
+		}
+		after = &c
+	}
+	if p := handshakeProblem(r); p != nil {
+		if p.Status == http.StatusUpgradeRequired {
+			w.Header().Set("Upgrade", "websocket")
+			w.Header().Set("Sec-WebSocket-Version", "13")
+		}
+		problem.Write(w, r, *p)
+		return
+	}
+	if !h.Ready() {
+		w.Header().Set("Retry-After", "1")
+		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "stream-unavailable", "Stream unavailable", "this replica is not serving the stream right now; reconnect"))
+		return
+	}
+	upgrader := ws.HTTPUpgrader{
+		Timeout:  h.cfg.WriteTimeout,
+		Protocol: func(p string) bool { return p == auth.WebSocketProtocol }, // never the token
+	}
+	conn, rw, _, err := upgrader.Upgrade(r, w)
+	if err != nil {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		h.log.Debug("upgrade failed", "err", err)
+		return
+	}
+	// The handshake's buffers are not kept: an idle socket holds only its
+	// connection and one goroutine. Bytes the client sent early are.
+	var early []byte
+	if n := rw.Reader.Buffered(); n > 0 {
+		early, _ = rw.Reader.Peek(n)
+		early = append([]byte(nil), early...)
+	}
+	s := newSocket(h, conn, user)
+	if !h.add(s) {
+		_ = conn.SetWriteDeadline(deadline(h.cfg.WriteTimeout))
+		_, _ = conn.Write(closeFrame(ws.StatusGoingAway, "server shutting down; reconnect").bytes)
+		_ = conn.Close()
+		return
+	}
+	go s.read(early)
+	go h.resume(h.ctx, s, after)
+}
+
+// handshakeProblem checks what the upgrade would refuse, so that a refusal
+// is a problem document like every other error of the API.
+func handshakeProblem(r *http.Request) *problem.Problem {
+	bad := func(status int, detail string) *problem.Problem {
+		p := problem.New(status, "not-a-websocket", "Not a WebSocket handshake", detail)
+		return &p
+	}
+	switch {
+	case !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") || !headerHasToken(r.Header.Values("Connection"), "upgrade"):
+		return bad(http.StatusUpgradeRequired, "GET /v1/stream is a WebSocket: send Upgrade: websocket and Connection: Upgrade")
+	case r.Header.Get("Sec-WebSocket-Version") != "13":
+		return bad(http.StatusUpgradeRequired, "Sec-WebSocket-Version must be 13")
+	case len(r.Header.Get("Sec-WebSocket-Key")) != 24:
+		return bad(http.StatusBadRequest, "Sec-WebSocket-Key must be 16 bytes in base64")
+	}
+	return nil
+}
+
+func headerHasToken(values []string, token string) bool {
+	for _, v := range values {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}

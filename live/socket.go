@@ -1,0 +1,303 @@
+package live
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	gosync "sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gobwas/ws"
+)
+
+// maxClientFrame bounds what a client may send in one frame: clients only
+// answer pings and close, so anything larger is a misbehaving peer.
+const maxClientFrame = 4 << 10
+
+var slots atomic.Uint32
+
+// socket is one client's WebSocket. It holds no goroutine while idle but the
+// one blocked reading the connection; a writer runs only while frames wait.
+type socket struct {
+	hub  *Hub
+	conn net.Conn
+	user string
+	slot uint32 // which tick of the ping loop pings it
+
+	mu       gosync.Mutex
+	queue    []frame
+	queued   int // bytes in queue
+	writing  bool
+	closing  bool // a close frame is queued: nothing more is accepted
+	gone     bool // the connection is closed
+	resuming bool
+	slow     bool     // counted as too slow
+	held     []frame  // live frames that arrived during the resume
+	last     Position // the last notification queued
+	room     chan struct{}
+}
+
+func newSocket(h *Hub, conn net.Conn, user string) *socket {
+	return &socket{hub: h, conn: conn, user: user, slot: slots.Add(1), resuming: true, room: make(chan struct{}, 1)}
+}
+
+// offer takes a live frame from the reader: held while the socket resumes,
+// dropped when it is a notification already sent.
+func (s *socket) offer(f frame) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return
+	}
+	if s.resuming {
+		if len(s.held) >= s.hub.cfg.QueueFrames {
+			s.tooSlowLocked()
+			return
+		}
+		s.held = append(s.held, f)
+		return
+	}
+	s.queueLiveLocked(f)
+}
+
+func (s *socket) queueLiveLocked(f frame) {
+	if f.kind == kindNotification {
+		if !s.last.Less(f.pos) {
+			return // sent by the resume already
+		}
+		s.last = f.pos
+	}
+	s.enqueueLocked(f)
+}
+
+// enqueue queues a frame outside the resume's order: pings and pongs.
+func (s *socket) enqueue(f frame) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closing {
+		s.enqueueLocked(f)
+	}
+}
+
+func (s *socket) enqueueLocked(f frame) {
+	if len(s.queue) >= s.hub.cfg.QueueFrames || s.queued+len(f.bytes) > s.hub.cfg.QueueBytes && len(s.queue) > 0 {
+		s.tooSlowLocked()
+		return
+	}
+	s.queue = append(s.queue, f)
+	s.queued += len(f.bytes)
+	s.startWriterLocked()
+}
+
+// resumed queues a resumed notification, waiting while the queue is over
+// half full so that a long resume never overflows it. False once the socket
+// is closing.
+func (s *socket) resumed(f frame) bool {
+	for {
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			return false
+		}
+		if len(s.queue) < s.hub.cfg.QueueFrames/2 && s.queued < s.hub.cfg.QueueBytes/2 {
+			s.last = f.pos
+			s.queue = append(s.queue, f)
+			s.queued += len(f.bytes)
+			s.startWriterLocked()
+			s.mu.Unlock()
+			return true
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.room:
+		case <-time.After(s.hub.cfg.WriteTimeout):
+			// The writer is stuck: its own timeout closes the socket.
+		}
+	}
+}
+
+// endResume sends ready with the cursor the resume ended at, then the live
+// frames held meanwhile that come after it.
+func (s *socket) endResume(end Cursor) {
+	ready, err := textFrame(readyMessage{Type: "ready", Cursor: end.String()})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return
+	}
+	if err != nil {
+		s.closeLocked(ws.StatusInternalServerError, "try again")
+		return
+	}
+	s.resuming = false
+	if s.last.Less(end.Position) {
+		s.last = end.Position
+	}
+	s.enqueueLocked(frame{kind: kindReady, bytes: ready})
+	held := s.held
+	s.held = nil
+	for _, f := range held {
+		if s.closing {
+			return
+		}
+		s.queueLiveLocked(f)
+	}
+}
+
+func (s *socket) tooSlowLocked() {
+	s.countSlowLocked()
+	s.closeLocked(StatusTryAgainLater, "too slow; reconnect with your last cursor")
+}
+
+// countSlowLocked counts the socket as closed for slowness, once.
+func (s *socket) countSlowLocked() {
+	if !s.slow {
+		s.slow = true
+		s.hub.metrics.slowClosed.Inc()
+	}
+}
+
+// close sends a close frame after what is being written and then closes the
+// connection.
+func (s *socket) close(code ws.StatusCode, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closeLocked(code, reason)
+}
+
+func (s *socket) closeLocked(code ws.StatusCode, reason string) {
+	if s.closing {
+		return
+	}
+	s.closing, s.held = true, nil
+	// What waits is dropped: the app resumes from the last frame it got.
+	f := closeFrame(code, reason)
+	s.queue, s.queued = []frame{f}, len(f.bytes)
+	s.startWriterLocked()
+}
+
+func (s *socket) startWriterLocked() {
+	if s.writing || s.gone {
+		return
+	}
+	s.writing = true
+	go s.write()
+}
+
+// write writes what is queued, a batch at a time in one system call, until
+// the queue is empty; after a close frame it closes the connection.
+func (s *socket) write() {
+	var bufs net.Buffers
+	for {
+		s.mu.Lock()
+		batch := s.queue
+		s.queue, s.queued = nil, 0
+		if len(batch) == 0 {
+			s.writing = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		select {
+		case s.room <- struct{}{}:
+		default:
+		}
+		bufs = bufs[:0]
+		closed := false
+		for _, f := range batch {
+			bufs = append(bufs, f.bytes)
+			closed = closed || f.kind == kindClose
+		}
+		_ = s.conn.SetWriteDeadline(time.Now().Add(s.hub.cfg.WriteTimeout))
+		_, err := bufs.WriteTo(s.conn)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				s.mu.Lock()
+				if !s.closing || s.slow {
+					s.countSlowLocked()
+				}
+				s.mu.Unlock()
+			}
+			s.drop()
+			return
+		}
+		now := time.Now()
+		for _, f := range batch {
+			switch f.kind {
+			case kindNotification, kindRead, kindReady:
+				s.hub.metrics.frames.WithLabelValues(f.kind.label()).Inc()
+			}
+			if !f.at.IsZero() {
+				s.hub.metrics.lag.Observe(now.Sub(f.at).Seconds())
+			}
+		}
+		if closed {
+			s.drop()
+			return
+		}
+	}
+}
+
+// drop closes the connection at once and unregisters the socket.
+func (s *socket) drop() {
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return
+	}
+	s.gone, s.closing, s.queue, s.held = true, true, nil, nil
+	s.mu.Unlock()
+	_ = s.conn.Close()
+	s.hub.remove(s)
+}
+
+// read reads what the client sends: pongs and pings keep the socket alive, a
+// close frame closes it, anything else is discarded. A client silent for two
+// ping intervals is gone. buffered holds bytes the handshake read ahead.
+func (s *socket) read(buffered []byte) {
+	closing := false // a close frame is queued: the writer closes the connection after it
+	defer func() {
+		if !closing {
+			s.drop()
+		}
+	}()
+	var r io.Reader = s.conn
+	if len(buffered) > 0 {
+		r = io.MultiReader(bytes.NewReader(buffered), s.conn)
+	}
+	var payload [125]byte
+	for {
+		_ = s.conn.SetReadDeadline(time.Now().Add(2 * s.hub.cfg.PingInterval))
+		h, err := ws.ReadHeader(r)
+		if err != nil {
+			return
+		}
+		if !h.Masked || h.Length > maxClientFrame || h.OpCode.IsControl() && h.Length > int64(len(payload)) {
+			s.close(ws.StatusProtocolError, "unexpected frame")
+			closing = true
+			return
+		}
+		if !h.OpCode.IsControl() {
+			if _, err := io.CopyN(io.Discard, r, h.Length); err != nil {
+				return
+			}
+			continue
+		}
+		p := payload[:h.Length]
+		if _, err := io.ReadFull(r, p); err != nil {
+			return
+		}
+		ws.Cipher(p, h.Mask, 0)
+		switch h.OpCode {
+		case ws.OpPing:
+			s.enqueue(frame{kind: kindPong, bytes: wsFrame(ws.OpPong, p)})
+		case ws.OpClose:
+			s.close(ws.StatusNormalClosure, "")
+			closing = true
+			return
+		}
+	}
+}

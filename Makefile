@@ -26,17 +26,21 @@ lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-## bench: hot-path benchmarks, the relay load generator, the forwarder and feed-depth benchmarks
+## bench: hot-path benchmarks, the relay load generator, the forwarder, feed-depth, push and live stream benchmarks
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./spool/ ./relay/
 	$(GO) run ./benchmarks/loadgen -duration 10s
 	$(GO) run ./benchmarks/forwardbench
 	$(GO) run ./benchmarks/feedbench
+	$(GO) run ./benchmarks/pushbench
+	$(GO) run ./benchmarks/livebench
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./event/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCursor -fuzztime $(FUZZTIME) ./feed/
+	$(GO) test -run '^$$' -fuzz FuzzParseCursor -fuzztime $(FUZZTIME) ./live/
+	$(GO) test -run '^$$' -fuzz FuzzWebSocketToken -fuzztime $(FUZZTIME) ./auth/
 
 clean:
 	rm -rf bin data

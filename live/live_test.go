@@ -522,3 +522,31 @@ func TestHandshakeProblemsAreAnsweredBeforeTheUpgrade(t *testing.T) {
 		t.Errorf("a bad cursor: %v, want HTTP 400", err)
 	}
 }
+
+func TestASilentPeerIsDroppedAfterTwoPingIntervals(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, func(c *live.Config) { c.PingInterval = 200 * time.Millisecond })
+	answering, silent := s.dial("u1", ""), s.dial("u2", "")
+	s.ready(answering)
+	s.ready(silent)
+	// One app answers the pings (Next does), the other's network is gone:
+	// it reads nothing and sends nothing.
+	go func() {
+		for {
+			if _, err := answering.Next(5 * time.Second); err != nil {
+				return
+			}
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(s.metrics.Connections()) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("spoolcast_ws_connections = %v, want the silent socket dropped", testutil.ToFloat64(s.metrics.Connections()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // five more intervals: the answering socket stays
+	if n := testutil.ToFloat64(s.metrics.Connections()); n != 1 {
+		t.Errorf("spoolcast_ws_connections = %v, want the answering socket kept", n)
+	}
+}

@@ -49,9 +49,11 @@ func main() {
 		rounds      = flag.Int("rounds", 5, "alternating baseline and forwarder rounds")
 		workers     = flag.Int("workers", 2, "forwarder workers, one Postgres connection each (the relay's --db-max-conns)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the forwarder's drain to this file")
+		wakeUp      = flag.Duration("wake-up-interval", 0, "the forwarder's wake-up interval (0: its default)")
 	)
 	flag.Parse()
 	profilePath = *cpuProfile
+	wakeUpInterval = *wakeUp
 	if err := run(*events, *batch, *workers, *rounds, *rate, *lagDuration, *databaseURL); err != nil {
 		fmt.Fprintln(os.Stderr, "forwardbench:", err)
 		os.Exit(1)
@@ -153,7 +155,10 @@ func run(events, batch, workers, rounds, rate int, lagDuration time.Duration, ad
 	return nil
 }
 
-var profilePath string
+var (
+	profilePath    string
+	wakeUpInterval time.Duration
+)
 
 func makeItems(n int) []spsync.Item {
 	items := make([]spsync.Item, n)
@@ -274,7 +279,7 @@ func forwarder(ctx context.Context, url, spoolPath string, items []spsync.Item, 
 		return 0, err
 	}
 	defer pool.Close()
-	f, err := spsync.NewForwarder(spsync.ForwarderConfig{Spool: sp, DB: pool, BatchSize: batch, Workers: workers, Logger: slog.New(slog.DiscardHandler)})
+	f, err := spsync.NewForwarder(spsync.ForwarderConfig{Spool: sp, DB: pool, BatchSize: batch, Workers: workers, WakeUpInterval: wakeUpInterval, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return 0, err
 	}

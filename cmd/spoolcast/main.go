@@ -30,10 +30,11 @@ func commands() []command {
 	return []command{
 		{"dev", "run the whole pipeline locally (Postgres, relay, central); `dev token` mints tokens for it", devCommand},
 		{"relay", "run the producer-facing sidecar: spool events durably and forward them", relayCommand},
-		{"central", "run the central API: authenticated feed, read state, internal ingress", centralCommand},
+		{"central", "run the central API: authenticated feed, read state, live stream, push, internal ingress", centralCommand},
 		{"migrate", "apply or list the Postgres schema migrations: `migrate up` or `migrate status`", migrateCommand},
 		{"maintain", "run one maintenance pass: partitions ahead, drops past retention, expired keys", maintainCommand},
 		{"emit", "post one sample event to a relay and print the answer", emitCommand},
+		{"stream", "follow a user's live stream from central and print each frame", streamCommand},
 		{"spool", "inspect a spool file (`spool stats`, `spool ls`) or requeue its dead rows (`spool requeue --dead`)", spoolCommand},
 	}
 }

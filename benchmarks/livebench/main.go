@@ -1,0 +1,472 @@
+// Command livebench measures the live stream on this machine:
+//
+//   - memory per idle authenticated connection: central's RSS (and Go heap)
+//     before and after opening -conns sockets, against a bare gobwas server
+//     (upgrade, then one goroutine per connection blocked reading) measured
+//     with the same client in the same run;
+//   - commit → frame latency: with those sockets open, -rate notifications
+//     per second are committed (batches every 10ms, one recipient each, a
+//     random connected user) and woken as a relay's forwarder wakes; each
+//     frame's latency is its arrival at the client minus the return of the
+//     commit that wrote it.
+//
+// Central runs as a subprocess of the real binary on a durable Postgres
+// cluster of its own; the client sockets live in this process. A process
+// here may hold at most ~20,000 open files, which bounds -conns.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gobwas/ws"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/devauth"
+	"github.com/spoolcast/spoolcast/internal/pgcluster"
+	"github.com/spoolcast/spoolcast/internal/wsclient"
+	"github.com/spoolcast/spoolcast/migrations"
+	"github.com/spoolcast/spoolcast/sync"
+)
+
+func main() {
+	var (
+		conns    = flag.Int("conns", 10000, "sockets to open (one user each)")
+		rate     = flag.Int("rate", 1000, "notifications committed per second during the latency run")
+		duration = flag.Duration("duration", 30*time.Second, "length of the latency run")
+		bare     = flag.String("bare-server", "", "internal: serve a bare gobwas server on this address")
+	)
+	flag.Parse()
+	if *bare != "" {
+		serveBare(*bare)
+		return
+	}
+	raiseFileLimit()
+	if err := run(*conns, *rate, *duration); err != nil {
+		fmt.Fprintln(os.Stderr, "livebench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(conns, rate int, duration time.Duration) error {
+	ctx := context.Background()
+	tmp, err := os.MkdirTemp("", "livebench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil { // Postgres may run as another user
+		return err
+	}
+	bin := filepath.Join(tmp, "spoolcast")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/spoolcast").CombinedOutput(); err != nil {
+		return fmt.Errorf("build spoolcast (run from the repository root): %v\n%s", err, out)
+	}
+	cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(tmp, "pg"), Durable: true, Settings: []string{"max_connections=200"}})
+	if err != nil {
+		return err
+	}
+	defer cluster.Stop()
+	if _, err := migrations.Up(ctx, cluster.URL, nil); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, cluster.URL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	issuer, err := devauth.LoadIssuer(filepath.Join(tmp, "key.pem"), "livebench", "spoolcast")
+	if err != nil {
+		return err
+	}
+	jwks := httptest.NewServer(issuer.JWKS())
+	defer jwks.Close()
+	tokens := make([]string, conns)
+	for i := range tokens {
+		if tokens[i], err = issuer.Mint(user(i), nil, 2*time.Hour); err != nil {
+			return err
+		}
+	}
+
+	// The baseline: a bare gobwas server, same client, same count.
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	bareAddr := freeAddr()
+	bareProc, err := startProcess(self, "-bare-server", bareAddr)
+	if err != nil {
+		return err
+	}
+	bareBase := "http://" + bareAddr
+	if err := waitHTTP(bareBase + "/healthz"); err != nil {
+		return err
+	}
+	bareMem, bareSockets, err := measureIdle(bareProc.Process.Pid, bareBase, tokens, false)
+	closeAll(bareSockets)
+	stop(bareProc)
+	if err != nil {
+		return fmt.Errorf("bare server: %w", err)
+	}
+
+	addr := freeAddr()
+	central, err := startProcess(bin, "central", "--listen", addr, "--database-url", cluster.URL,
+		"--oidc-issuer", "livebench", "--oidc-audience", "spoolcast", "--jwks-url", jwks.URL,
+		"--push=false", "--maintenance-interval", "0", "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	defer stop(central)
+	base := "http://" + addr
+	if err := waitHTTP(base + "/readyz"); err != nil {
+		return err
+	}
+	mem, sockets, err := measureIdle(central.Process.Pid, base, tokens, true)
+	defer closeAll(sockets)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("idle sockets: %d (RSS measured %s after the last one opened)\n", conns, settle)
+	fmt.Printf("  bare gobwas: %6.2f KB RSS per socket\n", bareMem.rssPerConn/1024)
+	fmt.Printf("  central:     %6.2f KB RSS per socket (Go heap %5.2f KB, goroutine stacks %5.2f KB); %.2fx bare\n",
+		mem.rssPerConn/1024, mem.heapPerConn/1024, mem.stackPerConn/1024, mem.rssPerConn/bareMem.rssPerConn)
+
+	lat, err := measureLatency(ctx, pool, sockets, rate, duration)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("commit → frame, %d sockets, %d notifications/s for %s: %d frames, p50 %s, p90 %s, p99 %s, max %s\n",
+		conns, rate, duration, lat.n, lat.p50, lat.p90, lat.p99, lat.max)
+	if lat.lost > 0 {
+		return fmt.Errorf("%d notifications committed but never received", lat.lost)
+	}
+	return nil
+}
+
+func user(i int) string { return "user-" + strconv.Itoa(i) }
+
+// settle is how long the servers are left idle before their memory is read.
+const settle = 10 * time.Second
+
+type memory struct{ rssPerConn, heapPerConn, stackPerConn float64 }
+
+// measureIdle opens one socket per token, waits for each to be ready (its
+// first frame, for central), lets the server settle, and returns the
+// growth of its memory per socket.
+func measureIdle(pid int, base string, tokens []string, ready bool) (memory, []*wsclient.Conn, error) {
+	time.Sleep(2 * time.Second)
+	rss0 := rss(pid)
+	heap0, stack0 := goMemory(base)
+	sockets := make([]*wsclient.Conn, len(tokens))
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	var wg gosync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i, token := range tokens {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c, err := wsclient.Dial(context.Background(), base, token, "")
+			if err == nil && ready {
+				var m wsclient.Message
+				if m, err = c.Next(30 * time.Second); err == nil && m.Type != "ready" {
+					err = fmt.Errorf("first frame %s", m.Raw)
+				}
+			}
+			if err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			sockets[i] = c
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		return memory{}, sockets, fmt.Errorf("%d sockets failed to open: %v", n, firstErr.Load())
+	}
+	time.Sleep(settle)
+	n := float64(len(tokens))
+	heap1, stack1 := goMemory(base)
+	return memory{
+		rssPerConn:   float64(rss(pid)-rss0) / n,
+		heapPerConn:  float64(heap1-heap0) / n,
+		stackPerConn: float64(stack1-stack0) / n,
+	}, sockets, nil
+}
+
+type latency struct {
+	n, lost            int
+	p50, p90, p99, max time.Duration
+}
+
+// measureLatency commits rate notifications per second to random connected
+// users and times each frame from its commit's return to its arrival.
+func measureLatency(ctx context.Context, pool *pgxpool.Pool, sockets []*wsclient.Conn, rate int, duration time.Duration) (latency, error) {
+	var mu gosync.Mutex
+	committed := map[string]time.Time{}
+	var samples []time.Duration
+	var arrivals []time.Time // when each sample's frame arrived, for the per-window breakdown
+	received := make(chan struct{}, 1<<20)
+	var readers gosync.WaitGroup
+	stopRead := make(chan struct{})
+	for _, c := range sockets {
+		readers.Go(func() {
+			for {
+				m, err := c.Next(time.Minute)
+				at := time.Now()
+				if err != nil {
+					select {
+					case <-stopRead:
+					default:
+						fmt.Fprintln(os.Stderr, "livebench: socket:", err)
+					}
+					return
+				}
+				if m.Type != "notification" {
+					continue
+				}
+				it, err := m.Item()
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				if t, ok := committed[it.Title]; ok {
+					samples = append(samples, at.Sub(t))
+					delete(committed, it.Title)
+				} else {
+					committed[it.Title] = at // the frame beat the commit's return: latency 0
+					samples = append(samples, 0)
+				}
+				arrivals = append(arrivals, at)
+				mu.Unlock()
+				received <- struct{}{}
+			}
+		})
+	}
+	waker := sync.NewWaker(pool, 0, nil, slog.New(slog.DiscardHandler))
+	const tick = 10 * time.Millisecond
+	perTick := max(1, rate*int(tick)/int(time.Second))
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	end := time.Now().Add(duration)
+	sent := 0
+	var ingests gosync.WaitGroup
+	var ingestErr atomic.Value
+	for time.Now().Before(end) {
+		<-ticker.C
+		items := make([]sync.Item, perTick)
+		titles := make([]string, perTick)
+		for i := range items {
+			titles[i] = "n" + strconv.Itoa(sent)
+			ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":%q,"type":"bench","recipients":[%q],"title":%q,"body":"A notification of ordinary size for the latency run."}`,
+				titles[i], user(rand.N(len(sockets))), titles[i]), "")
+			if err != nil {
+				return latency{}, err
+			}
+			items[i] = sync.Item{Producer: "livebench", Event: ev}
+			sent++
+		}
+		ingests.Go(func() {
+			if _, err := sync.Ingest(ctx, pool, items); err != nil {
+				ingestErr.CompareAndSwap(nil, err)
+				return
+			}
+			now := time.Now()
+			waker.Committed()
+			mu.Lock()
+			for _, t := range titles {
+				if _, early := committed[t]; early {
+					delete(committed, t)
+				} else {
+					committed[t] = now
+				}
+			}
+			mu.Unlock()
+		})
+	}
+	ingests.Wait()
+	waker.Stop()
+	if err, _ := ingestErr.Load().(error); err != nil {
+		return latency{}, err
+	}
+	got := 0
+	timeout := time.After(30 * time.Second)
+	for got < sent {
+		select {
+		case <-received:
+			got++
+		case <-timeout:
+			close(stopRead)
+			return latency{n: got, lost: sent - got}, nil
+		}
+	}
+	close(stopRead)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(arrivals) > 0 {
+		// Where the tail sits: p99 per 5-second window.
+		first := arrivals[0]
+		windows := map[int][]time.Duration{}
+		for i, at := range arrivals {
+			w := int(at.Sub(first) / (5 * time.Second))
+			windows[w] = append(windows[w], samples[i])
+		}
+		fmt.Print("  p99 per 5 s window:")
+		for w := 0; w < len(windows); w++ {
+			ws := windows[w]
+			slices.Sort(ws)
+			fmt.Printf(" %s", ws[min(len(ws)-1, len(ws)*99/100)].Round(time.Millisecond))
+		}
+		fmt.Println()
+	}
+	slices.Sort(samples)
+	q := func(p float64) time.Duration { return samples[min(len(samples)-1, int(p*float64(len(samples))))] }
+	return latency{n: len(samples), p50: q(.50), p90: q(.90), p99: q(.99), max: samples[len(samples)-1]}, nil
+}
+
+// serveBare is the baseline server: upgrade, then a goroutine per
+// connection blocked reading frames.
+func serveBare(addr string) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {}) // no Go metrics: RSS only
+	mux.HandleFunc("/v1/stream", func(w http.ResponseWriter, r *http.Request) {
+		conn, _, _, err := ws.UpgradeHTTP(r, w)
+		if err != nil {
+			return
+		}
+		go func() {
+			defer conn.Close()
+			for {
+				h, err := ws.ReadHeader(conn)
+				if err != nil {
+					return
+				}
+				if _, err := io.CopyN(io.Discard, conn, h.Length); err != nil {
+					return
+				}
+			}
+		}()
+	})
+	fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, mux))
+	os.Exit(1)
+}
+
+// rss is the process's resident set in bytes.
+func rss(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// goMemory reads the heap in use and the goroutine stacks from /metrics.
+func goMemory(base string) (heap, stack int64) {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	for s.Scan() {
+		line := s.Text()
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			heap = int64(f)
+		}
+		if v, ok := strings.CutPrefix(line, "go_memstats_stack_inuse_bytes "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			stack = int64(f)
+		}
+	}
+	return heap, stack
+}
+
+func closeAll(sockets []*wsclient.Conn) {
+	for _, c := range sockets {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
+func startProcess(bin string, args ...string) (*exec.Cmd, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	return cmd, cmd.Start()
+}
+
+func stop(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+func waitHTTP(url string) error {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+	return errors.New(url + " did not answer 200 within 30s")
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// raiseFileLimit lifts this process's (and its children's) open-file limit
+// to the hard limit.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}

@@ -10,13 +10,6 @@ import (
 	"github.com/spoolcast/spoolcast/feed"
 )
 
-// resumeSlack is how far before a cursor's time the resume looks for rows
-// after its position. A row's created_at is its transaction's start, and a
-// transaction that writes after another may have started before it; ingest
-// transactions are bounded by statement timeouts of seconds, so an hour is
-// ample.
-const resumeSlack = time.Hour
-
 // resumePage is the most rows one resume read takes.
 const resumePage = 500
 
@@ -24,7 +17,7 @@ const readResume = `SELECT n.tx, n.id, n.type, n.category, n.title, n.body, n.da
 		coalesce(n.read_at, CASE WHEN (n.created_at, n.id) <= (w.at, w.id) THEN w.marked END),
 		` + horizon + `, now()
 	FROM notifications n, ` + feed.ReadMark + ` w
-	WHERE n.user_id = $1 AND n.created_at >= $2 AND (n.tx, n.id) > ($3::xid8, $4::bigint)
+	WHERE n.user_id = $1 AND n.created_at >= $2 AND n.created_at < $6 AND (n.tx, n.id) > ($3::xid8, $4::bigint)
 	ORDER BY n.tx, n.id
 	LIMIT $5`
 
@@ -53,10 +46,10 @@ func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor,
 		return h.now(ctx)
 	}
 	pos, at := after.Position, after.At
-	from := at.Add(-resumeSlack)
+	from := at.Add(-txSlack)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		rows, err := h.cfg.DB.Query(rctx, readResume, s.user, from, pos.Tx, pos.ID, resumePage)
+		rows, err := h.cfg.DB.Query(rctx, readResume, s.user, from, pos.Tx, pos.ID, resumePage, h.reader.newest())
 		if err != nil {
 			cancel()
 			return Cursor{}, err

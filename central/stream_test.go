@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/internal/wsclient"
+	"github.com/spoolcast/spoolcast/sync"
 )
 
 // lockedBuffer collects log lines written from many goroutines.
@@ -188,5 +191,54 @@ func TestAStreamFrameCarriesTheFeedsItem(t *testing.T) {
 	item, _ := m.Item()
 	if !strings.Contains(string(page.raw), `"id":"`+item.ID+`"`) {
 		t.Errorf("the frame's id %s is not the feed's (%s)", item.ID, page.raw)
+	}
+}
+
+func TestInternalIngressWakesListenersButNotOncePerRequest(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{})
+	ctx := context.Background()
+	conn, err := h.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+sync.NotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Minute)
+	// 20 events at once: they commit within a few wake-up intervals, and
+	// wake listeners a few times, not 20.
+	var wg gosync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"idempotency_key":"burst:%d","type":"t","recipients":["alice"],"title":"t"}`, i)
+			req, _ := http.NewRequest(http.MethodPost, h.url+"/internal/v1/events", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+emit)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusAccepted {
+				t.Errorf("event %d: %d", i, resp.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
+	wakes := 0
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := conn.Conn().WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		wakes++
+	}
+	if wakes == 0 || wakes >= 20 {
+		t.Errorf("%d wake-ups for 20 commits; want at least one, and fewer than one per commit", wakes)
 	}
 }

@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/spoolcast/spoolcast/feed"
 )
+
+// errSocketClosed ends a resume whose socket closed.
+var errSocketClosed = errors.New("socket closed")
 
 // resumePage is the most rows one resume read takes.
 const resumePage = 500
@@ -28,6 +32,9 @@ const readResume = `SELECT n.tx, n.id, n.type, n.category, n.title, n.body, n.da
 // ready when they come after the resume's end.
 func (h *Hub) resume(ctx context.Context, s *socket, after *Cursor) {
 	end, err := h.resumeRows(ctx, s, after)
+	if errors.Is(err, errSocketClosed) {
+		return // the app left, or the socket was closed meanwhile
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			h.log.Warn("resume failed; the app reconnects and tries again", "err", err)
@@ -89,7 +96,7 @@ func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor,
 		}
 		for _, f := range frames {
 			if !s.resumed(f) {
-				return Cursor{}, context.Canceled
+				return Cursor{}, errSocketClosed
 			}
 			pos, at = f.pos, f.createdAt
 		}

@@ -11,9 +11,11 @@ run: build
 	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql
 	./$(BIN) dev
 
-## build: build the spoolcast binary into bin/
+## build: build the spoolcast binary into bin/, stamped with the git version and commit
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
 build:
-	$(GO) build -o $(BIN) ./cmd/spoolcast
+	$(GO) build -ldflags "-X main.buildVersion=$(VERSION) -X main.buildCommit=$(COMMIT)" -o $(BIN) ./cmd/spoolcast
 
 ## test: vet, then every test with the race detector (installs PostgreSQL and PgBouncer with apt-get when missing)
 test:

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 )
@@ -51,6 +53,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
+		fmt.Fprintln(stdout, version())
+		return 0
+	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
@@ -88,14 +94,39 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, "spoolcast — a notification pipeline: a durable relay beside each producer, Postgres as the source of truth.\n\n")
 	fmt.Fprint(w, "Usage: spoolcast <command> [flags]\n\nCommands:\n")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(w, "\nEvery flag also reads the environment variable shown beside it; a flag on the command line wins.\n")
-	for _, c := range commands() {
-		fs, _ := c.flags()
-		fmt.Fprintf(w, "\nspoolcast %s flags:\n", c.name)
-		printFlags(w, fs)
+	fmt.Fprint(w, "\n`spoolcast <command> --help` lists a command's flags, each with its default and\n"+
+		"environment variable (a flag on the command line wins); docs/configuration.md lists them all.\n"+
+		"`spoolcast --version` prints the version and commit.\n")
+}
+
+// Set at build time (`make build` does, from git): -ldflags "-X main.buildVersion=v1.2.3 -X main.buildCommit=abc123".
+var buildVersion, buildCommit string
+
+// version is the release and the commit the binary was built from: from the
+// linker flags, or else from the build information Go records.
+func version() string {
+	ver, commit, goVersion := buildVersion, buildCommit, "go"
+	if info, ok := debug.ReadBuildInfo(); ok {
+		goVersion = info.GoVersion
+		ver = cmp.Or(ver, info.Main.Version)
+		vcs := map[string]string{}
+		for _, s := range info.Settings {
+			vcs[s.Key] = s.Value
+		}
+		if commit == "" && vcs["vcs.revision"] != "" {
+			commit = vcs["vcs.revision"]
+			if vcs["vcs.modified"] == "true" {
+				commit += "-dirty"
+			}
+		}
 	}
+	out := "spoolcast " + cmp.Or(ver, "(devel)")
+	if commit != "" {
+		out += " commit " + commit
+	}
+	return out + " " + goVersion
 }
 
 // signalContext is cancelled by the first SIGINT, SIGTERM or SIGHUP (the

@@ -14,24 +14,39 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 )
 
-func TestHelpListsEveryRelayFlagWithDefaultAndEnv(t *testing.T) {
+func TestHelpListsTheCommandsAndEachCommandItsFlags(t *testing.T) {
 	var out bytes.Buffer
 	if code := run([]string{"--help"}, &out, &out); code != 0 {
 		t.Fatalf("--help exited %d", code)
 	}
+	for _, c := range commands() {
+		if !strings.Contains(out.String(), "  "+c.name+" ") {
+			t.Errorf("spoolcast --help lacks the command %s", c.name)
+		}
+	}
+	if lines := strings.Count(out.String(), "\n"); lines > 24 {
+		t.Errorf("spoolcast --help is %d lines; it should fit a screen", lines)
+	}
+	out.Reset()
+	if code := run([]string{"relay", "--help"}, &out, &out); code != 0 {
+		t.Fatalf("relay --help exited %d", code)
+	}
 	for _, want := range []string{
 		"--listen", "default 127.0.0.1:7070, env SPOOLCAST_LISTEN",
 		"--spool", "default ./data/spool.db",
-		"--producer", "--max-body", "default 64KiB", "--spool-max-bytes", "default 1GiB",
+		"--producer", "--max-body", "default 64KiB", "--spool-max-bytes", "default 1GiB", "SPOOLCAST_SPOOL_MAX_BYTES",
 		"--sync", "default full", "--key-ttl", "default 24h0m0s", "--service-jwt-secret-file",
 	} {
 		if !strings.Contains(out.String(), want) {
-			t.Errorf("spoolcast --help lacks %q", want)
+			t.Errorf("spoolcast relay --help lacks %q", want)
 		}
 	}
-	out.Reset()
-	if code := run([]string{"relay", "--help"}, &out, &out); code != 0 || !strings.Contains(out.String(), "SPOOLCAST_SPOOL_MAX_BYTES") {
-		t.Errorf("relay --help exited %d:\n%s", code, out.String())
+}
+
+func TestVersionNamesTheBuild(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"--version"}, &out, &out); code != 0 || !strings.HasPrefix(out.String(), "spoolcast ") || !strings.Contains(out.String(), "go1.") {
+		t.Errorf("--version exited %d: %q", code, out.String())
 	}
 }
 

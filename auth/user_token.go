@@ -163,7 +163,7 @@ func (v *UserVerifier) Verify(ctx context.Context, token string) (User, error) {
 		return key, nil
 	})
 	if err != nil {
-		return User{}, fmt.Errorf("%w: %v", ErrBadToken, err)
+		return User{}, fmt.Errorf("%w: %w", ErrBadToken, err)
 	}
 	id, _ := claims[v.cfg.UserClaim].(string)
 	if strings.TrimSpace(id) == "" {

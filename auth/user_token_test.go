@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,25 +98,33 @@ func TestTokenAttacksAreRefused(t *testing.T) {
 		s, _ := tok.SignedString(rsaKey)
 		return s
 	}
-	for _, tc := range []struct{ name, token string }{
-		{"alg none", none()},
-		{"HS256 signed with the RSA public key", hsWithPublicKey()},
-		{"an RSA key's kid on an ES256 token", rsaKeyAsES()},
-		{"expired", with(func(c jwt.MapClaims) { c["exp"] = time.Now().Add(-time.Hour).Unix() })},
-		{"no expiry", with(func(c jwt.MapClaims) { delete(c, "exp") })},
-		{"not yet valid", with(func(c jwt.MapClaims) { c["nbf"] = time.Now().Add(time.Hour).Unix() })},
-		{"issued in the future", with(func(c jwt.MapClaims) { c["iat"] = time.Now().Add(time.Hour).Unix() })},
-		{"wrong issuer", with(func(c jwt.MapClaims) { c["iss"] = "https://evil.example" })},
-		{"wrong audience", with(func(c jwt.MapClaims) { c["aud"] = "another-app" })},
-		{"missing user claim", with(func(c jwt.MapClaims) { delete(c, "sub") })},
-		{"unknown kid", iss.SignWith("forged-kid", rsaKey, iss.Claims("u_1"))},
-		{"no kid", noKID()},
-		{"garbage", "not-a-jwt"},
-		{"a tampered payload", iss.Token("u_1")[:40] + "x" + iss.Token("u_1")[41:]},
+	for _, tc := range []struct{ name, token, reason string }{
+		{"alg none", none(), ""},
+		{"HS256 signed with the RSA public key", hsWithPublicKey(), ""},
+		{"an RSA key's kid on an ES256 token", rsaKeyAsES(), ""},
+		{"expired", with(func(c jwt.MapClaims) { c["exp"] = time.Now().Add(-time.Hour).Unix() }), "expired"},
+		{"no expiry", with(func(c jwt.MapClaims) { delete(c, "exp") }), "lacks a required claim"},
+		{"not yet valid", with(func(c jwt.MapClaims) { c["nbf"] = time.Now().Add(time.Hour).Unix() }), "not valid yet"},
+		{"issued in the future", with(func(c jwt.MapClaims) { c["iat"] = time.Now().Add(time.Hour).Unix() }), "not valid yet"},
+		{"wrong issuer", with(func(c jwt.MapClaims) { c["iss"] = "https://evil.example" }), "another issuer"},
+		{"wrong audience", with(func(c jwt.MapClaims) { c["aud"] = "another-app" }), "another audience"},
+		{"missing user claim", with(func(c jwt.MapClaims) { delete(c, "sub") }), ""},
+		{"unknown kid", iss.SignWith("forged-kid", rsaKey, iss.Claims("u_1")), "key the issuer does not publish"},
+		{"no kid", noKID(), ""},
+		{"garbage", "not-a-jwt", "not a well-formed JWT"},
+		{"a tampered payload", iss.Token("u_1")[:40] + "x" + iss.Token("u_1")[41:], ""},
 	} {
 		t.Run("refuses "+tc.name, func(t *testing.T) {
-			if _, err := v.Verify(context.Background(), tc.token); !errors.Is(err, auth.ErrBadToken) {
+			_, err := v.Verify(context.Background(), tc.token)
+			if !errors.Is(err, auth.ErrBadToken) {
 				t.Errorf("Verify = %v; want ErrBadToken", err)
+			}
+			reason := auth.Reason(err)
+			if tc.reason != "" && !strings.Contains(reason, tc.reason) {
+				t.Errorf("Reason = %q, want it to say %q", reason, tc.reason)
+			}
+			if strings.Contains(reason, tc.token) {
+				t.Errorf("Reason repeats the token")
 			}
 		})
 	}

@@ -141,6 +141,7 @@ type Server struct {
 	handler http.Handler
 	routes  []Route
 	dbLog   *lograte.Limiter // one line per interval while Postgres fails
+	authLog *lograte.Limiter // one line per interval for refused tokens
 	waker   *sync.Waker
 }
 
@@ -184,6 +185,7 @@ func New(cfg Config) (*Server, error) {
 		metrics: newMetrics(cfg.Registry),
 		router:  httpapi.NewRouter(log),
 		dbLog:   lograte.New(10 * time.Second),
+		authLog: lograte.New(10 * time.Second),
 		waker:   sync.NewWaker(cfg.DB, cfg.WakeUpInterval, nil, log),
 	}
 	s.routeAll()
@@ -295,12 +297,21 @@ func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
 		problem.Write(w, r, problem.New(http.StatusForbidden, "forbidden", "Forbidden", err.Error()))
 		return
 	}
-	s.log.Debug("refused token", "path", r.URL.Path, "err", err)
-	detail := "a valid bearer token is required"
+	reason := auth.Reason(err)
+	s.refused(r, reason)
+	detail := reason
 	if errors.Is(err, auth.ErrNoToken) {
 		detail = "send Authorization: Bearer <token>"
 	}
 	problem.Write(w, r, problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", detail))
+}
+
+// refused logs why a token was refused, at most one line per interval (a
+// client retrying a stale token must not flood the log), never the token.
+func (s *Server) refused(r *http.Request, reason string) {
+	s.authLog.Do(func(suppressed int64) {
+		s.log.Info("refused a token", "path", r.URL.Path, "reason", reason, "suppressed", suppressed)
+	})
 }
 
 // ready is nil while Postgres answers.

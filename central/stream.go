@@ -28,10 +28,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	u, err := s.cfg.Users.AuthorizeWebSocket(r)
 	if err != nil {
 		s.cfg.Live.Metrics().AuthFailed()
-		s.log.Debug("refused stream token", "err", err)
+		reason := auth.Reason(err)
+		s.refused(r, reason)
 		w.Header().Set("WWW-Authenticate", auth.Challenge(err))
 		w.Header().Set("Connection", "close")
-		detail := "the token is not valid: sign in again"
+		detail := reason
 		if errors.Is(err, auth.ErrNoToken) {
 			detail = "send the token as Sec-WebSocket-Protocol: " + auth.WebSocketProtocol + ", <token>"
 		}

@@ -151,8 +151,8 @@ func TestStreamTokensAreCheckedBeforeTheUpgradeAndNeverRepeated(t *testing.T) {
 	if strings.Contains(logs.String(), token) {
 		t.Error("the logs hold the valid token")
 	}
-	if !strings.Contains(logs.String(), "refused stream token") {
-		t.Error("refusals are not logged at debug level at all")
+	if !strings.Contains(logs.String(), "refused a token") {
+		t.Error("refusals are not logged at all")
 	}
 }
 
@@ -240,5 +240,35 @@ func TestInternalIngressWakesListenersButNotOncePerRequest(t *testing.T) {
 	}
 	if wakes == 0 || wakes >= 20 {
 		t.Errorf("%d wake-ups for 20 commits; want at least one, and fewer than one per commit", wakes)
+	}
+}
+
+func TestRefusedTokensAreToldWhyAndLoggedAtALimitedRate(t *testing.T) {
+	t.Parallel()
+	logs := &lockedBuffer{}
+	h := newHarness(t, options{log: logs})
+	expired := h.iss.Claims("u1")
+	expired["exp"] = time.Now().Add(-time.Minute).Unix()
+	foreign := h.iss.Claims("u1")
+	foreign["aud"] = "another-api"
+	for _, c := range []struct{ token, says string }{
+		{h.iss.Sign(expired), "expired"},
+		{h.iss.Sign(foreign), "another audience"},
+		{"garbage", "not a well-formed JWT"},
+	} {
+		r := h.request(http.MethodGet, "/v1/notifications", c.token, "")
+		if r.status != http.StatusUnauthorized || !strings.Contains(r.body["detail"].(string), c.says) {
+			t.Errorf("%d %s; want 401 saying %q", r.status, r.raw, c.says)
+		}
+		if strings.Contains(string(r.raw), c.token) {
+			t.Error("the answer repeats the token")
+		}
+	}
+	// Three refusals within the interval: one line, naming the first reason.
+	if n := strings.Count(logs.String(), "refused a token"); n != 1 {
+		t.Errorf("%d log lines for 3 refusals in a moment; want 1\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "level=INFO") || !strings.Contains(logs.String(), "expired") {
+		t.Errorf("log: %s", logs.String())
 	}
 }

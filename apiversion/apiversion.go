@@ -94,6 +94,20 @@ func (r *Registry) Latest() string { return r.versions[len(r.versions)-1].Date }
 // Versions returns the versions, oldest first.
 func (r *Registry) Versions() []Version { return slices.Clone(r.versions) }
 
+// Served is the version Wrap serves req in: the one it asks for, or the
+// newest when it names none; "unknown" when it names one this API does not
+// have (Wrap answers 400).
+func (r *Registry) Served(req *http.Request) string {
+	asked := req.Header.Get(Header)
+	if asked == "" {
+		return r.Latest()
+	}
+	if _, ok := r.index[asked]; !ok {
+		return "unknown"
+	}
+	return asked
+}
+
 // Wrap serves h, which speaks the newest version, to clients of any version.
 // route names the route for Change.Routes.
 func (r *Registry) Wrap(route string, h http.Handler) http.Handler {

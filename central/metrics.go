@@ -8,12 +8,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spoolcast/spoolcast/apiversion"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 )
 
 type metrics struct {
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
+	requests    *prometheus.CounterVec
+	apiRequests *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -22,22 +24,36 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "spoolcast_central_requests_total",
 			Help: "Central API requests by route and status code.",
 		}, []string{"route", "code"}),
+		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spoolcast_api_requests_total",
+			Help: "Requests to versioned API routes by the API version served, route and status code: an old version's traffic, to watch before its sunset.",
+		}, []string{"version", "route", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "spoolcast_central_request_duration_seconds",
 			Help:    "Central API request time by route.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"route"}),
 	}
-	reg.MustRegister(m.requests, m.duration)
+	reg.MustRegister(m.requests, m.apiRequests, m.duration)
 	return m
 }
 
 func (m *metrics) instrument(route string, h http.Handler) http.Handler {
+	return m.instrumentVersioned(route, nil, h)
+}
+
+// instrumentVersioned counts the route's requests, and with versions, also
+// by the API version served.
+func (m *metrics) instrumentVersioned(route string, versions *apiversion.Registry, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &httpapi.Recorder{ResponseWriter: w}
 		h.ServeHTTP(rec, r)
-		m.requests.WithLabelValues(route, strconv.Itoa(cmp.Or(rec.Status, http.StatusInternalServerError))).Inc() // unanswered: httpapi.Answered sends 500
+		code := strconv.Itoa(cmp.Or(rec.Status, http.StatusInternalServerError)) // unanswered: httpapi.Answered sends 500
+		m.requests.WithLabelValues(route, code).Inc()
+		if versions != nil {
+			m.apiRequests.WithLabelValues(versions.Served(r), route, code).Inc()
+		}
 		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
 }

@@ -268,7 +268,7 @@ func (s *Server) handleUser(method, path string, a access, h userHandler) {
 	})
 	versioned := s.cfg.Versions.Wrap(name, apiversion.RequireApp(s.cfg.MinAppVersion, inner))
 	s.routes = append(s.routes, Route{Method: method, Path: path})
-	s.router.Handler(method, path, s.metrics.instrument(name, versioned))
+	s.router.Handler(method, path, s.metrics.instrumentVersioned(name, s.cfg.Versions, versioned))
 }
 
 func (s *Server) handleService(method, path, scope string, h serviceHandler) {
@@ -286,7 +286,7 @@ func (s *Server) handleService(method, path, scope string, h serviceHandler) {
 		h(w, r, c)
 	})
 	s.routes = append(s.routes, Route{Method: method, Path: path})
-	s.router.Handler(method, path, s.metrics.instrument(name, s.cfg.Versions.Wrap(name, inner)))
+	s.router.Handler(method, path, s.metrics.instrumentVersioned(name, s.cfg.Versions, s.cfg.Versions.Wrap(name, inner)))
 }
 
 // denied answers 401 for a missing or bad token and 403 for a valid one that

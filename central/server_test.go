@@ -475,6 +475,18 @@ func TestVersionsTranslateOldClientsAndWarnOfSunset(t *testing.T) {
 	if r := h.request(http.MethodGet, "/v1/notifications/unread-count", token, "", apiversion.Header, "2026-06-01"); r.body["count"] != float64(3) {
 		t.Errorf("a route the change does not touch = %s", r.raw)
 	}
+	// Each version's traffic is counted, so an old one can be watched
+	// before its sunset.
+	for series, want := range map[string]string{
+		`spoolcast_api_requests_total{code="200",route="GET /v1/notifications",version="2026-06-01"}`:              "1",
+		`spoolcast_api_requests_total{code="200",route="GET /v1/notifications",version="2026-11-30"}`:              "1",
+		`spoolcast_api_requests_total{code="400",route="GET /v1/notifications",version="unknown"}`:                 "1",
+		`spoolcast_api_requests_total{code="200",route="GET /v1/notifications/unread-count",version="2026-06-01"}`: "1",
+	} {
+		if got := h.metric(series); got != want {
+			t.Errorf("%s = %q, want %s", series, got, want)
+		}
+	}
 }
 
 // rawGet skips the OpenAPI check: old versions answer in old shapes.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/problem"
+	"github.com/spoolcast/spoolcast/live"
 )
 
 // NotificationJSON is a notification as the API shows it.
@@ -22,6 +24,9 @@ type PageJSON struct {
 	Data       []NotificationJSON `json:"data"`
 	HasMore    bool               `json:"has_more"`
 	NextCursor *string            `json:"next_cursor"`
+	// RefreshCursor, on the first page and on a since read, is what to pass
+	// as since to get what commits after this answer.
+	RefreshCursor *string `json:"refresh_cursor,omitempty"`
 }
 
 // pageQuery reads limit, cursor and unread from the query string.
@@ -60,7 +65,79 @@ func pageQuery(r *http.Request, userID string) (feed.Query, *problem.Problem) {
 }
 
 func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
+	q := r.URL.Query()
+	if v, ok := q["since"]; ok {
+		s.writeChanges(w, r, u.ID, v[0])
+		return
+	}
+	if !q.Has("cursor") {
+		s.writePageWithRefresh(w, r, u.ID)
+		return
+	}
 	s.writePage(w, r, u.ID)
+}
+
+// writePageWithRefresh answers a first page with the cursor that a later
+// since read starts from. It is read before the page, so that everything
+// committed before it is on the page (or further down the feed) and
+// everything after it is returned by since; an item may be in both.
+func (s *Server) writePageWithRefresh(w http.ResponseWriter, r *http.Request, userID string) {
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	refresh, err := live.Now(ctx, s.cfg.DB)
+	if err != nil {
+		s.dbError(w, r, "read the refresh cursor", err)
+		return
+	}
+	s.writePageAt(w, r, userID, &refresh)
+}
+
+// writeChanges is a since read: the caller's notifications committed after
+// the refresh cursor, oldest first, for clients without a socket.
+func (s *Server) writeChanges(w http.ResponseWriter, r *http.Request, userID, since string) {
+	q := r.URL.Query()
+	bad := func(field, detail string) {
+		p := problem.New(http.StatusBadRequest, "invalid-query", "Invalid query", detail)
+		p.Field = field
+		problem.Write(w, r, p)
+	}
+	limit := feed.DefaultLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > feed.MaxLimit {
+			bad("limit", "limit must be a whole number from 1 to "+strconv.Itoa(feed.MaxLimit))
+			return
+		}
+		limit = n
+	}
+	if q.Has("cursor") || q.Has("unread") {
+		bad("since", "since reads what is new in commit order; it does not combine with cursor or unread")
+		return
+	}
+	after, err := live.ParseCursor(since)
+	if err != nil {
+		p := problem.New(http.StatusBadRequest, "invalid-cursor", "Invalid cursor", "since is not a refresh cursor this server issued; load the first page again")
+		p.Field = "since"
+		problem.Write(w, r, p)
+		return
+	}
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	changes, err := live.Since(ctx, s.cfg.DB, userID, after, limit, time.Now().Add(24*time.Hour))
+	if err != nil {
+		s.dbError(w, r, "read changes", err)
+		return
+	}
+	end := changes.End.String()
+	out := PageJSON{Data: make([]NotificationJSON, 0, len(changes.Items)), HasMore: changes.More, RefreshCursor: &end}
+	for _, n := range changes.Items {
+		out.Data = append(out.Data, n.Item())
+	}
+	if changes.More {
+		link := url.Values{"limit": {strconv.Itoa(limit)}, "since": {end}}
+		w.Header().Add("Link", "<"+r.URL.Path+"?"+link.Encode()+`>; rel="next"`)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // adminListNotifications shows any user's feed to an admin, for support.
@@ -69,6 +146,10 @@ func (s *Server) adminListNotifications(w http.ResponseWriter, r *http.Request, 
 }
 
 func (s *Server) writePage(w http.ResponseWriter, r *http.Request, userID string) {
+	s.writePageAt(w, r, userID, nil)
+}
+
+func (s *Server) writePageAt(w http.ResponseWriter, r *http.Request, userID string, refresh *live.Cursor) {
 	q, p := pageQuery(r, userID)
 	if p != nil {
 		problem.Write(w, r, *p)
@@ -82,6 +163,10 @@ func (s *Server) writePage(w http.ResponseWriter, r *http.Request, userID string
 		return
 	}
 	out := PageJSON{Data: make([]NotificationJSON, 0, len(page.Items)), HasMore: page.HasMore}
+	if refresh != nil {
+		c := refresh.String()
+		out.RefreshCursor = &c
+	}
 	for _, n := range page.Items {
 		out.Data = append(out.Data, n.Item())
 	}

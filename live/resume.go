@@ -17,13 +17,90 @@ var errSocketClosed = errors.New("socket closed")
 // resumePage is the most rows one resume read takes.
 const resumePage = 500
 
-const readResume = `SELECT n.tx, n.id, n.type, n.category, n.title, n.body, n.data, n.producer, n.created_at, n.received_at,
+const readSince = `SELECT n.tx, n.id, n.type, n.category, n.title, n.body, n.data, n.producer, n.created_at, n.received_at,
 		coalesce(n.read_at, CASE WHEN (n.created_at, n.id) <= (w.at, w.id) THEN w.marked END),
 		` + horizon + `, now()
 	FROM notifications n, ` + feed.ReadMark + ` w
 	WHERE n.user_id = $1 AND n.created_at >= $2 AND n.created_at < $6 AND (n.tx, n.id) > ($3::xid8, $4::bigint)
 	ORDER BY n.tx, n.id
 	LIMIT $5`
+
+// Changes is a user's notifications committed after a cursor, in commit
+// order: a resume page, or a pull-to-refresh answer.
+type Changes struct {
+	Items []feed.Notification
+	// Cursors are the items' stream cursors.
+	Cursors []Cursor
+	// End is where the reader stands after these items: pass it back to
+	// read what commits next. It is past every item, and at the horizon of
+	// the read when every row below it was read.
+	End Cursor
+	// More is true when a full page came back: read again at once.
+	More bool
+}
+
+// Since reads up to limit notifications of user committed after the cursor,
+// oldest first in commit order. Only rows below the read's horizon are
+// returned: a row whose transaction was still running, or began before one
+// still running, comes in a later read, never skipped. newest bounds the
+// created_at of new rows (now, plus a margin for clock skew).
+func Since(ctx context.Context, db DB, user string, after Cursor, limit int, newest time.Time) (Changes, error) {
+	rows, err := db.Query(ctx, readSince, user, after.At.Add(-txSlack), after.Tx, after.ID, limit+1, newest)
+	if err != nil {
+		return Changes{}, err
+	}
+	defer rows.Close()
+	out := Changes{End: after}
+	var hz uint64
+	var now time.Time
+	n := 0
+	for rows.Next() {
+		n++
+		var p Position
+		var note feed.Notification
+		if err := rows.Scan(&p.Tx, &p.ID, &note.Type, &note.Category, &note.Title, &note.Body, &note.Data, &note.Producer,
+			&note.CreatedAt, &note.ReceivedAt, &note.ReadAt, &hz, &now); err != nil {
+			return Changes{}, err
+		}
+		if p.Tx >= hz {
+			break // committed, but behind a transaction still running: a later read returns it
+		}
+		if len(out.Items) == limit {
+			out.More = true
+			break
+		}
+		note.ID = p.ID
+		out.Items = append(out.Items, note)
+		out.Cursors = append(out.Cursors, Cursor{Position: p, At: note.CreatedAt})
+		out.End = out.Cursors[len(out.Cursors)-1]
+	}
+	if err := rows.Err(); err != nil {
+		return Changes{}, err
+	}
+	if n > 0 && !out.More {
+		// Every row after the cursor and below this read's horizon was
+		// read: the reader may stand at the horizon. (Not after an empty
+		// read: a horizon read by another statement could pass a row that
+		// committed since.)
+		out.End = cursorAt(out.End.Position, hz, now)
+		if out.End.At.Before(after.At) {
+			out.End.At = after.At
+		}
+	}
+	return out, nil
+}
+
+// Now is where a reader without a cursor starts: at the horizon. What
+// committed below it is visible to any read that starts after this one;
+// every row above it is returned by Since from this cursor.
+func Now(ctx context.Context, db DB) (Cursor, error) {
+	var hz uint64
+	var now time.Time
+	if err := db.QueryRow(ctx, `SELECT `+horizon+`, now()`, pgx.QueryExecModeCacheDescribe).Scan(&hz, &now); err != nil {
+		return Cursor{}, err
+	}
+	return cursorAt(Position{}, hz, now), nil
+}
 
 // resume sends s every notification of its user after the cursor, oldest
 // first, then ready. The socket is registered before the first read, so a
@@ -46,85 +123,38 @@ func (h *Hub) resume(ctx context.Context, s *socket, after *Cursor) {
 }
 
 // resumeRows sends the rows after the cursor and returns where the socket's
-// stream stands: past every row sent, and at the horizon of the last read,
-// since every row below it and after the cursor has been sent.
+// stream stands. A fresh socket starts at the horizon, read after the socket
+// was registered: what committed below it is in the feed the app loads after
+// ready.
 func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor, error) {
 	if after == nil {
-		return h.now(ctx)
+		return Now(ctx, h.cfg.DB)
 	}
-	pos, at := after.Position, after.At
-	from := at.Add(-txSlack)
+	end := *after
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		rows, err := h.cfg.DB.Query(rctx, readResume, s.user, from, pos.Tx, pos.ID, resumePage, h.reader.newest())
-		if err != nil {
-			cancel()
-			return Cursor{}, err
-		}
-		var frames []frame
-		var hz uint64
-		var now time.Time
-		held := false
-		n := 0
-		for rows.Next() {
-			n++
-			var p Position
-			var note feed.Notification
-			if err := rows.Scan(&p.Tx, &p.ID, &note.Type, &note.Category, &note.Title, &note.Body, &note.Data, &note.Producer,
-				&note.CreatedAt, &note.ReceivedAt, &note.ReadAt, &hz, &now); err != nil {
-				rows.Close()
-				cancel()
-				return Cursor{}, err
-			}
-			if p.Tx >= hz {
-				held = true // it reaches the socket as a live frame
-				break
-			}
-			note.ID = p.ID
-			f, err := notificationFrame(note, Cursor{Position: p, At: note.CreatedAt}, false)
-			if err != nil {
-				rows.Close()
-				cancel()
-				return Cursor{}, err
-			}
-			frames = append(frames, f)
-		}
-		rows.Close()
+		page, err := Since(rctx, h.cfg.DB, s.user, end, resumePage, h.reader.newest())
 		cancel()
-		if err := rows.Err(); err != nil {
+		if err != nil {
 			return Cursor{}, err
 		}
-		for _, f := range frames {
+		for i, note := range page.Items {
+			f, err := notificationFrame(note, page.Cursors[i], false)
+			if err != nil {
+				return Cursor{}, err
+			}
 			if !s.resumed(f) {
 				return Cursor{}, errSocketClosed
 			}
-			pos, at = f.pos, f.createdAt
 		}
-		switch {
-		case n == 0:
-			// Nothing after pos: the stream stands there. (A horizon read by
-			// another statement could pass a row committed since, which the
-			// socket would then drop.)
-			return Cursor{Position: pos, At: at}, nil
-		case held || n < resumePage:
-			return cursorAt(pos, hz, now), nil
+		end = page.End
+		if !page.More {
+			return end, nil
 		}
 	}
 }
 
-// now is where a stream without a cursor starts: at the horizon, read after
-// the socket was registered. What committed below it is in the feed the app
-// loads after ready; every row above it reaches the socket as a live frame.
-func (h *Hub) now(ctx context.Context) (Cursor, error) {
-	var hz uint64
-	var now time.Time
-	if err := h.cfg.DB.QueryRow(ctx, `SELECT `+horizon+`, now()`, pgx.QueryExecModeCacheDescribe).Scan(&hz, &now); err != nil {
-		return Cursor{}, err
-	}
-	return cursorAt(Position{}, hz, now), nil
-}
-
-// cursorAt is the later of pos and the horizon hz.
+// cursorAt is the later of pos and the horizon hz, at time now.
 func cursorAt(pos Position, hz uint64, now time.Time) Cursor {
 	c := Cursor{Position: pos, At: now}
 	if h := (Position{Tx: hz}); pos.Less(h) {

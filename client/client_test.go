@@ -1,0 +1,665 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/client"
+	"github.com/spoolcast/spoolcast/relay"
+	"github.com/spoolcast/spoolcast/spool"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// waitLimit bounds every wait on the relay: far beyond what any step takes,
+// it only turns a hang into a failure.
+const waitLimit = time.Minute
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef-client-tests")
+
+// testRelay is a real relay (real SQLite spool in a temporary directory, real
+// HTTP on loopback) behind a handler that records every request it answers.
+type testRelay struct {
+	url     string
+	spool   *spool.Spool
+	server  http.Handler
+	answers chan request // every answered request, in order
+
+	mu   sync.Mutex
+	seen []request
+}
+
+// request is one request the relay answered.
+type request struct {
+	body       []byte // what the relay read of it
+	auth       string
+	status     int
+	retryAfter string
+	start      time.Time // when it reached the relay
+	answered   time.Time // when the relay's handler returned, before the client read the answer
+}
+
+type relayOpts struct {
+	spoolMaxBytes int64
+	retryAfter    time.Duration // the relay's Retry-After on 503; default 1s
+	serviceTokens bool
+	addr          string // listen there; default a free port
+}
+
+func startRelay(t *testing.T, o relayOpts) *testRelay {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	sp, err := spool.Open(context.Background(), spool.Config{
+		Path:     filepath.Join(t.TempDir(), "spool.db"),
+		MaxBytes: o.spoolMaxBytes,
+		Logger:   logger,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := relay.Config{Producer: "billing", Spool: sp, Logger: logger, RetryAfter: o.retryAfter}
+	if cfg.RetryAfter == 0 {
+		cfg.RetryAfter = time.Second
+	}
+	if o.serviceTokens {
+		if cfg.Verifier, err = auth.NewServiceVerifier(testSecret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := relay.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &testRelay{spool: sp, server: srv, answers: make(chan request, 1000)}
+	ts := httptest.NewUnstartedServer(r)
+	if o.addr != "" {
+		ln, err := net.Listen("tcp", o.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts.Listener.Close()
+		ts.Listener = ln
+	}
+	ts.Start()
+	t.Cleanup(func() {
+		ts.Close()
+		if err := sp.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	r.url = ts.URL
+	return r
+}
+
+func (r *testRelay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	rec := request{start: time.Now(), auth: req.Header.Get("Authorization")}
+	// Record what the relay reads, as it reads it: the relay alone decides
+	// how much of a body to read (none of one over its limit).
+	var body bytes.Buffer
+	req.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.TeeReader(req.Body, &body), req.Body}
+	sw := &statusWriter{ResponseWriter: w}
+	r.server.ServeHTTP(sw, req)
+	rec.body, rec.status, rec.retryAfter, rec.answered = body.Bytes(), sw.status, w.Header().Get("Retry-After"), time.Now()
+	r.mu.Lock()
+	r.seen = append(r.seen, rec)
+	r.mu.Unlock()
+	r.answers <- rec
+}
+
+// requests returns the requests answered so far.
+func (r *testRelay) requests() []request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]request(nil), r.seen...)
+}
+
+// nextAnswer waits for the relay to answer its next request.
+func (r *testRelay) nextAnswer(t *testing.T) request {
+	t.Helper()
+	select {
+	case rec := <-r.answers:
+		return rec
+	case <-time.After(waitLimit):
+		t.Fatal("the relay received no request")
+		return request{}
+	}
+}
+
+// stored returns how many spool rows hold key.
+func (r *testRelay) stored(t *testing.T, key string) int {
+	t.Helper()
+	rows, err := r.spool.List(context.Background(), spool.AllRows, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, row := range rows {
+		if row.Key == key {
+			n++
+		}
+	}
+	return n
+}
+
+// fill makes the spool refuse new keys (503 overloaded) until free is called,
+// as when Postgres is down and events pile up.
+func (r *testRelay) fill(t *testing.T, maxBytes int64) (free func()) {
+	t.Helper()
+	ctx := context.Background()
+	res, err := r.spool.Claim(ctx, spool.Entry{Producer: "billing", Key: "filler", Hash: []byte("filler"), Payload: bytes.Repeat([]byte("x"), int(maxBytes))})
+	if err != nil || res.Outcome != spool.Accepted {
+		t.Fatalf("fill the spool: %v %v", res.Outcome, err)
+	}
+	return func() {
+		t.Helper()
+		batch, err := r.spool.NextBatch(ctx, 0, spool.BatchLimit{Rows: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []int64
+		for _, rec := range batch {
+			seqs = append(seqs, rec.Seq)
+		}
+		if err := r.spool.MarkForwarded(ctx, seqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func newClient(t *testing.T, cfg client.Config) *client.Client {
+	t.Helper()
+	c, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+func meeting(key, title string) client.Event {
+	return client.Event{
+		IdempotencyKey: key,
+		Type:           "meeting.assigned",
+		Category:       "meetings",
+		Recipients:     []string{"u_123"},
+		Title:          title,
+		Body:           "Starts Monday 10:00",
+		Data:           map[string]any{"meeting_id": "m_456"},
+	}
+}
+
+// emitAsync runs Emit in its own goroutine; the channel gets its outcome.
+func emitAsync(ctx context.Context, c *client.Client, ev client.Event) <-chan outcome {
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.Emit(ctx, ev)
+		done <- outcome{res, err}
+	}()
+	return done
+}
+
+type outcome struct {
+	res client.Result
+	err error
+}
+
+func wait(t *testing.T, done <-chan outcome) outcome {
+	t.Helper()
+	select {
+	case o := <-done:
+		return o
+	case <-time.After(waitLimit):
+		t.Fatal("Emit did not return")
+		return outcome{}
+	}
+}
+
+func TestTheSameEventTwiceIsAcceptedThenDuplicate(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOpts{})
+	c := newClient(t, client.Config{RelayURL: r.url})
+	ctx := context.Background()
+
+	first, err := c.Emit(ctx, meeting("meeting_assignment:u_123:m_456", "Weekly sync"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Status != client.Accepted || first.IdempotencyKey != "meeting_assignment:u_123:m_456" || first.ReceivedAt.IsZero() {
+		t.Fatalf("first emit = %+v; want accepted with the key and a receipt time", first)
+	}
+	again, err := c.Emit(ctx, meeting("meeting_assignment:u_123:m_456", "Weekly sync"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Status != client.Duplicate || !again.ReceivedAt.Equal(first.ReceivedAt) {
+		t.Errorf("second emit = %+v; want duplicate with the first receipt time %s", again, first.ReceivedAt)
+	}
+	if n := r.stored(t, "meeting_assignment:u_123:m_456"); n != 1 {
+		t.Errorf("the spool holds the key %d times, want once", n)
+	}
+}
+
+func TestAKeyReusedForAnotherEventIsAConflictAndNotRetried(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOpts{})
+	c := newClient(t, client.Config{RelayURL: r.url})
+	ctx := context.Background()
+	if _, err := c.Emit(ctx, meeting("invoice:7", "Weekly sync")); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err := c.Emit(ctx, meeting("invoice:7", "Another title"))
+	var conflict *client.ConflictError
+	if !errors.As(err, &conflict) || !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("reused key = %v; want a ConflictError", err)
+	}
+	if conflict.IdempotencyKey != "invoice:7" || conflict.Problem.Status != http.StatusUnprocessableEntity || conflict.Problem.Slug() != "idempotency-key-reused" {
+		t.Errorf("conflict = %+v", conflict)
+	}
+	if errors.Is(err, client.ErrGaveUp) {
+		t.Errorf("a conflict is final, not a give-up: %v", err)
+	}
+	if got := len(r.requests()); got != 2 {
+		t.Errorf("the relay received %d requests, want 2: one per emit, the conflict never retried", got)
+	}
+	if n := r.stored(t, "invoice:7"); n != 1 {
+		t.Errorf("the spool holds the key %d times, want once", n)
+	}
+}
+
+func TestAnInvalidEventIsATypedErrorNamingTheField(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOpts{})
+	c := newClient(t, client.Config{RelayURL: r.url})
+	manyLongRecipients := make([]string, 1000)
+	for i := range manyLongRecipients {
+		manyLongRecipients[i] = fmt.Sprintf("%0256d", i)
+	}
+	deep := strings.Repeat(`{"a":`, 40) + "1" + strings.Repeat("}", 40)
+	for _, tc := range []struct {
+		name     string
+		edit     func(*client.Event)
+		status   int // 0: refused without a request
+		field    string
+		inDetail string
+	}{
+		{"a missing key is refused before sending", func(e *client.Event) { e.IdempotencyKey = "" }, 0, "idempotency_key", "required"},
+		{"a blank key is refused before sending", func(e *client.Event) { e.IdempotencyKey = "   " }, 0, "idempotency_key", "required"},
+		{"a key that is not UTF-8 is refused before sending", func(e *client.Event) { e.IdempotencyKey = "k\xff" }, 0, "idempotency_key", "UTF-8"},
+		{"a missing type is refused before sending", func(e *client.Event) { e.Type = "" }, 0, "type", "required"},
+		{"no recipients are refused before sending", func(e *client.Event) { e.Recipients = nil }, 0, "recipients", "at least one"},
+		{"an empty recipient is refused before sending", func(e *client.Event) { e.Recipients = []string{"u_1", ""} }, 0, "recipients", "required"},
+		{"a title over its limit is refused before sending", func(e *client.Event) { e.Title = strings.Repeat("t", 1025) }, 0, "title", "1024"},
+		{"data that is not an object is refused before sending", func(e *client.Event) { e.Data = []int{1} }, 0, "data", "object"},
+		{"data the relay cannot store is 400 naming data", func(e *client.Event) { e.Data = json.RawMessage(`{"x":1e5000}`) }, 400, "data", "out of range"},
+		{"data nested too deep is 400 naming data", func(e *client.Event) { e.Data = json.RawMessage(deep) }, 400, "data", "deeper"},
+		{"a body over the relay's limit is 413", func(e *client.Event) { e.Recipients = manyLongRecipients }, 413, "", "limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(r.requests())
+			ev := meeting("invalid:"+tc.name, "t")
+			tc.edit(&ev)
+			_, err := c.Emit(context.Background(), ev)
+			var invalid *client.InvalidEventError
+			if !errors.As(err, &invalid) || !errors.Is(err, client.ErrInvalidEvent) {
+				t.Fatalf("Emit = %v; want an InvalidEventError", err)
+			}
+			if invalid.StatusCode != tc.status || invalid.Field != tc.field || !strings.Contains(invalid.Detail, tc.inDetail) {
+				t.Errorf("error = %+v; want status %d, field %q, detail with %q", invalid, tc.status, tc.field, tc.inDetail)
+			}
+			want := 1 // the relay's answer is final: never retried
+			if tc.status == 0 {
+				want = 0
+			}
+			if got := len(r.requests()) - before; got != want {
+				t.Errorf("the relay received %d requests, want %d", got, want)
+			}
+		})
+	}
+}
+
+func TestAnEventIsRetriedUntilTheRelayListens(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there yet: connection refused
+
+	refused := make(chan error, 1)
+	dialer := &net.Dialer{}
+	transport := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			select {
+			case refused <- err:
+			default:
+			}
+		}
+		return conn, err
+	}}
+	t.Cleanup(transport.CloseIdleConnections)
+	c := newClient(t, client.Config{
+		RelayURL:   "http://" + addr,
+		HTTPClient: &http.Client{Transport: transport},
+		// Keep retrying, quickly, for as long as the test needs.
+		MaxAttempts: 100_000, MaxElapsed: 10 * time.Minute, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+	})
+	done := emitAsync(context.Background(), c, meeting("retry:refused", "Weekly sync"))
+
+	select {
+	case err := <-refused:
+		t.Logf("first attempt failed as expected: %v", err)
+	case o := <-done:
+		t.Fatalf("Emit returned %+v %v with no relay listening", o.res, o.err)
+	case <-time.After(waitLimit):
+		t.Fatal("Emit never tried to connect")
+	}
+	r := startRelay(t, relayOpts{addr: addr})
+
+	o := wait(t, done)
+	if o.err != nil || o.res.Status != client.Accepted {
+		t.Fatalf("Emit = %+v %v; want accepted once the relay listens", o.res, o.err)
+	}
+	if n := r.stored(t, "retry:refused"); n != 1 {
+		t.Errorf("the spool holds the key %d times, want once", n)
+	}
+	again, err := c.Emit(context.Background(), meeting("retry:refused", "Weekly sync"))
+	if err != nil || again.Status != client.Duplicate || !again.ReceivedAt.Equal(o.res.ReceivedAt) {
+		t.Errorf("emitting again = %+v %v; want duplicate of the retried event", again, err)
+	}
+}
+
+func TestAFullSpoolIsRetriedWithTheSameKeyAndBodyUntilItHasRoom(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOpts{spoolMaxBytes: 4 << 10})
+	free := r.fill(t, 4<<10)
+	c := newClient(t, client.Config{RelayURL: r.url, MaxAttempts: 100, MaxElapsed: 10 * time.Minute})
+	done := emitAsync(context.Background(), c, meeting("retry:full", "Weekly sync"))
+
+	if first := r.nextAnswer(t); first.status != http.StatusServiceUnavailable {
+		t.Fatalf("first answer = %d; want 503 while the spool is full", first.status)
+	}
+	free()
+
+	o := wait(t, done)
+	if o.err != nil || o.res.Status != client.Accepted {
+		t.Fatalf("Emit = %+v %v; want accepted once the spool has room", o.res, o.err)
+	}
+	reqs := r.requests()
+	if len(reqs) < 2 {
+		t.Fatalf("the relay received %d requests; want the first and at least one retry", len(reqs))
+	}
+	for i, req := range reqs {
+		if !bytes.Equal(req.body, reqs[0].body) {
+			t.Errorf("attempt %d sent %s; want the same bytes as the first, %s", i+1, req.body, reqs[0].body)
+		}
+		want := http.StatusServiceUnavailable
+		if i == len(reqs)-1 {
+			want = http.StatusAccepted
+		}
+		if req.status != want {
+			t.Errorf("attempt %d was answered %d, want %d", i+1, req.status, want)
+		}
+	}
+	if n := r.stored(t, "retry:full"); n != 1 {
+		t.Errorf("the spool holds the key %d times, want once", n)
+	}
+}
+
+func TestARetryComesNoSoonerThanRetryAfterSays(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOpts{spoolMaxBytes: 4 << 10, retryAfter: time.Second})
+	r.fill(t, 4<<10)
+	// Backoff alone would retry within a millisecond.
+	c := newClient(t, client.Config{RelayURL: r.url, MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+
+	_, err := c.Emit(context.Background(), meeting("retry:after", "Weekly sync"))
+	var gaveUp *client.GaveUpError
+	var status *client.StatusError
+	if !errors.As(err, &gaveUp) || !errors.Is(err, client.ErrGaveUp) || !errors.As(err, &status) {
+		t.Fatalf("Emit = %v; want a GaveUpError wrapping the relay's 503", err)
+	}
+	if gaveUp.Attempts != 2 || gaveUp.IdempotencyKey != "retry:after" || gaveUp.ContextErr != nil {
+		t.Errorf("gave up = %+v; want 2 attempts, the key, no context error", gaveUp)
+	}
+	if status.StatusCode != http.StatusServiceUnavailable || status.RetryAfter != time.Second || status.Problem.Slug() != "overloaded" || !status.Temporary() {
+		t.Errorf("last failure = %+v; want 503 overloaded with Retry-After 1s", status)
+	}
+	reqs := r.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("the relay received %d requests, want 2", len(reqs))
+	}
+	if reqs[0].retryAfter != "1" {
+		t.Fatalf("the relay's first answer had Retry-After %q, want 1", reqs[0].retryAfter)
+	}
+	if gap := reqs[1].start.Sub(reqs[0].answered); gap < time.Second {
+		t.Errorf("the retry came %s after the answer that said Retry-After: 1; want no sooner", gap)
+	}
+}
+
+func TestARetryAfterBeyondTheBudgetGivesUpAtOnce(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOpts{spoolMaxBytes: 4 << 10, retryAfter: time.Hour})
+	r.fill(t, 4<<10)
+
+	t.Run("past MaxElapsed", func(t *testing.T) {
+		c := newClient(t, client.Config{RelayURL: r.url, MaxElapsed: time.Minute})
+		before := len(r.requests())
+		_, err := c.Emit(context.Background(), meeting("budget:elapsed", "t"))
+		var gaveUp *client.GaveUpError
+		if !errors.As(err, &gaveUp) || gaveUp.Attempts != 1 || gaveUp.ContextErr != nil {
+			t.Fatalf("Emit = %v; want a GaveUpError after one attempt, not an hour's wait", err)
+		}
+		if got := len(r.requests()) - before; got != 1 {
+			t.Errorf("the relay received %d requests, want 1", got)
+		}
+	})
+	t.Run("past the context's deadline", func(t *testing.T) {
+		c := newClient(t, client.Config{RelayURL: r.url, MaxElapsed: 2 * time.Hour})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		before := len(r.requests())
+		_, err := c.Emit(ctx, meeting("budget:deadline", "t"))
+		if !errors.Is(err, client.ErrGaveUp) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Emit = %v; want a GaveUpError for the context's deadline", err)
+		}
+		if got := len(r.requests()) - before; got != 1 {
+			t.Errorf("the relay received %d requests, want 1", got)
+		}
+	})
+}
+
+func TestCancellingTheContextStopsRetrying(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOpts{spoolMaxBytes: 4 << 10, retryAfter: time.Hour})
+	r.fill(t, 4<<10)
+	c := newClient(t, client.Config{RelayURL: r.url, MaxElapsed: 2 * time.Hour})
+
+	t.Run("while waiting to retry", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := emitAsync(ctx, c, meeting("cancel:waiting", "t"))
+		if first := r.nextAnswer(t); first.status != http.StatusServiceUnavailable {
+			t.Fatalf("first answer = %d; want 503", first.status)
+		}
+		cancel() // Emit now waits out Retry-After: 3600
+
+		o := wait(t, done)
+		var gaveUp *client.GaveUpError
+		if !errors.As(o.err, &gaveUp) || !errors.Is(o.err, context.Canceled) {
+			t.Fatalf("Emit = %v; want a GaveUpError for the cancelled context", o.err)
+		}
+		if gaveUp.Attempts != 1 || gaveUp.Last == nil {
+			t.Errorf("gave up = %+v; want one attempt and its failure", gaveUp)
+		}
+		if got := len(r.requests()); got != 1 {
+			t.Errorf("the relay received %d requests, want 1", got)
+		}
+	})
+	t.Run("before the first attempt", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		before := len(r.requests())
+		_, err := c.Emit(ctx, meeting("cancel:before", "t"))
+		var gaveUp *client.GaveUpError
+		if !errors.As(err, &gaveUp) || !errors.Is(err, context.Canceled) || gaveUp.Attempts != 0 {
+			t.Fatalf("Emit = %v; want a GaveUpError with no attempt", err)
+		}
+		if got := len(r.requests()) - before; got != 0 {
+			t.Errorf("the relay received %d requests, want none", got)
+		}
+	})
+}
+
+func TestServiceTokensAreSentAndRefusalsAreTyped(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOpts{serviceTokens: true})
+	emit, err := auth.SignServiceToken(testSecret, "billing", []string{"push:emit"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly, err := auth.SignServiceToken(testSecret, "billing", []string{"prefs:read"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		cfg    client.Config
+		status int // 0: accepted
+	}{
+		{"no token is unauthorized", client.Config{}, http.StatusUnauthorized},
+		{"a token without push:emit is forbidden", client.Config{Token: readOnly}, http.StatusForbidden},
+		{"a static token with push:emit is accepted", client.Config{Token: emit}, 0},
+		{"a token from TokenSource is accepted", client.Config{TokenSource: func(context.Context) (string, error) { return emit, nil }}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.RelayURL = r.url
+			c := newClient(t, tc.cfg)
+			before := len(r.requests())
+			res, err := c.Emit(context.Background(), meeting("auth:"+tc.name, "t"))
+			if got := len(r.requests()) - before; got != 1 {
+				t.Errorf("the relay received %d requests, want 1", got)
+			}
+			if tc.status == 0 {
+				if err != nil || res.Status != client.Accepted {
+					t.Fatalf("Emit = %+v %v; want accepted", res, err)
+				}
+				if req := r.requests()[before]; req.auth != "Bearer "+emit {
+					t.Errorf("Authorization = %q; want the token", req.auth)
+				}
+				return
+			}
+			var unauthorized *client.UnauthorizedError
+			if !errors.As(err, &unauthorized) || !errors.Is(err, client.ErrUnauthorized) {
+				t.Fatalf("Emit = %v; want an UnauthorizedError", err)
+			}
+			if unauthorized.StatusCode != tc.status || !strings.HasPrefix(unauthorized.Challenge, "Bearer") {
+				t.Errorf("error = %+v; want %d with a Bearer challenge", unauthorized, tc.status)
+			}
+		})
+	}
+	t.Run("a TokenSource error ends Emit before sending", func(t *testing.T) {
+		broken := errors.New("token file unreadable")
+		c := newClient(t, client.Config{RelayURL: r.url, TokenSource: func(context.Context) (string, error) { return "", broken }})
+		before := len(r.requests())
+		if _, err := c.Emit(context.Background(), meeting("auth:broken", "t")); !errors.Is(err, broken) || errors.Is(err, client.ErrGaveUp) {
+			t.Errorf("Emit = %v; want the TokenSource's error, not retried", err)
+		}
+		if got := len(r.requests()) - before; got != 0 {
+			t.Errorf("the relay received %d requests, want none", got)
+		}
+	})
+}
+
+func TestAWrongRelayURLIsReportedAtOnce(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOpts{})
+	c := newClient(t, client.Config{RelayURL: r.url + "/not-the-relay"})
+	_, err := c.Emit(context.Background(), meeting("url:wrong", "t"))
+	var status *client.StatusError
+	if !errors.As(err, &status) || status.StatusCode != http.StatusNotFound || errors.Is(err, client.ErrGaveUp) {
+		t.Fatalf("Emit = %v; want a 404 StatusError, not retried", err)
+	}
+	if got := len(r.requests()); got != 1 {
+		t.Errorf("the relay received %d requests, want 1", got)
+	}
+}
+
+func TestConfigMistakesAreClearErrors(t *testing.T) {
+	t.Parallel()
+	if _, err := client.New(client.Config{}); err != nil {
+		t.Fatalf("the zero Config: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  client.Config
+		want string
+	}{
+		{"a negative attempt timeout", client.Config{AttemptTimeout: -time.Second}, "attempt timeout -1s: must not be negative"},
+		{"negative max attempts", client.Config{MaxAttempts: -1}, "max attempts -1: must not be negative"},
+		{"a negative max elapsed", client.Config{MaxElapsed: -time.Second}, "max elapsed -1s: must not be negative"},
+		{"a negative base backoff", client.Config{BaseBackoff: -time.Second}, "base backoff -1s: must not be negative"},
+		{"a negative max backoff", client.Config{MaxBackoff: -time.Second}, "max backoff -1s: must not be negative"},
+		{"a max backoff below the base", client.Config{BaseBackoff: time.Second, MaxBackoff: time.Millisecond}, "max backoff 1ms is below base backoff 1s"},
+		{"both kinds of token", client.Config{Token: "t", TokenSource: func(context.Context) (string, error) { return "t", nil }}, "not both"},
+		{"a token with its scheme", client.Config{Token: "Bearer abc"}, `without "Bearer "`},
+		{"a token with a newline", client.Config{Token: "abc\n"}, "trailing newline"},
+		{"a relay URL without scheme", client.Config{RelayURL: "127.0.0.1:7070"}, "want a URL such as http://127.0.0.1:7070"},
+		{"a relay URL of another scheme", client.Config{RelayURL: "unix:///run/relay.sock"}, "want a URL such as http://127.0.0.1:7070"},
+		{"a relay URL with a query", client.Config{RelayURL: "http://127.0.0.1:7070/?x=1"}, "without query"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := client.New(tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New = %v; want an error with %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,142 @@
+package client
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/spoolcast/spoolcast/event"
+)
+
+// Event is one producer event, as the relay reads it from POST /v1/events.
+// Each recipient becomes its own notification.
+type Event struct {
+	// IdempotencyKey names the business fact this event reports. Required,
+	// 1–256 bytes. The same key with the same event is answered Duplicate; the
+	// same key with a different event is a ConflictError.
+	IdempotencyKey string `json:"idempotency_key"`
+	// Type is what happened, such as "meeting.assigned". Required, 1–128 bytes.
+	Type string `json:"type"`
+	// Category groups events for push preferences. Default "general".
+	Category string `json:"category,omitempty"`
+	// Recipients are user ids, 1–1000, each 1–256 bytes. Duplicates are
+	// folded and order does not matter.
+	Recipients []string `json:"recipients"`
+	// Title is up to 1024 bytes; Body up to 4096.
+	Title string `json:"title,omitempty"`
+	Body  string `json:"body,omitempty"`
+	// Data is any value that encodes to a JSON object (a map, a struct, a
+	// json.RawMessage), or nil. Use json.Number or json.RawMessage for
+	// numbers that must stay exact: the relay keeps them as written.
+	Data any `json:"data,omitempty"`
+	// RunID optionally names the run (a job, a batch) that produced the event.
+	RunID string `json:"run_id,omitempty"`
+}
+
+// wireEvent is Event with Data already encoded, so that every attempt sends
+// the same bytes.
+type wireEvent struct {
+	IdempotencyKey string          `json:"idempotency_key"`
+	Type           string          `json:"type"`
+	Category       string          `json:"category,omitempty"`
+	Recipients     []string        `json:"recipients"`
+	Title          string          `json:"title,omitempty"`
+	Body           string          `json:"body,omitempty"`
+	Data           json.RawMessage `json:"data,omitempty"`
+	RunID          string          `json:"run_id,omitempty"`
+}
+
+// encode checks what is cheap to check here and returns the request body.
+// The checks are a subset of the relay's: it stays the authority. They also
+// refuse invalid UTF-8, which encoding/json would silently replace with
+// U+FFFD, so that two distinct keys never become one on the wire.
+func (ev Event) encode() ([]byte, error) {
+	if err := ev.check(); err != nil {
+		return nil, err
+	}
+	data, err := marshal(ev.Data)
+	if err != nil {
+		return nil, localInvalid("data", "cannot be encoded as JSON: "+err.Error())
+	}
+	switch {
+	case bytes.Equal(data, []byte("null")):
+		data = nil
+	case len(data) == 0 || data[0] != '{':
+		return nil, localInvalid("data", "must encode to a JSON object")
+	case !utf8.Valid(data):
+		return nil, localInvalid("data", "is not valid UTF-8")
+	}
+	body, err := marshal(wireEvent{
+		IdempotencyKey: ev.IdempotencyKey, Type: ev.Type, Category: ev.Category, Recipients: ev.Recipients,
+		Title: ev.Title, Body: ev.Body, Data: data, RunID: ev.RunID,
+	})
+	if err != nil {
+		return nil, localInvalid("", "cannot be encoded as JSON: "+err.Error())
+	}
+	return body, nil
+}
+
+// marshal is json.Marshal without HTML escaping: "<" stays "<", as the
+// relay's canonical form writes it.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSpace(buf.Bytes()), nil
+}
+
+func (ev Event) check() error {
+	for _, f := range []struct {
+		name, value string
+		max         int
+		required    bool
+	}{
+		{"idempotency_key", ev.IdempotencyKey, event.MaxKeyLen, true},
+		{"type", ev.Type, event.MaxTypeLen, true},
+		{"category", ev.Category, event.MaxCategoryLen, false},
+		{"title", ev.Title, event.MaxTitleLen, false},
+		{"body", ev.Body, event.MaxBodyLen, false},
+		{"run_id", ev.RunID, event.MaxRunIDLen, false},
+	} {
+		if err := checkText(f.name, f.value, f.max, f.required); err != nil {
+			return err
+		}
+	}
+	if len(ev.Recipients) == 0 {
+		return localInvalid("recipients", "at least one recipient is required")
+	}
+	unique := make(map[string]struct{}, len(ev.Recipients))
+	for _, r := range ev.Recipients {
+		if err := checkText("recipients", r, event.MaxRecipientLen, true); err != nil {
+			return err
+		}
+		unique[r] = struct{}{}
+	}
+	if len(unique) > event.MaxRecipients {
+		return localInvalid("recipients", fmt.Sprintf("%d distinct recipients; at most %d per event", len(unique), event.MaxRecipients))
+	}
+	return nil
+}
+
+func checkText(field, v string, max int, required bool) error {
+	switch {
+	case required && strings.TrimSpace(v) == "":
+		return localInvalid(field, "is required")
+	case len(v) > max:
+		return localInvalid(field, fmt.Sprintf("is %d bytes; at most %d", len(v), max))
+	case !utf8.ValidString(v):
+		return localInvalid(field, "is not valid UTF-8")
+	case strings.ContainsRune(v, 0):
+		return localInvalid(field, "contains a NUL character")
+	}
+	return nil
+}
+
+func localInvalid(field, detail string) error {
+	return &InvalidEventError{Field: field, Detail: detail}
+}

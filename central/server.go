@@ -25,6 +25,7 @@ import (
 	"github.com/spoolcast/spoolcast/apiversion"
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/inbox"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/problem"
@@ -84,6 +85,8 @@ type Config struct {
 	// open /v1/stream; "*" allows any. A handshake without Origin (a native
 	// app) or from the server's own host is always allowed.
 	AllowedOrigins []string
+	// Inbox serves the web inbox at /inbox (package inbox).
+	Inbox bool
 	// MinAppVersion, when set, answers 426 to apps that send an older Spoolcast-App-Version.
 	MinAppVersion apiversion.AppVersion
 	// Versions are the API versions served. Default apiversion.Default().
@@ -220,6 +223,11 @@ func (s *Server) routeAll() {
 	s.handle(http.MethodGet, "/readyz", httpapi.Readyz(2*time.Second, s.ready))
 	s.handle(http.MethodGet, "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}).ServeHTTP)
 	s.handle(http.MethodGet, "/openapi.yaml", s.openapi)
+	if s.cfg.Inbox {
+		page := inbox.Handler("/inbox").ServeHTTP
+		s.handle(http.MethodGet, "/inbox", page)
+		s.handle(http.MethodGet, "/inbox/:file", page)
+	}
 
 	s.handleUser(http.MethodGet, "/v1/notifications", user, s.listNotifications)
 	s.handleUser(http.MethodGet, "/v1/notifications/unread-count", user, s.unreadCount)

@@ -46,6 +46,7 @@ type centralOptions struct {
 	maintenanceInterval time.Duration
 	wakeUpInterval      time.Duration
 	directURL           string
+	inbox               bool
 	lifecycle           lifecycleFlags
 	live                liveFlags
 	push                pushFlags
@@ -70,6 +71,7 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.maintenanceInterval, "maintenance-interval", time.Hour, "how often central runs a maintenance pass (one replica at a time); 0 leaves it to `spoolcast maintain`")
 	fs.DurationVar(&o.wakeUpInterval, "wake-up-interval", sync.DefaultWakeUpInterval, "least time between the wake-ups (NOTIFY) /internal/v1/events sends after its commits")
 	fs.StringVar(&o.directURL, "direct-database-url", "", "Postgres URL for the LISTEN connection that wakes the live stream and the push dispatcher, direct (not through PgBouncer in transaction mode); default --database-url")
+	fs.BoolVar(&o.inbox, "inbox", false, "serve the web inbox at /inbox: a page showing a user's feed and live arrivals, signed in with their token")
 	o.lifecycle.register(fs)
 	o.live.register(fs)
 	o.push.register(fs)
@@ -230,7 +232,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	api, err := central.New(central.Config{
 		DB: c.pool, DBTimeout: o.dbStatementTimeout, Users: users, Services: services, AdminRole: o.adminRole,
 		Devices: devices, Preferences: builtin, PreferencesExternal: builtin == nil,
-		Live: c.live, AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval,
+		Live: c.live, AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval, Inbox: o.inbox,
 		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Registry: reg, Logger: logger,
 	})
 	if err != nil {

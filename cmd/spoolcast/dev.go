@@ -133,6 +133,7 @@ func runDev(ctx context.Context, o relayOptions, co centralOptions, dataDir, key
 	co.jwtSecretFile = secretPath
 	co.dbMaxConns = 4
 	co.maintenanceInterval = time.Hour // keeps everything (no retention), creates partitions ahead
+	co.inbox = true
 	co.push = pushFlags{enabled: true, expoURL: co.push.expoURL, expoRate: expo.DefaultRatePerSecond, expoConcurrency: 6,
 		maxAge: time.Hour, receiptInterval: 5 * time.Second}
 	if co.push.expoURL == "" {
@@ -167,6 +168,9 @@ Post an event for u_123:
 
 Read u_123's feed (mint other tokens with: spoolcast dev token --user NAME [--admin]):
   curl -s http://%[4]s/v1/notifications -H 'Authorization: Bearer %[7]s'
+
+Watch u_123's inbox in a browser (the token rides in the link's fragment, never sent to a server):
+  http://%[4]s/inbox#token=%[7]s
 
 `, r.addr, o.producer, o.spoolPath, c.addr, o.databaseURL, sampleCurl(r.addr), token)
 	timeout := max(o.shutdownTimeout, 5*time.Second)

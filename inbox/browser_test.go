@@ -1,0 +1,184 @@
+package inbox_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/internal/oidctest"
+	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/proctest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// chromium finds Debian's Chromium; without it the test is skipped, unless
+// SPOOLCAST_REQUIRE_CHROMIUM=1 (CI) makes it fail.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("SPOOLCAST_REQUIRE_CHROMIUM") == "1" {
+		t.Fatal("Chromium is required (SPOOLCAST_REQUIRE_CHROMIUM=1) but not installed: apt-get install chromium")
+	}
+	t.Skip("no Chromium: apt-get install chromium (scripts/ensure-deps chromium)")
+	return ""
+}
+
+// stack is a relay and a central (with --inbox) on a test database, as
+// subprocesses, central restartable on the same address.
+type stack struct {
+	t       *testing.T
+	db      string
+	pool    *pgxpool.Pool
+	iss     *oidctest.Issuer
+	relay   string
+	addr    string
+	central *proctest.Process
+}
+
+func (s *stack) startCentral() {
+	s.t.Helper()
+	s.central = proctest.Start(s.t, nil, "central", "--listen", s.addr, "--database-url", s.db, "--inbox",
+		"--oidc-issuer", s.iss.URL(), "--oidc-audience", oidctest.Audience, "--jwks-url", s.iss.JWKSURL(),
+		"--push=false", "--maintenance-interval", "0", "--live-poll-interval", "100ms", "--log-level", "warn")
+	s.central.WaitHealthy("http://" + s.addr)
+}
+
+// post sends an event for u1 to the relay and waits until it is in Postgres.
+func (s *stack) post(key, title string) {
+	s.t.Helper()
+	body := fmt.Sprintf(`{"idempotency_key":%q,"type":"build.finished","recipients":["u1"],"title":%q,"body":"Posted by the browser test."}`, key, title)
+	resp, err := http.Post("http://"+s.relay+"/v1/events", "application/json", strings.NewReader(body))
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		s.t.Fatalf("post %s: %v %v", key, resp, err)
+	}
+	resp.Body.Close()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var n int
+		if err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM notifications WHERE title = $1`, title).Scan(&n); err == nil && n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s never reached Postgres", key)
+		}
+	}
+}
+
+func TestTheInboxShowsTheFeedLiveArrivalsAndWhatWasMissedWhileDisconnected(t *testing.T) {
+	browser := chromium(t)
+	s := &stack{t: t, db: pgtest.DB(t), iss: oidctest.New(t), relay: proctest.FreeAddr(t), addr: proctest.FreeAddr(t)}
+	var err error
+	if s.pool, err = pgxpool.New(context.Background(), s.db); err != nil {
+		t.Fatal(err)
+	}
+	defer s.pool.Close()
+	relay := proctest.Start(t, nil, "relay", "--producer", "ci", "--listen", s.relay, "--spool", filepath.Join(t.TempDir(), "spool.db"),
+		"--database-url", s.db, "--log-level", "warn")
+	relay.WaitHealthy("http://" + s.relay)
+	s.startCentral()
+	for i := range 25 {
+		s.post(fmt.Sprintf("old-%d", i), fmt.Sprintf("Older build %02d", i))
+	}
+
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(900, 1200))
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	step := "start"
+	defer func() {
+		// The page as it was at the end (or where it failed), for a person to look at.
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100)); err == nil {
+			path := filepath.Join(t.ArtifactDir(), "inbox.png")
+			if os.WriteFile(path, png, 0o644) == nil {
+				t.Logf("screenshot after %q: %s (keep it with go test -artifacts)", step, path)
+			}
+		}
+	}()
+	// wait polls a JavaScript condition until it holds.
+	wait := func(what, cond string) {
+		t.Helper()
+		step = what
+		if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+			page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+			t.Fatalf("%s: %v\nthe page shows:\n%s", what, err, page)
+		}
+	}
+	const items = `[...document.querySelectorAll('#feed li .title')].map(e => e.textContent)`
+
+	token := s.iss.Token("u1")
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+s.addr+"/inbox#token="+token)); err != nil {
+		t.Fatal(err)
+	}
+	wait("the stream is live", `document.getElementById('status').textContent === 'live'`)
+	wait("the first page of the feed", `document.querySelectorAll('#feed li').length >= 20`)
+	if url, err := chromedp.Run(ctx, chromedp.Location()); err != nil || strings.Contains(url, token) {
+		t.Errorf("the token stays in the address bar: %s", url)
+	}
+	step = "infinite scroll"
+	if err := chromedp.Do(ctx, chromedp.ScrollIntoView(chromedp.ID("more"))); err != nil {
+		t.Fatal(err)
+	}
+	wait("the next page on scrolling", `document.querySelectorAll('#feed li').length === 25`)
+	wait("the unread badge", `document.getElementById('badge').textContent === '25'`)
+
+	s.post("live-1", "Deploy finished")
+	wait("a live arrival at the top", items+`[0] === 'Deploy finished'`)
+	wait("the badge counting it", `document.getElementById('badge').textContent === '26'`)
+
+	step = "mark one read"
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#feed li:first-child`))); err != nil {
+		t.Fatal(err)
+	}
+	wait("the badge dropping", `document.getElementById('badge').textContent === '25'`)
+	wait("the item shown read", `!document.querySelector('#feed li:first-child').classList.contains('unread')`)
+
+	// Central goes away (a deploy): the page reconnects when it is back and
+	// gets what was posted meanwhile, once each.
+	s.central.Stop()
+	wait("the page noticing", `document.getElementById('status').textContent === 'reconnecting'`)
+	s.post("missed-1", "Missed while away 1")
+	s.post("missed-2", "Missed while away 2")
+	s.startCentral()
+	wait("the missed notifications after reconnecting", items+`.slice(0, 2).join('|') === 'Missed while away 2|Missed while away 1'`)
+	wait("live again", `document.getElementById('status').textContent === 'live'`)
+	titles, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](items))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, title := range titles {
+		seen[title]++
+	}
+	if len(titles) != 28 || len(seen) != 28 {
+		t.Errorf("%d items, %d distinct; want 28 once each: %v", len(titles), len(seen), titles)
+	}
+	wait("the badge after reconnecting", `document.getElementById('badge').textContent === '27'`)
+
+	step = "mark all read"
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("read-all"))); err != nil {
+		t.Fatal(err)
+	}
+	wait("no unread left", `getComputedStyle(document.getElementById('badge')).display === 'none' && document.querySelectorAll('#feed li.unread').length === 0`)
+	step = "done"
+}

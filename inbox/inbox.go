@@ -1,0 +1,41 @@
+// Package inbox is a small web page served by central at /inbox: a user's
+// feed with infinite scroll, an unread badge, mark one or all read, and live
+// arrivals through /v1/stream, resumed after a dropped connection. It is
+// plain HTML, CSS and JavaScript embedded in the binary; its script,
+// static/inbox.js, is the reference client for app developers.
+package inbox
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+	"strings"
+)
+
+//go:embed static
+var static embed.FS
+
+// Handler serves the page under prefix ("/inbox"): prefix itself is the
+// page, prefix/inbox.js and prefix/inbox.css its assets.
+func Handler(prefix string) http.Handler {
+	files, _ := fs.Sub(static, "static")
+	server := http.StripPrefix(prefix, http.FileServerFS(files))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		// Producer text is shown with textContent, never as markup; the
+		// policy stops any script or connection but the page's own.
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+			"connect-src 'self' ws://"+r.Host+" wss://"+r.Host+"; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-cache")
+		if r.URL.Path == prefix || r.URL.Path == prefix+"/" {
+			r = r.Clone(r.Context())
+			r.URL.Path = prefix + "/"
+		} else if strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r) // no directory listings
+			return
+		}
+		server.ServeHTTP(w, r)
+	})
+}

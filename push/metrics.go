@@ -68,6 +68,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.prefsLookups.WithLabelValues(r)
 	}
 	m.receipts.WithLabelValues("ok", "")
+	for _, e := range []string{"send", "getReceipts"} {
+		m.requestTook.WithLabelValues(e)
+	}
 	if reg != nil {
 		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest)
 	}

@@ -163,3 +163,25 @@ func TestEveryMetricDashboardsAndAlertsUseIsExportedAndDocumented(t *testing.T) 
 		t.Error("deploy/grafana/spoolcast.json is not valid JSON")
 	}
 }
+
+// TestEveryAlertHasARunbook holds docs/operations.md to the rules: each
+// alert has a section saying what it means and what to do.
+func TestEveryAlertHasARunbook(t *testing.T) {
+	rules, err := os.ReadFile("../../deploy/prometheus/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := regexp.MustCompile(`(?m)^\s*- alert: (\S+)`).FindAllStringSubmatch(string(rules), -1)
+	if len(alerts) < 10 {
+		t.Fatalf("only %d alerts found in rules.yaml", len(alerts))
+	}
+	for _, a := range alerts {
+		if !strings.Contains(string(ops), "\n### "+a[1]+"\n") {
+			t.Errorf("alert %s has no section in docs/operations.md", a[1])
+		}
+	}
+}

@@ -110,7 +110,7 @@ func decodeJSON(body []byte) (Event, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&ev); err != nil {
-		return Event{}, malformed(describeJSONError(err))
+		return Event{}, &Error{Field: jsonErrorField(err), Reason: describeJSONError(err), kind: ErrMalformed}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Event{}, malformed("body holds more than one JSON value")
@@ -147,6 +147,22 @@ func fieldAt(body []byte, offset int) string {
 		err = dec.Decode(&value)
 		if int(dec.InputOffset()) > offset || err != nil {
 			return name
+		}
+	}
+	return ""
+}
+
+// jsonErrorField names the top-level field a decoding error is about: one of
+// the wrong type, or one the event does not have; "" for a syntax error.
+func jsonErrorField(err error) string {
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		field, _, _ := strings.Cut(typ.Field, ".")
+		return field
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if unq, err := strconv.Unquote(name); err == nil {
+			return unq
 		}
 	}
 	return ""

@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 BIN       ?= bin/spoolcast
 
-.PHONY: run build test lint bench fuzz clean
+.PHONY: run build test lint check-deploy check-tour bench fuzz clean
 
 ## run: the whole pipeline locally (Postgres under ./data/pg, migrations, relay + forwarder); Ctrl-C stops it
 ## (installs PostgreSQL with apt-get when missing, unless DATABASE_URL names one)
@@ -22,6 +22,21 @@ test:
 	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql pgbouncer
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+## check-deploy: what CI proves of deploy/: the alert rules pass promtool's check and unit tests, every
+## kustomization under deploy/kubernetes renders and validates, the Dockerfile's build stage builds and runs
+## (installs promtool with apt-get when missing)
+check-deploy:
+	@scripts/ensure-deps prometheus
+	promtool check rules deploy/prometheus/rules.yaml
+	promtool test rules deploy/prometheus/rules_test.yaml
+	cd deploy/check && $(GO) vet ./... && $(GO) test -count=1 ./...
+	scripts/check-dockerfile
+
+## check-tour: run the README's five-minute tour verbatim against a fresh dev stack (ports 7070 and 8080)
+check-tour:
+	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql
+	scripts/check-readme-tour
 
 ## lint: go vet and gofmt must both be clean
 lint:

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,8 +33,10 @@ type Config struct {
 	// emits reuse connections instead of opening new ones.
 	HTTPClient *http.Client
 	// AttemptTimeout bounds one attempt, from sending to reading the answer.
-	// A relay on loopback answers in milliseconds; one that does not is
-	// stuck, and a retry (same key) is safe. Default 2s.
+	// A relay on loopback answers in milliseconds. The default, 12s, is
+	// longer than the relay's own wait for a slow disk (10s): a relay that
+	// cannot commit in time answers 503 with Retry-After, and Emit backs off
+	// as asked instead of piling retries onto the disk.
 	AttemptTimeout time.Duration
 	// MaxAttempts caps the requests of one Emit, the first included; 1 turns
 	// retries off. Default 5.
@@ -52,8 +56,10 @@ type Config struct {
 	// on loopback needs no credentials.
 	Token string
 	// TokenSource, when set, is called before every attempt for the bearer
-	// token, so a rotated token is picked up. Its error ends Emit without a
-	// retry. Set Token or TokenSource, not both. Default none.
+	// token, so a rotated token is picked up. Its error (a file mid-rotation)
+	// is retried like a network error, within MaxElapsed; a token it returns
+	// that could not be sent ends Emit. Set Token or TokenSource, not both.
+	// Default none.
 	TokenSource func(ctx context.Context) (string, error)
 }
 
@@ -61,7 +67,7 @@ type Config struct {
 func (c Config) Validate() error {
 	switch {
 	case c.AttemptTimeout < 0:
-		return fmt.Errorf("attempt timeout %s: must not be negative (0 means the default, 2s)", c.AttemptTimeout)
+		return fmt.Errorf("attempt timeout %s: must not be negative (0 means the default, 12s)", c.AttemptTimeout)
 	case c.MaxAttempts < 0:
 		return fmt.Errorf("max attempts %d: must not be negative (0 means the default, 5; 1 turns retries off)", c.MaxAttempts)
 	case c.MaxElapsed < 0:
@@ -89,6 +95,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("relay URL %q: no host", c.RelayURL)
 		case u.RawQuery != "" || u.Fragment != "":
 			return fmt.Errorf("relay URL %q: want a base URL without query or fragment", c.RelayURL)
+		case strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1/events"):
+			return fmt.Errorf("relay URL %q: want the base URL; the client adds /v1/events", c.RelayURL)
 		}
 	}
 	return nil
@@ -121,7 +129,8 @@ const (
 	Accepted Status = "accepted"
 	// Duplicate: the relay already held the key with this same event (200 +
 	// Idempotent-Replayed): an earlier Emit, or an earlier attempt of this
-	// one whose answer was lost. Nothing new was stored.
+	// one whose answer was lost. This answer stored nothing new; the event
+	// is stored once.
 	Duplicate Status = "duplicate"
 )
 
@@ -149,7 +158,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("spoolcast client: %w", err)
 	}
 	cfg.RelayURL = cmp.Or(cfg.RelayURL, DefaultRelayURL)
-	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, 2*time.Second)
+	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, 12*time.Second)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 5)
 	cfg.MaxElapsed = cmp.Or(cfg.MaxElapsed, 30*time.Second)
 	cfg.BaseBackoff = cmp.Or(cfg.BaseBackoff, defaultBaseBackoff)
@@ -173,10 +182,12 @@ func (c *Client) CloseIdleConnections() {
 
 // Emit sends ev to the relay and returns once the relay has it on disk, or
 // with an error saying why not. Failures worth retrying (network errors,
-// timeouts, 408, 429, 5xx) are retried with the same key and the same bytes,
-// so a retry is never a second event; the error after the last is a
-// *GaveUpError. Other answers are returned at once: *ConflictError,
-// *InvalidEventError, *UnauthorizedError or *StatusError.
+// timeouts, 408, 429, 5xx but 501 and 505) are retried with the same key and
+// the same bytes, so a retry is never a second event; the error after the
+// last is a *GaveUpError. Other failures are returned at once:
+// *ConflictError, *InvalidEventError (for both, Rejected(err) is true),
+// *UnauthorizedError, *StatusError, or an error verifying the relay's TLS
+// certificate.
 func (c *Client) Emit(ctx context.Context, ev Event) (Result, error) {
 	body, err := ev.encode()
 	if err != nil {
@@ -193,6 +204,13 @@ func (c *Client) Emit(ctx context.Context, ev Event) (Result, error) {
 			return Result{}, gaveUp(attempt-1, last, err, "the context ended")
 		}
 		res, retryAfter, err := c.attempt(ctx, budget, body, ev.IdempotencyKey)
+		if err == nil && res.IdempotencyKey != ev.IdempotencyKey {
+			// Not this event's answer: something else listens at RelayURL.
+			return Result{}, &StatusError{StatusCode: statusOf(res), Problem: Problem{
+				Status: statusOf(res), Title: "Unexpected answer",
+				Detail: fmt.Sprintf("the answer is for key %q, not %q", res.IdempotencyKey, ev.IdempotencyKey),
+			}}
+		}
 		if err == nil {
 			return res, nil
 		}
@@ -204,12 +222,12 @@ func (c *Client) Emit(ctx context.Context, ev Event) (Result, error) {
 		case ctx.Err() != nil:
 			return Result{}, gaveUp(attempt, last, ctx.Err(), "the context ended")
 		case attempt >= c.cfg.MaxAttempts:
-			return Result{}, gaveUp(attempt, last, nil, fmt.Sprintf("at most %d attempts", c.cfg.MaxAttempts))
+			return Result{}, gaveUp(attempt, last, nil, fmt.Sprintf("MaxAttempts is %d", c.cfg.MaxAttempts))
 		}
-		// Never sooner than the relay asked, and jittered so that producers
-		// turned away together do not come back together.
-		wait := max(retryAfter, c.backoff(attempt))
-		next := time.Now().Add(wait)
+		wait := c.wait(attempt, retryAfter)
+		// An attempt needs a moment to be worth sending: one started with a
+		// few milliseconds left can only time out.
+		next := time.Now().Add(wait + min(c.cfg.AttemptTimeout, minAttempt))
 		if next.After(budget) {
 			return Result{}, gaveUp(attempt, last, nil, fmt.Sprintf("the next attempt, in %s, would pass the %s budget", wait.Round(time.Millisecond), c.cfg.MaxElapsed))
 		}
@@ -222,15 +240,25 @@ func (c *Client) Emit(ctx context.Context, ev Event) (Result, error) {
 	}
 }
 
-// backoff is the wait before retry n (1 for the first): drawn uniformly
-// from [0, min(MaxBackoff, BaseBackoff·2ⁿ⁻¹)].
-func (c *Client) backoff(n int) time.Duration {
+// minAttempt is the least time left for an attempt to be started: a relay
+// on loopback answers well within it.
+const minAttempt = 100 * time.Millisecond
+
+// wait is the pause before retry n (1 for the first). Without Retry-After it
+// is drawn uniformly from [0, min(MaxBackoff, BaseBackoff·2ⁿ⁻¹)] (full
+// jitter). With one, it is never shorter than the relay asked and up to a
+// fifth longer, drawn at random, so that producers turned away together do
+// not all come back in the same instant.
+func (c *Client) wait(n int, retryAfter time.Duration) time.Duration {
 	ceiling := c.cfg.BaseBackoff
 	for i := 1; i < n && ceiling < c.cfg.MaxBackoff; i++ {
 		ceiling *= 2
 	}
-	ceiling = min(ceiling, c.cfg.MaxBackoff)
-	return rand.N(ceiling + 1)
+	backoff := rand.N(min(ceiling, c.cfg.MaxBackoff) + 1)
+	if retryAfter <= 0 {
+		return backoff
+	}
+	return max(backoff, retryAfter+rand.N(retryAfter/5+1))
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -251,6 +279,12 @@ const maxAnswer = 64 << 10
 // attempt sends body once. retryAfter is negative when err is not worth
 // retrying; otherwise it is the wait the relay asked for (0 when none).
 func (c *Client) attempt(ctx context.Context, budget time.Time, body []byte, key string) (res Result, retryAfter time.Duration, err error) {
+	// The token first, within the budget but outside the attempt's timer:
+	// the timer is for the relay's answer.
+	tok, retryAfter, err := c.token(ctx, budget)
+	if err != nil {
+		return Result{}, retryAfter, err
+	}
 	timeout := min(c.cfg.AttemptTimeout, time.Until(budget))
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -260,42 +294,86 @@ func (c *Client) attempt(ctx context.Context, budget time.Time, body []byte, key
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, application/problem+json")
-	if tok, err := c.token(ctx); err != nil {
-		return Result{}, -1, err
-	} else if tok != "" {
+	if keyFitsHeader(key) {
+		// The relay checks it against the body's key. It also lets net/http
+		// resend the request by itself when a kept-alive connection turns
+		// out to be closed, instead of failing the attempt.
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
+	timedOut := func(err error) error {
 		if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
 			// Not the caller's deadline: say so, without wrapping
 			// context.DeadlineExceeded, which callers read as theirs.
-			return Result{}, 0, fmt.Errorf("no answer within %s", timeout.Round(time.Millisecond))
+			return &AttemptTimeoutError{After: timeout}
 		}
-		return Result{}, 0, err
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if certificateError(err) {
+			return Result{}, -1, fmt.Errorf("the relay's TLS certificate: %w", err)
+		}
+		return Result{}, 0, timedOut(err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
 		// The status may say the event is stored, but the answer is cut: the
 		// retry, with the same key, gets it whole.
-		return Result{}, 0, fmt.Errorf("read the relay's %d answer: %w", resp.StatusCode, err)
+		return Result{}, 0, fmt.Errorf("read the relay's %d answer: %w", resp.StatusCode, timedOut(err))
 	}
 	return readAnswer(resp, raw, key)
 }
 
-func (c *Client) token(ctx context.Context) (string, error) {
-	if c.cfg.TokenSource == nil {
-		return c.cfg.Token, nil
+// keyFitsHeader: the key travels unchanged as a bare Idempotency-Key value
+// (printable ASCII, no surrounding space, not a quoted string).
+func keyFitsHeader(key string) bool {
+	if key == "" || key[0] == '"' || key[0] == ' ' || key[len(key)-1] == ' ' {
+		return false
 	}
-	tok, err := c.cfg.TokenSource(ctx)
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// certificateError: the relay's certificate cannot be verified, which no
+// retry cures.
+func certificateError(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var host x509.HostnameError
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &host)
+}
+
+// token asks TokenSource, bounded by the budget. retryAfter is as in attempt.
+func (c *Client) token(ctx context.Context, budget time.Time) (tok string, retryAfter time.Duration, err error) {
+	if c.cfg.TokenSource == nil {
+		return c.cfg.Token, 0, nil
+	}
+	tctx, cancel := context.WithDeadline(ctx, budget)
+	defer cancel()
+	tok, err = c.cfg.TokenSource(tctx)
 	if err != nil {
-		return "", fmt.Errorf("bearer token: %w", err)
+		return "", 0, fmt.Errorf("bearer token: %w", err)
 	}
 	if err := checkToken(tok); err != nil {
-		return "", fmt.Errorf("bearer token from TokenSource: %w", err)
+		return "", -1, fmt.Errorf("bearer token from TokenSource: %w", err)
 	}
-	return tok, nil
+	return tok, 0, nil
+}
+
+func statusOf(res Result) int {
+	if res.Status == Duplicate {
+		return http.StatusOK
+	}
+	return http.StatusAccepted
 }
 
 // readAnswer turns the relay's answer into a Result or a typed error, and

@@ -605,15 +605,45 @@ func TestServiceTokensAreSentAndRefusalsAreTyped(t *testing.T) {
 			}
 		})
 	}
-	t.Run("a TokenSource error ends Emit before sending", func(t *testing.T) {
+	t.Run("a TokenSource error is retried, and never sends without a token", func(t *testing.T) {
 		broken := errors.New("token file unreadable")
-		c := newClient(t, client.Config{RelayURL: r.url, TokenSource: func(context.Context) (string, error) { return "", broken }})
+		calls := 0
+		c := newClient(t, client.Config{RelayURL: r.url, MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+			TokenSource: func(context.Context) (string, error) { calls++; return "", broken }})
 		before := len(r.requests())
-		if _, err := c.Emit(context.Background(), meeting("auth:broken", "t")); !errors.Is(err, broken) || errors.Is(err, client.ErrGaveUp) {
-			t.Errorf("Emit = %v; want the TokenSource's error, not retried", err)
+		_, err := c.Emit(context.Background(), meeting("auth:broken", "t"))
+		if !errors.Is(err, broken) || !errors.Is(err, client.ErrGaveUp) || client.Rejected(err) {
+			t.Errorf("Emit = %v; want a GaveUpError wrapping the TokenSource's error, the event not rejected", err)
+		}
+		if calls != 3 {
+			t.Errorf("TokenSource was asked %d times, want 3", calls)
 		}
 		if got := len(r.requests()) - before; got != 0 {
 			t.Errorf("the relay received %d requests, want none", got)
+		}
+	})
+	t.Run("a TokenSource rotating its file is picked up by the retry", func(t *testing.T) {
+		calls := 0
+		c := newClient(t, client.Config{RelayURL: r.url, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+			TokenSource: func(context.Context) (string, error) {
+				if calls++; calls == 1 {
+					return "", errors.New("token file mid-rotation")
+				}
+				return emit, nil
+			}})
+		if res, err := c.Emit(context.Background(), meeting("auth:rotating", "t")); err != nil || res.Status != client.Accepted {
+			t.Errorf("Emit = %+v, %v; want accepted on the retry", res, err)
+		}
+	})
+	t.Run("a slow TokenSource is bounded by MaxElapsed", func(t *testing.T) {
+		c := newClient(t, client.Config{RelayURL: r.url, MaxElapsed: 200 * time.Millisecond,
+			TokenSource: func(ctx context.Context) (string, error) {
+				<-ctx.Done()
+				return "", ctx.Err()
+			}})
+		_, err := c.Emit(context.Background(), meeting("auth:slow", "t"))
+		if !errors.Is(err, client.ErrGaveUp) {
+			t.Errorf("Emit = %v; want a GaveUpError once the budget ends", err)
 		}
 	})
 }
@@ -654,6 +684,7 @@ func TestConfigMistakesAreClearErrors(t *testing.T) {
 		{"a relay URL without scheme", client.Config{RelayURL: "127.0.0.1:7070"}, "want a URL such as http://127.0.0.1:7070"},
 		{"a relay URL of another scheme", client.Config{RelayURL: "unix:///run/relay.sock"}, "want a URL such as http://127.0.0.1:7070"},
 		{"a relay URL with a query", client.Config{RelayURL: "http://127.0.0.1:7070/?x=1"}, "without query"},
+		{"a relay URL with the events path", client.Config{RelayURL: "http://127.0.0.1:7070/v1/events"}, "the client adds /v1/events"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := client.New(tc.cfg)

@@ -45,37 +45,54 @@
 //
 // # Errors
 //
+// One question decides what to do with a failed event: Rejected(err). When
+// it is true the event itself is at fault and will never be taken as it is;
+// for every other error it is not, and it must be kept and emitted again
+// later with the same key (an outbox row, a job retry), which is safe:
+//
+//	switch _, err := c.Emit(ctx, ev); {
+//	case err == nil:
+//		// stored: Accepted or Duplicate alike
+//	case client.Rejected(err):
+//		// a bug in the producer: set the event aside, log it, alert
+//	default:
+//		return err // keep it: retry later, same key
+//	}
+//
 // Branch with errors.Is on the sentinels, or errors.As for the details:
 //
 //   - ErrInvalidEvent (*InvalidEventError): the event breaks a rule; Field
 //     names the field. Some rules are checked here before sending (StatusCode
-//     0), the relay checks all of them (400, 413, 415). A bug: log it, do
-//     not retry.
-//   - ErrConflict (*ConflictError): the key was used for a different event.
-//     A bug in how keys are made: log it with the key; do not retry.
+//     0), the relay checks all of them (400, 413, 415, 422). Rejected.
+//   - ErrConflict (*ConflictError): the key was used for a different event:
+//     a bug in how keys are made. Rejected.
 //   - ErrUnauthorized (*UnauthorizedError): the relay requires a service
 //     token (Config.Token or Config.TokenSource) and the one sent is missing
 //     or expired (401) or lacks the push:emit scope (403). Fix the
-//     deployment.
+//     deployment; keep the event.
 //   - ErrGaveUp (*GaveUpError): the relay was unreachable, slow, full
-//     (503 overloaded or disk-full) or failing (5xx) for every attempt, or ctx
-//     ended. The event may or may not be stored. Keep it and emit it again
-//     later with the same key (an outbox row, a job retry); that is safe.
-//     errors.Is(err, context.Canceled) tells your own cancellation apart;
-//     Last holds the last failure.
+//     (503 overloaded or disk-full) or failing (5xx) for every attempt, the
+//     TokenSource failed, or ctx ended. The event may or may not be stored;
+//     keep it. errors.Is(err, context.Canceled) tells your own cancellation
+//     apart; Last holds the last failure (an *AttemptTimeoutError for an
+//     attempt without an answer in time).
 //   - *StatusError on its own: an answer that is not the relay's (a 404 from
-//     a wrong RelayURL). Fix the configuration.
+//     a wrong RelayURL, a 200 for another key, 501). A certificate the client
+//     cannot verify comes back as the TLS error. Fix the configuration; keep
+//     the event.
 //
 // # Retries
 //
-// Network errors, attempts without an answer within Config.AttemptTimeout
-// (2s), and answers 408, 429 and 5xx are retried, up to Config.MaxAttempts
-// requests (5) within Config.MaxElapsed (30s), whichever ends first, and never
-// past ctx. The wait before retry n is drawn uniformly from zero to
-// BaseBackoff·2ⁿ⁻¹ (100ms, doubling, capped at MaxBackoff, 5s), and is never
-// shorter than the answer's Retry-After. When that wait would end past the
-// budget or ctx's deadline, Emit gives up at once instead of waiting for
-// nothing. Other answers are never retried.
+// Network errors, TokenSource errors, attempts without an answer within
+// Config.AttemptTimeout (12s), and answers 408, 429 and 5xx (but 501 and
+// 505) are retried, up to Config.MaxAttempts attempts (5) within
+// Config.MaxElapsed (30s), whichever ends first, and never past ctx. The wait
+// before retry n is drawn uniformly from zero to BaseBackoff·2ⁿ⁻¹ (100ms,
+// doubling, capped at MaxBackoff, 5s); after a Retry-After it is never
+// shorter than that and up to a fifth longer, drawn at random. When the
+// wait, plus a moment for the attempt, would end past the budget or ctx's
+// deadline, Emit gives up at once instead of waiting for nothing. Other
+// answers are never retried.
 //
 // # Data
 //

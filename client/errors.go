@@ -144,12 +144,14 @@ func (e *StatusError) Temporary() bool { return retryableStatus(e.StatusCode) }
 // the relay's disk: emit it again later with the same key, which is safe.
 type GaveUpError struct {
 	IdempotencyKey string
-	// Attempts is how many requests were sent; 0 when ctx ended first.
+	// Attempts is how many attempts were made (one whose TokenSource
+	// failed sent nothing); 0 when ctx ended first.
 	Attempts int
 	// Elapsed is the time Emit spent.
 	Elapsed time.Duration
-	// Last is the last attempt's failure: a *StatusError or a network error.
-	// Nil when no attempt was made.
+	// Last is the last attempt's failure: a *StatusError, an
+	// *AttemptTimeoutError, a network error, a cut answer or a TokenSource
+	// error. Nil when no attempt was made.
 	Last error
 	// ContextErr is the context's error when it ended the retries (also when
 	// its deadline would pass before the next attempt was due); nil when the
@@ -188,6 +190,36 @@ func (e *GaveUpError) Unwrap() []error {
 // Is makes errors.Is(err, ErrGaveUp) true.
 func (e *GaveUpError) Is(target error) bool { return target == ErrGaveUp }
 
+// AttemptTimeoutError is an attempt the relay did not answer, whole, within
+// Config.AttemptTimeout. It is not the caller's context.DeadlineExceeded.
+type AttemptTimeoutError struct {
+	// After is the attempt's time limit: AttemptTimeout, or less when the
+	// budget had less left.
+	After time.Duration
+}
+
+func (e *AttemptTimeoutError) Error() string {
+	return fmt.Sprintf("no answer within %s", e.After.Round(time.Millisecond))
+}
+
+// Timeout is true, as for a net.Error.
+func (e *AttemptTimeoutError) Timeout() bool { return true }
+
+// Rejected reports whether err says the relay will never take this event as
+// it is (ErrInvalidEvent, ErrConflict): set it aside and fix the producer.
+// For any other error the event is not at fault (the relay unreachable,
+// full, misconfigured credentials or URL): keep it and emit it again later
+// with the same key.
+func Rejected(err error) bool {
+	return errors.Is(err, ErrInvalidEvent) || errors.Is(err, ErrConflict)
+}
+
+// retryableStatus: 408, 429 and 5xx, but 501 and 505, which say the relay
+// will never take this request.
 func retryableStatus(code int) bool {
+	switch code {
+	case http.StatusNotImplemented, http.StatusHTTPVersionNotSupported:
+		return false
+	}
 	return code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500
 }

@@ -51,16 +51,27 @@ type stack struct {
 
 func (s *stack) startCentral() {
 	s.t.Helper()
-	s.central = proctest.Start(s.t, nil, "central", "--listen", s.addr, "--database-url", s.db, "--inbox",
+	s.central = s.centralAt(s.addr)
+}
+
+func (s *stack) centralAt(addr string) *proctest.Process {
+	s.t.Helper()
+	p := proctest.Start(s.t, nil, "central", "--listen", addr, "--database-url", s.db, "--inbox",
 		"--oidc-issuer", s.iss.URL(), "--oidc-audience", oidctest.Audience, "--jwks-url", s.iss.JWKSURL(),
 		"--push=false", "--maintenance-interval", "0", "--live-poll-interval", "100ms", "--log-level", "warn")
-	s.central.WaitHealthy("http://" + s.addr)
+	p.WaitHealthy("http://" + addr)
+	return p
 }
 
 // post sends an event for u1 to the relay and waits until it is in Postgres.
 func (s *stack) post(key, title string) {
 	s.t.Helper()
-	body := fmt.Sprintf(`{"idempotency_key":%q,"type":"build.finished","recipients":["u1"],"title":%q,"body":"Posted by the browser test."}`, key, title)
+	s.postFor("u1", key, title)
+}
+
+func (s *stack) postFor(user, key, title string) {
+	s.t.Helper()
+	body := fmt.Sprintf(`{"idempotency_key":%q,"type":"build.finished","recipients":[%q],"title":%q,"body":"Posted by the browser test."}`, key, user, title)
 	resp, err := http.Post("http://"+s.relay+"/v1/events", "application/json", strings.NewReader(body))
 	if err != nil || resp.StatusCode != http.StatusAccepted {
 		s.t.Fatalf("post %s: %v %v", key, resp, err)
@@ -175,10 +186,51 @@ func TestTheInboxShowsTheFeedLiveArrivalsAndWhatWasMissedWhileDisconnected(t *te
 	}
 	wait("the badge after reconnecting", `document.getElementById('badge').textContent === '27'`)
 
+	// Another session (a phone, through another replica) marks everything
+	// read while this page is away: read frames are live only, so the page
+	// must ask again after reconnecting.
+	const noneUnread = `getComputedStyle(document.getElementById('badge')).display === 'none' && document.querySelectorAll('#feed li.unread').length === 0`
+	s.central.Stop()
+	wait("the page noticing again", `document.getElementById('status').textContent === 'reconnecting'`)
+	otherAddr := proctest.FreeAddr(t)
+	other := s.centralAt(otherAddr)
+	step = "read-all in another session"
+	req, _ := http.NewRequest(http.MethodPost, "http://"+otherAddr+"/v1/notifications/read-all", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("read-all in another session: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	other.Stop()
+	s.startCentral()
+	wait("live after the other session's read-all", `document.getElementById('status').textContent === 'live'`)
+	wait("nothing unread after reconnecting", noneUnread)
+
+	s.post("live-2", "Tests passed")
+	wait("a new arrival unread", `document.getElementById('badge').textContent === '1' && document.querySelectorAll('#feed li.unread').length === 1`)
 	step = "mark all read"
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("read-all"))); err != nil {
 		t.Fatal(err)
 	}
-	wait("no unread left", `getComputedStyle(document.getElementById('badge')).display === 'none' && document.querySelectorAll('#feed li.unread').length === 0`)
+	wait("no unread left", noneUnread)
+
+	// Signing out leaves nothing of u1; u2 signs in by pasting a token with
+	// its scheme, as copied from a header, and sees only their own.
+	s.postFor("u2", "u2-1", "For the second user")
+	step = "sign out"
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("sign-out"))); err != nil {
+		t.Fatal(err)
+	}
+	wait("the sign-in form, empty", `!document.getElementById('sign-in').hidden && document.querySelectorAll('#feed li').length === 0 && document.getElementById('token').value === ''`)
+	step = "sign in as u2"
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("token"), "Bearer "+s.iss.Token("u2"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("sign-in-button"))); err != nil {
+		t.Fatal(err)
+	}
+	wait("u2's feed alone", items+`.join('|') === 'For the second user' && document.getElementById('badge').textContent === '1'`)
+	wait("u2 live", `document.getElementById('status').textContent === 'live'`)
 	step = "done"
 }

@@ -9,11 +9,15 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"regexp"
 	"strings"
 )
 
 //go:embed static
 var static embed.FS
+
+// hostPort is a host name, IPv4 or bracketed IPv6 address, and an optional port.
+var hostPort = regexp.MustCompile(`^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$`)
 
 // Handler serves the page under prefix ("/inbox"): prefix itself is the
 // page, prefix/inbox.js and prefix/inbox.css its assets.
@@ -24,8 +28,16 @@ func Handler(prefix string) http.Handler {
 		h := w.Header()
 		// Producer text is shown with textContent, never as markup; the
 		// policy stops any script or connection but the page's own.
+		// 'self' covers the page's own WebSocket in current browsers; the
+		// explicit ws:// and wss:// sources are for older ones, and only
+		// for a Host that is a plain host[:port], never text that would
+		// change the policy.
+		connect := "'self'"
+		if hostPort.MatchString(r.Host) {
+			connect += " ws://" + r.Host + " wss://" + r.Host
+		}
 		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
-			"connect-src 'self' ws://"+r.Host+" wss://"+r.Host+"; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+			"connect-src "+connect+"; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-cache")

@@ -7,10 +7,13 @@
 //   3. put each "notification" frame at the top, keep the cursor of the last
 //      frame, and after a dropped connection reconnect with ?after=<cursor>:
 //      the server sends what was missed, then "ready", then live frames;
-//   4. keep one item per id: an item may come both in the feed and as a frame.
+//   4. keep one item per id: an item may come both in the feed and as a frame,
+//      and keep the list in feed order (created_at, newest first): frames
+//      come in commit order, which may differ.
 // Unread counts come from /v1/notifications/unread-count (capped at 100:
 // "99+"); marking read is POST …/{id}/read and POST …/read-all; "read" frames
-// tell this session what another one marked.
+// tell this session what another one marked. They are live only: after a
+// reconnect, ask for the count again and re-read the first page's read state.
 //
 // No framework, no build step: plain DOM calls. Producer text is always set
 // with textContent, never as HTML.
@@ -22,6 +25,7 @@
 
   const state = {
     token: null,
+    session: 0,           // bumped at every sign-in and sign-out: answers to an older session are dropped
     items: new Map(),     // id → {item, li}
     nextCursor: null,     // the feed's cursor for the next (older) page
     feedDone: false,      // the last page has been read
@@ -30,6 +34,7 @@
     socket: null,
     retries: 0,           // failed connections in a row, for the backoff
     feedLoaded: false,
+    pageRetries: 0,       // failed page loads in a row, for the backoff
   };
 
   const $ = (id) => document.getElementById(id);
@@ -50,10 +55,22 @@
     return sessionStorage.getItem("spoolcast.token");
   }
 
+  // showSignIn signs out: nothing of the last user stays on the page or in
+  // flight (their items, cursors, timers, the token in the form).
   function showSignIn(message) {
     stopStream();
+    state.session++;
     state.token = null;
     sessionStorage.removeItem("spoolcast.token");
+    state.items.clear();
+    Object.assign(state, { nextCursor: null, feedDone: false, loadingPage: false, streamCursor: null, retries: 0, feedLoaded: false, pageRetries: 0 });
+    clearTimeout(badgeTimer);
+    clearTimeout(pageTimer);
+    $("feed").replaceChildren();
+    $("more").textContent = "Loading…";
+    $("empty").hidden = true;
+    $("token").value = "";
+    document.title = "Inbox · spoolcast";
     $("inbox").hidden = true;
     $("read-all").hidden = true;
     $("sign-out").hidden = true;
@@ -63,8 +80,19 @@
     setStatus("offline");
   }
 
+  // A WebSocket subprotocol carries the token, so it must be an HTTP token:
+  // a JWT is (base64url and dots).
+  const TOKEN_CHARS = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
   function signIn(token) {
-    state.token = token.trim();
+    token = token.trim().replace(/^Bearer\s+/i, "");
+    if (!TOKEN_CHARS.test(token)) {
+      // Never echo it: a token is a secret, and error text travels.
+      showSignIn("That is not a bearer token: paste the token alone (eyJ…), without quotes or spaces.");
+      return;
+    }
+    showSignIn("");
+    state.token = token;
     sessionStorage.setItem("spoolcast.token", state.token);
     $("sign-in").hidden = true;
     $("inbox").hidden = false;
@@ -75,32 +103,44 @@
 
   // ---- the API ---------------------------------------------------------------
 
-  class Unauthorized extends Error {}
+  // Ignored: nothing to show (signed out, or an answer to an older session).
+  class Ignored extends Error {}
 
   // api calls central with the token; a 401 sends the user back to sign-in
-  // with the server's reason (expired, another audience, …).
+  // with the server's reason (expired, another audience, …). An answer that
+  // arrives after a sign-out or a new sign-in is dropped.
   async function api(path, options = {}) {
+    const session = state.session;
+    if (!state.token) throw new Ignored();
     const response = await fetch(path, {
       ...options,
       headers: { Authorization: `Bearer ${state.token}`, ...(options.headers || {}) },
     });
+    if (session !== state.session) throw new Ignored();
     if (response.status === 401) {
       const problem = await response.json().catch(() => ({}));
-      showSignIn(`Signed out: ${problem.detail || "the token was refused"}.`);
-      throw new Unauthorized();
+      if (session === state.session) showSignIn(`Signed out: ${problem.detail || "the token was refused"}.`);
+      throw new Ignored();
     }
     if (!response.ok && response.status !== 204) {
       const problem = await response.json().catch(() => ({}));
-      throw new Error(problem.detail || `HTTP ${response.status}`);
+      const err = new Error(problem.detail || `HTTP ${response.status}`);
+      err.retryAfter = Number(response.headers.get("Retry-After")) || 0;
+      throw err;
     }
-    return response.status === 204 ? null : response.json();
+    const body = response.status === 204 ? null : await response.json();
+    if (session !== state.session) throw new Ignored();
+    return body;
   }
 
   // ---- the feed ------------------------------------------------------------
 
+  let pageTimer = null;
+
   async function loadPage() {
     if (state.loadingPage || state.feedDone) return;
     state.loadingPage = true;
+    clearTimeout(pageTimer);
     try {
       const query = new URLSearchParams({ limit: PAGE_SIZE });
       if (state.nextCursor) query.set("cursor", state.nextCursor);
@@ -109,8 +149,13 @@
       state.nextCursor = page.next_cursor;
       state.feedDone = !page.has_more;
       state.feedLoaded = true;
+      state.pageRetries = 0;
     } catch (err) {
-      if (!(err instanceof Unauthorized)) $("more").textContent = `Could not load: ${err.message}`;
+      if (err instanceof Ignored) return;
+      // Try again by itself: with backoff, never sooner than Retry-After.
+      const delay = Math.max(err.retryAfter * 1000, Math.min(30000, 1000 * 2 ** state.pageRetries++) * (0.5 + Math.random() / 2));
+      $("more").textContent = `Could not load: ${err.message}. Trying again in ${Math.ceil(delay / 1000)} s…`;
+      pageTimer = setTimeout(loadPage, delay);
       return;
     } finally {
       state.loadingPage = false;
@@ -133,7 +178,23 @@
     if (entries.some((e) => e.isIntersecting) && state.token && state.feedLoaded) loadPage();
   }).observe($("more"));
 
-  // addItem shows an item once, whichever way it came.
+  // createdMicros orders items as the feed does: created_at carries
+  // microseconds, which Date drops, and Go trims trailing zeros, so neither
+  // Date nor comparing the strings would do.
+  function createdMicros(iso) {
+    const m = /^(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$/.exec(iso);
+    if (!m) return Date.parse(iso) * 1000;
+    return Date.parse(m[1] + m[3]) * 1000 + Number((m[2] || "").padEnd(6, "0").slice(0, 6));
+  }
+
+  // newer: does item a come before item b in the feed (newest first)?
+  function newer(a, b) {
+    const ta = createdMicros(a.created_at), tb = createdMicros(b.created_at);
+    return ta !== tb ? ta > tb : a.id > b.id;
+  }
+
+  // addItem shows an item once, whichever way it came: a page appends at the
+  // bottom, a frame goes in at its place near the top.
   function addItem(item, where) {
     if (state.items.has(item.id)) return false;
     const li = document.createElement("li");
@@ -153,10 +214,16 @@
     meta.textContent = `${item.type} · ${new Date(item.created_at).toLocaleString()}`;
     li.append(meta);
     li.classList.toggle("unread", !item.read_at);
+    li.tabIndex = 0; // reachable from the keyboard: Enter marks it read
     li.addEventListener("click", () => markRead(item.id));
+    li.addEventListener("keydown", (e) => e.key === "Enter" && markRead(item.id));
     const feed = $("feed");
     if (where === "top") {
-      feed.prepend(li);
+      // A frame is almost always the newest; one that committed after a
+      // newer one goes below it, as the feed would list it.
+      let before = feed.firstElementChild;
+      while (before && !newer(item, state.items.get(before.dataset.id).item)) before = before.nextElementSibling;
+      feed.insertBefore(li, before);
     } else {
       feed.append(li);
     }
@@ -181,7 +248,7 @@
       showRead(id);
       refreshBadge();
     } catch (err) {
-      if (!(err instanceof Unauthorized)) console.warn("mark read:", err);
+      if (!(err instanceof Ignored)) console.warn("mark read:", err);
     }
   }
 
@@ -191,33 +258,66 @@
       if (read_through) showReadThrough(read_through);
       refreshBadge();
     } catch (err) {
-      if (!(err instanceof Unauthorized)) console.warn("mark all read:", err);
+      if (!(err instanceof Ignored)) console.warn("mark all read:", err);
     }
   }
 
-  // showReadThrough marks an item and everything below it in the list (feed
-  // order): what read-all covered. Ids are opaque, so the list's order is
-  // the only order the client knows.
+  // showReadThrough shows what read-all covered: the item and everything
+  // older in feed order. An item not loaded here (read-all in another
+  // session, on newer items than this one has) means re-reading the read
+  // state.
   function showReadThrough(id) {
-    const lis = [...$("feed").children];
-    const at = lis.findIndex((li) => li.dataset.id === id);
-    for (const li of at < 0 ? lis : lis.slice(at)) showRead(li.dataset.id);
+    const through = state.items.get(id);
+    if (!through) {
+      syncReadState();
+      return;
+    }
+    for (const { item } of state.items.values()) {
+      if (!newer(item, through.item)) showRead(item.id);
+    }
+  }
+
+  // syncReadState re-reads the read state of what is loaded here, 100 items
+  // a page down to the oldest one shown (read frames sent while this session
+  // was away are not replayed), then asks for the count again.
+  async function syncReadState() {
+    const session = state.session;
+    let oldest = null;
+    for (const { item } of state.items.values()) if (!oldest || newer(oldest, item)) oldest = item;
+    try {
+      let cursor = null;
+      for (;;) {
+        const query = new URLSearchParams({ limit: 100 });
+        if (cursor) query.set("cursor", cursor);
+        const page = await api(`/v1/notifications?${query}`);
+        for (const item of page.data) if (item.read_at) showRead(item.id);
+        const last = page.data[page.data.length - 1];
+        if (!page.has_more || !oldest || !last || !newer(last, oldest) || session !== state.session) break;
+        cursor = page.next_cursor;
+      }
+    } catch (err) {
+      if (!(err instanceof Ignored)) console.warn("read state:", err);
+    }
+    refreshBadge();
   }
 
   let badgeTimer = null;
+  let badgeAsked = 0; // the latest count asked for: an older answer arriving late is dropped
   // refreshBadge asks the server, which knows about rows not loaded here;
   // bursts of calls are folded into one.
   function refreshBadge() {
     clearTimeout(badgeTimer);
     badgeTimer = setTimeout(async () => {
+      const asked = ++badgeAsked;
       try {
         const { count, capped } = await api("/v1/notifications/unread-count");
+        if (asked !== badgeAsked) return;
         const badge = $("badge");
         badge.textContent = capped ? "99+" : String(count);
         badge.hidden = count === 0;
         document.title = count ? `(${badge.textContent}) Inbox · spoolcast` : "Inbox · spoolcast";
       } catch (err) {
-        if (!(err instanceof Unauthorized)) console.warn("unread count:", err);
+        if (!(err instanceof Ignored)) console.warn("unread count:", err);
       }
     }, 100);
   }
@@ -235,7 +335,15 @@
     url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
     if (state.streamCursor) url.searchParams.set("after", state.streamCursor);
     let opened = false;
-    const socket = new WebSocket(url, [PROTOCOL, state.token]);
+    let socket;
+    try {
+      socket = new WebSocket(url, [PROTOCOL, state.token]);
+    } catch {
+      // The browser refused the token as a subprotocol; its message would
+      // repeat the token, so it is not shown.
+      showSignIn("That token cannot be sent: sign in with another.");
+      return;
+    }
     state.socket = socket;
 
     socket.onopen = () => {
@@ -255,9 +363,15 @@
           state.streamCursor = frame.cursor;
           state.retries = 0;
           setStatus("live");
-          // First connection: now load the feed. Everything committed before
-          // "ready" is in it; everything after comes as frames.
-          if (!state.feedLoaded) loadPage();
+          if (!state.feedLoaded) {
+            // First connection: now load the feed. Everything committed
+            // before "ready" is in it; everything after comes as frames.
+            loadPage();
+          } else {
+            // A reconnect: missed notifications came as frames, but not
+            // what was marked read meanwhile.
+            syncReadState();
+          }
           break;
         case "read":
           if (frame.id) showRead(frame.id);

@@ -89,7 +89,7 @@ func (v *ServiceVerifier) Verify(token string) (ServiceClaims, error) {
 	var claims serviceClaims
 	_, err := v.parser.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return v.secret, nil })
 	if err != nil {
-		return ServiceClaims{}, fmt.Errorf("%w: %v", ErrBadToken, err)
+		return ServiceClaims{}, fmt.Errorf("%w: %w", ErrBadToken, err)
 	}
 	return ServiceClaims{Subject: claims.Subject, Scopes: strings.Fields(claims.Scope)}, nil
 }
@@ -133,7 +133,7 @@ func BearerToken(r *http.Request) (string, error) {
 	}
 	scheme, token, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return "", fmt.Errorf("%w: Authorization is not a Bearer token", ErrBadToken)
+		return "", fmt.Errorf("%w: %w", ErrBadToken, errNotBearer)
 	}
 	return strings.TrimSpace(token), nil
 }

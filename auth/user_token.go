@@ -22,6 +22,9 @@ import (
 // ErrNoRole: the user's token is valid but lacks the role a route needs (answer 403).
 var ErrNoRole = errors.New("token lacks the required role")
 
+// userAlgorithms are the signing algorithms user tokens may use.
+var userAlgorithms = []string{jwt.SigningMethodRS256.Alg(), jwt.SigningMethodES256.Alg()}
+
 // User is the caller a verified OIDC token names.
 type User struct {
 	// ID is the value of the configured user claim (sub, or oid for Microsoft Entra).
@@ -121,7 +124,7 @@ func NewUserVerifier(cfg UserVerifierConfig) (*UserVerifier, error) {
 		cfg:  cfg,
 		keys: keys,
 		parser: jwt.NewParser(
-			jwt.WithValidMethods([]string{jwt.SigningMethodRS256.Alg(), jwt.SigningMethodES256.Alg()}),
+			jwt.WithValidMethods(userAlgorithms),
 			jwt.WithIssuer(cfg.Issuer),
 			jwt.WithAudience(cfg.Audience),
 			jwt.WithExpirationRequired(),
@@ -141,11 +144,13 @@ func (v *UserVerifier) Verify(ctx context.Context, token string) (User, error) {
 	keyFor := v.keys.KeyfuncCtx(ctx)
 	_, err := v.parser.ParseWithClaims(token, claims, func(t *jwt.Token) (any, error) {
 		if _, ok := t.Header["kid"].(string); !ok {
-			return nil, errors.New("token has no kid")
+			return nil, errNoKeyID
 		}
 		key, err := keyFor(t)
 		if err != nil {
-			return nil, err
+			// Not in the key set, and a refresh did not bring it (or was
+			// not allowed yet: unknown ids refresh at a limited rate).
+			return nil, fmt.Errorf("%w: %w", errUnknownKey, err)
 		}
 		// Pin the algorithm to the key's type.
 		switch k := key.(type) {
@@ -163,11 +168,18 @@ func (v *UserVerifier) Verify(ctx context.Context, token string) (User, error) {
 		return key, nil
 	})
 	if err != nil {
+		if errors.Is(err, jwt.ErrTokenSignatureInvalid) {
+			// Also what the parser says of an algorithm it does not take
+			// (HS256, none): tell that apart, from the unverified header.
+			if t, _, perr := jwt.NewParser().ParseUnverified(token, jwt.MapClaims{}); perr == nil && !slices.Contains(userAlgorithms, t.Method.Alg()) {
+				return User{}, fmt.Errorf("%w: %w %s", ErrBadToken, errAlgorithm, t.Method.Alg())
+			}
+		}
 		return User{}, fmt.Errorf("%w: %w", ErrBadToken, err)
 	}
 	id, _ := claims[v.cfg.UserClaim].(string)
 	if strings.TrimSpace(id) == "" {
-		return User{}, fmt.Errorf("%w: no %q claim", ErrBadToken, v.cfg.UserClaim)
+		return User{}, fmt.Errorf("%w: %w", ErrBadToken, &missingClaimError{v.cfg.UserClaim})
 	}
 	return User{ID: id, Roles: rolesOf(claims[v.cfg.RolesClaim])}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -99,8 +100,8 @@ func TestTokenAttacksAreRefused(t *testing.T) {
 		return s
 	}
 	for _, tc := range []struct{ name, token, reason string }{
-		{"alg none", none(), ""},
-		{"HS256 signed with the RSA public key", hsWithPublicKey(), ""},
+		{"alg none", none(), "an algorithm this API does not accept"},
+		{"HS256 signed with the RSA public key", hsWithPublicKey(), "an algorithm this API does not accept"},
 		{"an RSA key's kid on an ES256 token", rsaKeyAsES(), ""},
 		{"expired", with(func(c jwt.MapClaims) { c["exp"] = time.Now().Add(-time.Hour).Unix() }), "expired"},
 		{"no expiry", with(func(c jwt.MapClaims) { delete(c, "exp") }), "lacks a required claim"},
@@ -108,10 +109,14 @@ func TestTokenAttacksAreRefused(t *testing.T) {
 		{"issued in the future", with(func(c jwt.MapClaims) { c["iat"] = time.Now().Add(time.Hour).Unix() }), "not valid yet"},
 		{"wrong issuer", with(func(c jwt.MapClaims) { c["iss"] = "https://evil.example" }), "another issuer"},
 		{"wrong audience", with(func(c jwt.MapClaims) { c["aud"] = "another-app" }), "another audience"},
-		{"missing user claim", with(func(c jwt.MapClaims) { delete(c, "sub") }), ""},
+		{"missing user claim", with(func(c jwt.MapClaims) { delete(c, "sub") }), `lacks the "sub" claim`},
 		{"unknown kid", iss.SignWith("forged-kid", rsaKey, iss.Claims("u_1")), "key the issuer does not publish"},
-		{"no kid", noKID(), ""},
+		// Right after: the key set may not be fetched again so soon, which
+		// must still read as an unknown key.
+		{"another unknown kid at once", iss.SignWith("forged-kid-2", rsaKey, iss.Claims("u_1")), "key the issuer does not publish"},
+		{"no kid", noKID(), "names no signing key"},
 		{"garbage", "not-a-jwt", "not a well-formed JWT"},
+		{"a tampered signature", tamperSignature(iss.Token("u_1")), "signature does not verify"},
 		{"a tampered payload", iss.Token("u_1")[:40] + "x" + iss.Token("u_1")[41:], ""},
 	} {
 		t.Run("refuses "+tc.name, func(t *testing.T) {
@@ -184,7 +189,31 @@ func TestServiceTokensNeedTheirScope(t *testing.T) {
 		t.Error("a 5-byte secret was accepted")
 	}
 	forever, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "billing", "scope": "push:emit"}).SignedString(secret)
-	if _, err := v.Verify(forever); !errors.Is(err, auth.ErrBadToken) {
-		t.Errorf("a service token without exp = %v; want ErrBadToken", err)
+	expired, _ := auth.SignServiceToken(secret, "billing", []string{"push:emit"}, -time.Hour)
+	otherSecret, _ := auth.SignServiceToken([]byte("another-service-secret-of-32-bytes!!"), "billing", []string{"push:emit"}, time.Minute)
+	for _, tc := range []struct{ name, token, reason string }{
+		{"without exp", forever, "lacks a required claim"},
+		{"expired", expired, "has expired"},
+		{"signed with another secret", otherSecret, "signature does not verify"},
+	} {
+		_, err := v.Verify(tc.token)
+		if !errors.Is(err, auth.ErrBadToken) || !strings.Contains(auth.Reason(err), tc.reason) {
+			t.Errorf("a service token %s = %v, reason %q; want ErrBadToken saying %q", tc.name, err, auth.Reason(err), tc.reason)
+		}
 	}
+	r, _ := http.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("Authorization", "Basic dXNlcjpwYXNz")
+	if _, err := auth.BearerToken(r); !strings.Contains(auth.Reason(err), "not a Bearer token") {
+		t.Errorf("Basic credentials = %v, reason %q; want it to say they are not a Bearer token", err, auth.Reason(err))
+	}
+}
+
+// tamperSignature flips a character in the token's signature.
+func tamperSignature(tok string) string {
+	i := len(tok) - 10
+	c := byte('A')
+	if tok[i] == 'A' {
+		c = 'B'
+	}
+	return tok[:i] + string(c) + tok[i+1:]
 }

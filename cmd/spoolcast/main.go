@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -62,8 +63,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		fs, runFn := c.flags()
-		fs.SetOutput(stderr)
 		words, flagArgs := leadingWords(args[1:])
+		// Help asked for goes to stdout (`spoolcast relay --help | less`);
+		// the usage after a mistake goes to stderr.
+		fs.SetOutput(stderr)
+		if slices.ContainsFunc(flagArgs, func(a string) bool { return a == "-h" || a == "--help" || a == "-help" || a == "--h" }) {
+			fs.SetOutput(stdout)
+		}
 		if err := parseFlags(fs, flagArgs); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return 0

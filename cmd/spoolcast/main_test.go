@@ -28,8 +28,9 @@ func TestHelpListsTheCommandsAndEachCommandItsFlags(t *testing.T) {
 		t.Errorf("spoolcast --help is %d lines; it should fit a screen", lines)
 	}
 	out.Reset()
-	if code := run([]string{"relay", "--help"}, &out, &out); code != 0 {
-		t.Fatalf("relay --help exited %d", code)
+	var errOut bytes.Buffer
+	if code := run([]string{"relay", "--help"}, &out, &errOut); code != 0 || errOut.Len() != 0 {
+		t.Fatalf("relay --help exited %d, wrote %q to stderr; want 0 and the help on stdout", code, errOut.String())
 	}
 	for _, want := range []string{
 		"--listen", "default 127.0.0.1:7070, env SPOOLCAST_LISTEN",

@@ -82,6 +82,11 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, _ htt
 // committed before it is on the page (or further down the feed) and
 // everything after it is returned by since; an item may be in both.
 func (s *Server) writePageWithRefresh(w http.ResponseWriter, r *http.Request, userID string) {
+	// A bad query is a 400 whatever the database's state.
+	if _, p := pageQuery(r, userID); p != nil {
+		problem.Write(w, r, *p)
+		return
+	}
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
 	refresh, err := live.Now(ctx, s.cfg.DB)

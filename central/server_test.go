@@ -565,22 +565,28 @@ func TestAHungPostgresIsA503WithinSeconds(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		req  func() *http.Request
+		want int // 0: 503 with Retry-After
 	}{
+		{"a feed page with a bad limit", func() *http.Request {
+			req, _ := http.NewRequest(http.MethodGet, h.url+"/v1/notifications?limit=0", nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			return req
+		}, http.StatusBadRequest},
 		{"the feed", func() *http.Request {
 			req, _ := http.NewRequest(http.MethodGet, h.url+"/v1/notifications", nil)
 			req.Header.Set("Authorization", "Bearer "+token)
 			return req
-		}},
+		}, 0},
 		{"the internal ingress", func() *http.Request {
 			req, _ := http.NewRequest(http.MethodPost, h.url+"/internal/v1/events", strings.NewReader(`{"idempotency_key":"hung","type":"t","recipients":["alice"]}`))
 			req.Header.Set("Authorization", "Bearer "+emit)
 			req.Header.Set("Content-Type", "application/json")
 			return req
-		}},
+		}, 0},
 		{"readiness", func() *http.Request {
 			req, _ := http.NewRequest(http.MethodGet, h.url+"/readyz", nil)
 			return req
-		}},
+		}, 0},
 	} {
 		start := time.Now()
 		resp, err := client.Do(tc.req())
@@ -590,6 +596,12 @@ func TestAHungPostgresIsA503WithinSeconds(t *testing.T) {
 		}
 		resp.Body.Close()
 		t.Logf("%s with Postgres hung: %d after %s", tc.name, resp.StatusCode, time.Since(start).Round(time.Millisecond))
+		if tc.want != 0 {
+			if resp.StatusCode != tc.want {
+				t.Errorf("%s with Postgres hung = %d; want %d", tc.name, resp.StatusCode, tc.want)
+			}
+			continue
+		}
 		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 			t.Errorf("%s with Postgres hung = %d; want 503 with Retry-After", tc.name, resp.StatusCode)
 		}

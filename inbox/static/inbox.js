@@ -33,6 +33,7 @@
     streamCursor: null,   // the cursor of the last frame: where a reconnect resumes
     socket: null,
     retries: 0,           // failed connections in a row, for the backoff
+    refusals: 0,          // handshakes refused in a row while the API answered
     feedLoaded: false,
     pageRetries: 0,       // failed page loads in a row, for the backoff
   };
@@ -62,13 +63,9 @@
     state.session++;
     state.token = null;
     sessionStorage.removeItem("spoolcast.token");
-    state.items.clear();
-    Object.assign(state, { nextCursor: null, feedDone: false, loadingPage: false, streamCursor: null, retries: 0, feedLoaded: false, pageRetries: 0 });
+    clearFeed();
+    state.retries = 0;
     clearTimeout(badgeTimer);
-    clearTimeout(pageTimer);
-    $("feed").replaceChildren();
-    $("more").textContent = "Loading…";
-    $("empty").hidden = true;
     $("token").value = "";
     document.title = "Inbox · spoolcast";
     $("inbox").hidden = true;
@@ -78,6 +75,17 @@
     $("sign-in").hidden = false;
     $("sign-in-error").textContent = message || "";
     setStatus("offline");
+  }
+
+  // clearFeed forgets every item and cursor: the next "ready" loads the feed
+  // from the top.
+  function clearFeed() {
+    state.items.clear();
+    Object.assign(state, { nextCursor: null, feedDone: false, loadingPage: false, streamCursor: null, feedLoaded: false, pageRetries: 0, refusals: 0 });
+    clearTimeout(pageTimer);
+    $("feed").replaceChildren();
+    $("more").textContent = "Loading…";
+    $("empty").hidden = true;
   }
 
   // A WebSocket subprotocol carries the token, so it must be an HTTP token:
@@ -362,6 +370,7 @@
         case "ready":
           state.streamCursor = frame.cursor;
           state.retries = 0;
+          state.refusals = 0;
           setStatus("live");
           if (!state.feedLoaded) {
             // First connection: now load the feed. Everything committed
@@ -388,8 +397,13 @@
       setStatus("reconnecting");
       if (!opened) {
         // The handshake was refused before the upgrade. A browser cannot see
-        // the status, so ask an ordinary route: a 401 there signs out.
-        api("/v1/notifications/unread-count").catch(() => {});
+        // the status, so ask an ordinary route: a 401 there signs out. If
+        // the API answers but the stream keeps refusing, the resume cursor
+        // may be what it refuses (a 400, say after an upgrade): start over
+        // from the top of the feed.
+        api("/v1/notifications/unread-count").then(() => {
+          if (++state.refusals >= 3 && state.streamCursor) clearFeed();
+        }).catch(() => { state.refusals = 0; });
       }
       // 1001: the server is going away (a deploy): another replica answers
       // at once. Otherwise back off, with jitter, up to 10 s.

@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,53 +92,77 @@ func (s *stack) postFor(user, key, title string) {
 	}
 }
 
-func TestTheInboxShowsTheFeedLiveArrivalsAndWhatWasMissedWhileDisconnected(t *testing.T) {
-	browser := chromium(t)
+// startStack starts a relay and a central on a fresh database.
+func startStack(t *testing.T) *stack {
+	t.Helper()
 	s := &stack{t: t, db: pgtest.DB(t), iss: oidctest.New(t), relay: proctest.FreeAddr(t), addr: proctest.FreeAddr(t)}
 	var err error
 	if s.pool, err = pgxpool.New(context.Background(), s.db); err != nil {
 		t.Fatal(err)
 	}
-	defer s.pool.Close()
+	t.Cleanup(s.pool.Close)
 	relay := proctest.Start(t, nil, "relay", "--producer", "ci", "--listen", s.relay, "--spool", filepath.Join(t.TempDir(), "spool.db"),
 		"--database-url", s.db, "--log-level", "warn")
 	relay.WaitHealthy("http://" + s.relay)
 	s.startCentral()
-	for i := range 25 {
-		s.post(fmt.Sprintf("old-%d", i), fmt.Sprintf("Older build %02d", i))
-	}
+	return s
+}
 
+// page is one headless Chromium tab.
+type page struct {
+	t    *testing.T
+	ctx  context.Context
+	step string // what the test waits for: named in failures and the screenshot's log line
+}
+
+// openBrowser starts Chromium; when the test ends, it saves a screenshot of
+// the page as it was (at the end, or where the test failed) for a person to
+// look at.
+func openBrowser(t *testing.T) *page {
+	t.Helper()
+	browser := chromium(t)
 	alloc, cancel := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(900, 1200))
-	defer cancel()
+	t.Cleanup(cancel)
 	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
+	t.Cleanup(cancel)
 	ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	step := "start"
-	defer func() {
-		// The page as it was at the end (or where it failed), for a person to look at.
+	t.Cleanup(cancel)
+	p := &page{t: t, ctx: ctx, step: "start"}
+	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100)); err == nil {
 			path := filepath.Join(t.ArtifactDir(), "inbox.png")
 			if os.WriteFile(path, png, 0o644) == nil {
-				t.Logf("screenshot after %q: %s (keep it with go test -artifacts)", step, path)
+				t.Logf("screenshot after %q: %s (keep it with go test -artifacts)", p.step, path)
 			}
 		}
-	}()
-	// wait polls a JavaScript condition until it holds.
-	wait := func(what, cond string) {
-		t.Helper()
-		step = what
-		if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
-			page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-			t.Fatalf("%s: %v\nthe page shows:\n%s", what, err, page)
-		}
+	})
+	return p
+}
+
+// wait polls a JavaScript condition until it holds.
+func (p *page) wait(what, cond string) {
+	p.t.Helper()
+	p.step = what
+	if _, err := chromedp.Run(p.ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		text, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		p.t.Fatalf("%s: %v\nthe page shows:\n%s", what, err, text)
 	}
+}
+
+func TestTheInboxShowsTheFeedLiveArrivalsAndWhatWasMissedWhileDisconnected(t *testing.T) {
+	s := startStack(t)
+	for i := range 25 {
+		s.post(fmt.Sprintf("old-%d", i), fmt.Sprintf("Older build %02d", i))
+	}
+	p := openBrowser(t)
+	ctx, wait := p.ctx, p.wait
+	var err error
 	const items = `[...document.querySelectorAll('#feed li .title')].map(e => e.textContent)`
 
 	token := s.iss.Token("u1")
@@ -146,7 +174,7 @@ func TestTheInboxShowsTheFeedLiveArrivalsAndWhatWasMissedWhileDisconnected(t *te
 	if url, err := chromedp.Run(ctx, chromedp.Location()); err != nil || strings.Contains(url, token) {
 		t.Errorf("the token stays in the address bar: %s", url)
 	}
-	step = "infinite scroll"
+	p.step = "infinite scroll"
 	if err := chromedp.Do(ctx, chromedp.ScrollIntoView(chromedp.ID("more"))); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +185,7 @@ func TestTheInboxShowsTheFeedLiveArrivalsAndWhatWasMissedWhileDisconnected(t *te
 	wait("a live arrival at the top", items+`[0] === 'Deploy finished'`)
 	wait("the badge counting it", `document.getElementById('badge').textContent === '26'`)
 
-	step = "mark one read"
+	p.step = "mark one read"
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#feed li:first-child`))); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +222,7 @@ func TestTheInboxShowsTheFeedLiveArrivalsAndWhatWasMissedWhileDisconnected(t *te
 	wait("the page noticing again", `document.getElementById('status').textContent === 'reconnecting'`)
 	otherAddr := proctest.FreeAddr(t)
 	other := s.centralAt(otherAddr)
-	step = "read-all in another session"
+	p.step = "read-all in another session"
 	req, _ := http.NewRequest(http.MethodPost, "http://"+otherAddr+"/v1/notifications/read-all", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
@@ -209,7 +237,7 @@ func TestTheInboxShowsTheFeedLiveArrivalsAndWhatWasMissedWhileDisconnected(t *te
 
 	s.post("live-2", "Tests passed")
 	wait("a new arrival unread", `document.getElementById('badge').textContent === '1' && document.querySelectorAll('#feed li.unread').length === 1`)
-	step = "mark all read"
+	p.step = "mark all read"
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("read-all"))); err != nil {
 		t.Fatal(err)
 	}
@@ -218,12 +246,12 @@ func TestTheInboxShowsTheFeedLiveArrivalsAndWhatWasMissedWhileDisconnected(t *te
 	// Signing out leaves nothing of u1; u2 signs in by pasting a token with
 	// its scheme, as copied from a header, and sees only their own.
 	s.postFor("u2", "u2-1", "For the second user")
-	step = "sign out"
+	p.step = "sign out"
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("sign-out"))); err != nil {
 		t.Fatal(err)
 	}
 	wait("the sign-in form, empty", `!document.getElementById('sign-in').hidden && document.querySelectorAll('#feed li').length === 0 && document.getElementById('token').value === ''`)
-	step = "sign in as u2"
+	p.step = "sign in as u2"
 	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("token"), "Bearer "+s.iss.Token("u2"))); err != nil {
 		t.Fatal(err)
 	}
@@ -232,5 +260,37 @@ func TestTheInboxShowsTheFeedLiveArrivalsAndWhatWasMissedWhileDisconnected(t *te
 	}
 	wait("u2's feed alone", items+`.join('|') === 'For the second user' && document.getElementById('badge').textContent === '1'`)
 	wait("u2 live", `document.getElementById('status').textContent === 'live'`)
-	step = "done"
+	p.step = "done"
+}
+
+// A page of the feed that fails is tried again by itself, no sooner than the
+// server's Retry-After; the page says so meanwhile. The failures come from a
+// proxy in front of central that answers the first two feed reads with 503.
+func TestTheInboxTriesAFailedPageAgain(t *testing.T) {
+	s := startStack(t)
+	s.post("old-1", "Before the outage")
+	target, _ := url.Parse("http://" + s.addr)
+	var failed atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/notifications" && failed.Load() < 2 {
+			failed.Add(1)
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"type":"urn:spoolcast:problem:unavailable","title":"Unavailable","status":503,"detail":"the notification store is unavailable"}`))
+			return
+		}
+		httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r) // the stream's upgrade included
+	}))
+	t.Cleanup(proxy.Close)
+
+	p := openBrowser(t)
+	if err := chromedp.Do(p.ctx, chromedp.Navigate(proxy.URL+"/inbox#token="+s.iss.Token("u1"))); err != nil {
+		t.Fatal(err)
+	}
+	p.wait("the failure shown", `document.getElementById('more').textContent.startsWith('Could not load: the notification store is unavailable')`)
+	p.wait("the feed after the retries", `[...document.querySelectorAll('#feed li .title')].map(e => e.textContent).join('|') === 'Before the outage'`)
+	if n := failed.Load(); n != 2 {
+		t.Errorf("%d feed reads failed, want 2", n)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,7 +76,10 @@ type Query struct {
 }
 
 // Store reads and updates feeds.
-type Store struct{ db DB }
+type Store struct {
+	db         DB
+	partitions partitionCache
+}
 
 // NewStore returns a store over db.
 func NewStore(db DB) *Store { return &Store{db: db} }
@@ -99,23 +103,87 @@ const directWeeks = 2
 // may run ahead of this process's, but not by a day.
 const futureSlack = 24 * time.Hour
 
-// span is a piece of a read: one weekly partition asked by name, or (table
-// "notifications") every partition before a week.
+// span is a piece of a read: one week, asked by its partition's name, or
+// through the partitioned table ("notifications") with bounds on created_at:
+// a week whose partition does not exist, or every partition before a week.
 type span struct {
 	table  string
+	from   *time.Time // the partitioned table: only rows created at or after this
 	before *time.Time // the partitioned table: only rows created before this
+	week   time.Time  // the week's start; zero for every partition before a week
 }
 
-// spans returns the pieces of a read of rows at or before upper, newest first.
-func spans(upper time.Time) []span {
+// spans returns the pieces of a read of rows at or before upper, newest
+// first. A week whose partition does not exist (weeks before the deployment,
+// or a week maintenance has not created yet) is read through the partitioned
+// table rather than by a name Postgres would answer with an error.
+func (s *Store) spans(ctx context.Context, upper time.Time) ([]span, error) {
 	out := make([]span, 0, directWeeks+1)
 	week := weekly.Start(upper)
 	for range directWeeks {
-		out = append(out, span{table: weekly.Partition("notifications", week)})
-		week = week.AddDate(0, 0, 7*-1)
+		name := weekly.Partition("notifications", week)
+		exists, err := s.partitions.exists(ctx, s.db, name)
+		if err != nil {
+			return nil, err
+		}
+		if exists {
+			out = append(out, span{table: name, week: week})
+		} else {
+			from, before := week, week.AddDate(0, 0, 7)
+			out = append(out, span{table: "notifications", from: &from, before: &before, week: week})
+		}
+		week = week.AddDate(0, 0, -7)
 	}
 	before := week.AddDate(0, 0, 7)
-	return append(out, span{table: "notifications", before: &before})
+	return append(out, span{table: "notifications", before: &before}), nil
+}
+
+// partitionRecheck is how long a partition found missing is read through the
+// partitioned table before its name is looked up again.
+const partitionRecheck = time.Minute
+
+// partitionCache remembers which weekly partitions exist: one lookup per
+// name, then again only for those found missing, after partitionRecheck.
+type partitionCache struct {
+	mu      sync.Mutex
+	present map[string]bool
+	missing map[string]time.Time // when it was found missing
+}
+
+func (c *partitionCache) exists(ctx context.Context, db DB, name string) (bool, error) {
+	c.mu.Lock()
+	present, checked := c.present[name], c.missing[name]
+	c.mu.Unlock()
+	if present {
+		return true, nil
+	}
+	if !checked.IsZero() && time.Since(checked) < partitionRecheck {
+		return false, nil
+	}
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{name}.Sanitize()).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look up partition %s: %w", name, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.present == nil {
+		c.present, c.missing = map[string]bool{}, map[string]time.Time{}
+	}
+	if exists {
+		c.present[name] = true
+		delete(c.missing, name)
+	} else {
+		c.missing[name] = time.Now()
+	}
+	return exists, nil
+}
+
+// forget drops a partition that was dropped after it was looked up
+// (retention): the next read looks it up again.
+func (c *partitionCache) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.present, name)
 }
 
 // Page returns the page q names, newest first. It reads limit+1 rows to learn
@@ -135,7 +203,11 @@ func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 		upper = q.After.CreatedAt
 	}
 	var items []Notification
-	for _, sp := range spans(upper) {
+	spans, err := s.spans(ctx, upper)
+	if err != nil {
+		return Page{}, fmt.Errorf("read feed: %w", err)
+	}
+	for _, sp := range spans {
 		more, err := s.pageIn(ctx, q, sp, upper, limit+1-len(items))
 		if err != nil {
 			return Page{}, fmt.Errorf("read feed: %w", err)
@@ -161,8 +233,12 @@ func (s *Store) pageIn(ctx context.Context, q Query, sp span, upper time.Time, n
 		WHERE n.user_id = $1 AND n.created_at <= $3`
 	args := []any{q.UserID, n, upper}
 	if sp.before != nil {
-		sql += ` AND n.created_at < $4`
+		sql += fmt.Sprintf(` AND n.created_at < $%d`, len(args)+1)
 		args = append(args, *sp.before)
+	}
+	if sp.from != nil {
+		sql += fmt.Sprintf(` AND n.created_at >= $%d`, len(args)+1)
+		args = append(args, *sp.from)
 	}
 	if q.UnreadOnly {
 		sql += ` AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
@@ -180,7 +256,8 @@ func (s *Store) pageIn(ctx context.Context, q Query, sp span, upper time.Time, n
 		items, err = pgx.CollectRows(rows, scanNotification)
 	}
 	if undefinedTable(err) {
-		return nil, nil // no partition for that week: nothing was stored in it
+		s.partitions.forget(sp.table)
+		return nil, nil // dropped since it was looked up: nothing is left in it
 	}
 	return items, err
 }
@@ -262,14 +339,22 @@ func (s *Store) MarkAllRead(ctx context.Context, userID string) (through ID, ok 
 // UnreadCap+1 rows, the newest partitions first; older ones only while the
 // watermark lies further back.
 func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capped bool, err error) {
-	for _, sp := range spans(time.Now().Add(futureSlack)) {
+	spans, err := s.spans(ctx, time.Now().Add(futureSlack))
+	if err != nil {
+		return 0, false, fmt.Errorf("unread count: %w", err)
+	}
+	for _, sp := range spans {
 		sql := `SELECT (SELECT count(*) FROM (
 				SELECT 1 FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n
 				WHERE n.user_id = $1 AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
 		args := []any{userID, UnreadCap + 1 - count}
 		if sp.before != nil {
-			sql += ` AND n.created_at < $3`
+			sql += fmt.Sprintf(` AND n.created_at < $%d`, len(args)+1)
 			args = append(args, *sp.before)
+		}
+		if sp.from != nil {
+			sql += fmt.Sprintf(` AND n.created_at >= $%d`, len(args)+1)
+			args = append(args, *sp.from)
 		}
 		// Rows older than this span's newest possible row are all read when
 		// the watermark is past the span's start.
@@ -278,6 +363,7 @@ func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capp
 		var mark pgtype.Timestamptz
 		err := s.db.QueryRow(ctx, sql, args...).Scan(&n, &mark)
 		if undefinedTable(err) {
+			s.partitions.forget(sp.table)
 			continue
 		}
 		if err != nil {
@@ -286,7 +372,7 @@ func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capp
 		if count += n; count > UnreadCap {
 			return UnreadCap, true, nil
 		}
-		if start, ok := weekly.ParsePartition("notifications", sp.table); ok && mark.InfinityModifier == pgtype.Finite && !mark.Time.Before(start) {
+		if !sp.week.IsZero() && mark.InfinityModifier == pgtype.Finite && !mark.Time.Before(sp.week) {
 			break // everything older is under the watermark: read
 		}
 	}

@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdsync "sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/weekly"
 	"github.com/spoolcast/spoolcast/sync"
 )
 
@@ -263,5 +267,105 @@ func TestPagesAndCountsReachPastTheRecentWindow(t *testing.T) {
 	}
 	if n, _, err := store.UnreadCount(ctx, "erin"); err != nil || n != 0 {
 		t.Errorf("unread after read-all = %d, %v; want 0", n, err)
+	}
+}
+
+// errorRecorder passes every statement to Postgres and keeps the errors
+// Postgres answered with.
+type errorRecorder struct {
+	*pgxpool.Pool
+	mu   stdsync.Mutex
+	errs []string
+}
+
+func (r *errorRecorder) record(err error) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		r.mu.Lock()
+		r.errs = append(r.errs, pgErr.Code+" "+pgErr.Message)
+		r.mu.Unlock()
+	}
+}
+
+func (r *errorRecorder) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := r.Pool.Query(ctx, sql, args...)
+	r.record(err)
+	return rows, err
+}
+
+func (r *errorRecorder) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return recordedRow{r.Pool.QueryRow(ctx, sql, args...), r}
+}
+
+type recordedRow struct {
+	pgx.Row
+	r *errorRecorder
+}
+
+func (row recordedRow) Scan(dest ...any) error {
+	err := row.Row.Scan(dest...)
+	row.r.record(err)
+	return err
+}
+
+// A deployment younger than the weeks a read asks by name (or one whose
+// maintenance has not created this week's partition) reads those weeks
+// through the partitioned table: the answers are whole, and Postgres is never
+// asked for a partition that does not exist, which it would log as an ERROR.
+func TestWeeksWithoutAPartitionAreReadWithoutAnError(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	// Only the weeks of 60 and 1 days ago, and whatever ingest creates now.
+	for _, daysAgo := range []int{60, 1} {
+		at := time.Now().AddDate(0, 0, -daysAgo)
+		if _, err := pool.Exec(ctx, `SELECT spoolcast_ensure_week_partition('notifications', $1)`, at); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO notifications (user_id, created_at, type, category, producer, idempotency_key, notification_key, title)
+			VALUES ('fay', $1, 't', 'c', 'p', $2, $2, $2)`, at, fmt.Sprintf("%d days ago", daysAgo)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed(t, pool, "fay", "now", 1, 1)
+	missing := 0
+	for w := range 4 {
+		var exists bool
+		name := weekly.Partition("notifications", weekly.Start(time.Now().AddDate(0, 0, -7*w)))
+		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
+			t.Fatal(err)
+		}
+		if !exists {
+			missing++
+		}
+	}
+	if missing == 0 {
+		t.Fatal("every one of the last four weeks has a partition; the test needs some missing")
+	}
+	db := &errorRecorder{Pool: pool}
+	store := feed.NewStore(db)
+	var titles []string
+	q := feed.Query{UserID: "fay", Limit: 1}
+	for {
+		page, err := store.Page(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range page.Items {
+			titles = append(titles, n.Title)
+		}
+		if !page.HasMore {
+			break
+		}
+		q.After = &page.Next
+	}
+	if got := fmt.Sprint(titles); got != "[n 0 1 days ago 60 days ago]" {
+		t.Errorf("fay's feed = %s; want all three, newest first", got)
+	}
+	if n, _, err := store.UnreadCount(ctx, "fay"); err != nil || n != 3 {
+		t.Errorf("unread = %d, %v; want 3", n, err)
+	}
+	if len(db.errs) != 0 {
+		t.Errorf("Postgres answered with errors: %v", db.errs)
 	}
 }

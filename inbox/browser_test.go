@@ -294,3 +294,36 @@ func TestTheInboxTriesAFailedPageAgain(t *testing.T) {
 		t.Errorf("%d feed reads failed, want 2", n)
 	}
 }
+
+// A frame may bring a notification older than ones already shown (its
+// transaction started first and committed last): the page puts it at its
+// place in feed order, and read-all, which covers the newest and everything
+// older in feed order, shows it read too.
+func TestALateCommitGoesToItsFeedPlaceAndReadAllCoversIt(t *testing.T) {
+	s := startStack(t)
+	s.post("first", "Newest before the late one")
+	p := openBrowser(t)
+	if err := chromedp.Do(p.ctx, chromedp.Navigate("http://"+s.addr+"/inbox#token="+s.iss.Token("u1"))); err != nil {
+		t.Fatal(err)
+	}
+	p.wait("live", `document.getElementById('status').textContent === 'live'`)
+	p.wait("the feed", `document.querySelectorAll('#feed li').length === 1`)
+	s.post("second", "Newest of all")
+	p.wait("the newest at the top", `document.querySelector('#feed li .title').textContent === 'Newest of all'`)
+
+	// As ingest would commit it after a transaction that started later: a
+	// created_at a minute old.
+	if _, err := s.pool.Exec(context.Background(), `INSERT INTO notifications (user_id, created_at, type, category, producer, idempotency_key, notification_key, title)
+		VALUES ('u1', now() - interval '1 minute', 'build.finished', 'builds', 'ci', 'late', 'late', 'Committed late')`); err != nil {
+		t.Fatal(err)
+	}
+	const items = `[...document.querySelectorAll('#feed li .title')].map(e => e.textContent).join('|')`
+	p.wait("the late one below the newer ones", items+` === 'Newest of all|Newest before the late one|Committed late'`)
+	p.wait("three unread", `document.getElementById('badge').textContent === '3'`)
+
+	p.step = "mark all read"
+	if err := chromedp.Do(p.ctx, chromedp.Click(chromedp.ID("read-all"))); err != nil {
+		t.Fatal(err)
+	}
+	p.wait("all three read", `getComputedStyle(document.getElementById('badge')).display === 'none' && document.querySelectorAll('#feed li.unread').length === 0`)
+}

@@ -30,8 +30,11 @@ type Manifests struct {
 // Workload is anything that runs pods from a template.
 type Workload struct {
 	Kind, Name string
-	Replicas   *int32 // nil for Jobs and CronJobs
-	Template   corev1.PodTemplateSpec
+	Replicas   *int32 // nil for Jobs and CronJobs; 1 when the manifest leaves it unset
+	// ReplicasSet: the manifest sets replicas (an autoscaler's count is
+	// then reset by every server-side or GitOps apply).
+	ReplicasSet bool
+	Template    corev1.PodTemplateSpec
 	Claims     []string // a StatefulSet's volumeClaimTemplates
 }
 
@@ -54,9 +57,9 @@ func Load(dir string) (*Manifests, []error) {
 		}
 		switch v := v.(type) {
 		case *appsv1.Deployment:
-			m.Workloads = append(m.Workloads, Workload{Kind: o.Kind, Name: v.Name, Replicas: orOne(v.Spec.Replicas), Template: v.Spec.Template})
+			m.Workloads = append(m.Workloads, Workload{Kind: o.Kind, Name: v.Name, Replicas: orOne(v.Spec.Replicas), ReplicasSet: v.Spec.Replicas != nil, Template: v.Spec.Template})
 		case *appsv1.StatefulSet:
-			w := Workload{Kind: o.Kind, Name: v.Name, Replicas: orOne(v.Spec.Replicas), Template: v.Spec.Template}
+			w := Workload{Kind: o.Kind, Name: v.Name, Replicas: orOne(v.Spec.Replicas), ReplicasSet: v.Spec.Replicas != nil, Template: v.Spec.Template}
 			for _, c := range v.Spec.VolumeClaimTemplates {
 				w.Claims = append(w.Claims, c.Name)
 			}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -365,11 +366,10 @@ func (c *checker) centralGrace(t reporter, r spoolcastRun) {
 }
 
 func (c *checker) centralScaling(t reporter, r spoolcastRun) {
+	// The replicas to reason about: the autoscaler's least, or the
+	// Deployment's own count when nothing scales it.
 	replicas := *r.w.Replicas
 	production := strings.HasPrefix(path.Base(c.dir), "production")
-	if production && replicas < 2 {
-		t.Errorf("%s: %d replicas in production: want at least 2", r, replicas)
-	}
 	var hpaFound bool
 	for _, h := range c.m.HPAs {
 		ref := h.Spec.ScaleTargetRef
@@ -380,18 +380,25 @@ func (c *checker) centralScaling(t reporter, r spoolcastRun) {
 		if ref.APIVersion != "apps/v1" {
 			t.Errorf("HorizontalPodAutoscaler/%s targets apiVersion %q: want apps/v1", h.Name, ref.APIVersion)
 		}
-		lo := int32(1)
+		if r.w.ReplicasSet {
+			t.Errorf("%s sets replicas while HorizontalPodAutoscaler/%s manages them: every server-side or GitOps apply would reset the autoscaler's count; leave replicas unset", r, h.Name)
+		}
+		replicas = 1
 		if h.Spec.MinReplicas != nil {
-			lo = *h.Spec.MinReplicas
+			replicas = *h.Spec.MinReplicas
 		}
-		if replicas < lo || replicas > h.Spec.MaxReplicas {
-			t.Errorf("%s: %d replicas outside its autoscaler's %d..%d", r, replicas, lo, h.Spec.MaxReplicas)
-		}
-		if production && lo < 2 {
-			t.Errorf("HorizontalPodAutoscaler/%s may scale production down to %d: want at least 2", h.Name, lo)
+		if production && replicas < 2 {
+			t.Errorf("HorizontalPodAutoscaler/%s may scale production down to %d: want at least 2", h.Name, replicas)
 		}
 		if len(h.Spec.Metrics) == 0 {
 			t.Errorf("HorizontalPodAutoscaler/%s has no metrics", h.Name)
+		}
+		// Expo takes 600 messages a second per project, from all replicas.
+		if push := r.in.Get("push"); push.Value != "false" {
+			rate := r.in.Get("expo-rate")
+			if n, err := strconv.Atoi(rate.Value); err != nil || n == 0 || n*int(h.Spec.MaxReplicas) > 600 {
+				t.Errorf("%s: --expo-rate %s (%s) × up to %d replicas may pass Expo's 600 messages a second: set it to 600 / maxReplicas", r, rate.Value, rate.Source, h.Spec.MaxReplicas)
+			}
 		}
 		for _, mt := range h.Spec.Metrics {
 			if mt.Resource == nil || mt.Resource.Target.Type != "Utilization" {
@@ -406,6 +413,9 @@ func (c *checker) centralScaling(t reporter, r spoolcastRun) {
 	}
 	if !hpaFound {
 		t.Errorf("%s: no HorizontalPodAutoscaler targets it", r)
+		if production && replicas < 2 {
+			t.Errorf("%s: %d replicas in production: want at least 2", r, replicas)
+		}
 	}
 
 	var pdbFound bool
@@ -554,9 +564,17 @@ func (c *checker) relayProbes(t reporter, r spoolcastRun) {
 	}
 }
 
-// walReserve is the room the spool's WAL takes beyond its events
+// walReserve is the room the spool's WAL takes beyond its events, and
+// keptKeyBytes what each forwarded key kept for --key-ttl takes
 // (docs/operations.md, sizing the spool).
-const walReserve = 64 << 20
+const (
+	walReserve   = 64 << 20
+	keptKeyBytes = 194
+)
+
+// peakRateAnnotation, on a relay's pod template, states the producer's peak
+// events per second: the kept keys, and so the spool's volume, follow from it.
+const peakRateAnnotation = "spoolcast.io/peak-events-per-second"
 
 func (c *checker) relaySpool(t reporter, r spoolcastRun) {
 	spool := r.in.Get("spool").Value
@@ -593,8 +611,18 @@ func (c *checker) relaySpool(t reporter, r spoolcastRun) {
 					t.Errorf("%s: --spool-max-bytes: %v", r, err)
 					return
 				}
-				if need := resource.NewQuantity(maxBytes+walReserve, resource.BinarySI); lim.Cmp(*need) <= 0 {
-					t.Errorf("%s: the spool's emptyDir sizeLimit %s does not exceed --spool-max-bytes + WAL (%s): the kubelet would evict the pod, spool and all, before the relay says 503", r, lim.String(), need.String())
+				keyTTL, ok := duration(t, r, "key-ttl")
+				if !ok {
+					return
+				}
+				rate, err := strconv.ParseFloat(r.w.Template.Annotations[peakRateAnnotation], 64)
+				if err != nil || rate <= 0 {
+					t.Errorf("%s: the pod template has no %s annotation: state the producer's peak rate, which sizes the kept keys and so the spool's volume", r, peakRateAnnotation)
+					return
+				}
+				keys := int64(rate * keyTTL.Seconds() * keptKeyBytes)
+				if need := resource.NewQuantity(maxBytes+keys+walReserve, resource.BinarySI); lim.Cmp(*need) <= 0 {
+					t.Errorf("%s: the spool's emptyDir sizeLimit %s does not exceed --spool-max-bytes + kept keys (%g events/s for --key-ttl %s) + WAL = %s: past it the kubelet evicts the pod at once, spool and all, and the relay never says 503", r, lim.String(), rate, keyTTL, need.String())
 				}
 			}
 		default:

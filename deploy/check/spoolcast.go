@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"maps"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -162,9 +163,22 @@ func (cli *CLI) Invoke(c corev1.Container) (Invocation, []error) {
 			fail("container %s sets %s twice", c.Name, e.Name)
 		}
 		seen[e.Name] = true
-		if _, ok := cmd.Envs[e.Name]; strings.HasPrefix(e.Name, "SPOOLCAST_") && !ok {
+		_, ok := cmd.Envs[e.Name]
+		switch {
+		case strings.HasPrefix(e.Name, "SPOOLCAST_") && !ok:
 			fail("container %s sets %s: `spoolcast %s` reads no such variable", c.Name, e.Name, cmd.Name)
+		case strings.HasPrefix(e.Name, "SPOOL") && !strings.HasPrefix(e.Name, "SPOOLCAST_"):
+			fail("container %s sets %s: spoolcast's variables start with SPOOLCAST_", c.Name, e.Name)
+		case strings.HasPrefix(e.Name, "GO") && !goRuntimeEnv[e.Name]:
+			fail("container %s sets %s: not a variable the Go runtime reads (%s)", c.Name, e.Name, strings.Join(slices.Sorted(maps.Keys(goRuntimeEnv)), ", "))
+		case e.Value != "" && e.ValueFrom != nil:
+			fail("container %s sets %s both as a value and from a source: the API server refuses it", c.Name, e.Name)
 		}
+	}
+	for _, from := range c.EnvFrom {
+		// Names from a ConfigMap or Secret are not in the manifests: they
+		// escape every check above.
+		fail("container %s takes variables with envFrom (%s): list each spoolcast variable under env, where it is checked", c.Name, envFromName(from))
 	}
 	for _, f := range cmd.Flags {
 		if f.Required && !in.Get(f.Name).Set {
@@ -172,4 +186,17 @@ func (cli *CLI) Invoke(c corev1.Container) (Invocation, []error) {
 		}
 	}
 	return in, errs
+}
+
+// goRuntimeEnv are the variables a Go program's runtime reads.
+var goRuntimeEnv = map[string]bool{"GOMEMLIMIT": true, "GOGC": true, "GOMAXPROCS": true, "GODEBUG": true, "GOTRACEBACK": true}
+
+func envFromName(from corev1.EnvFromSource) string {
+	switch {
+	case from.ConfigMapRef != nil:
+		return "ConfigMap " + from.ConfigMapRef.Name
+	case from.SecretRef != nil:
+		return "Secret " + from.SecretRef.Name
+	}
+	return "a source"
 }

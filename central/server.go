@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,6 +82,10 @@ type Config struct {
 	PreferencesExternal bool
 	// Live serves /v1/stream; nil answers it 404.
 	Live *live.Hub
+	// SchemaReady, when set, reports whether the database's schema is the
+	// one this code needs. Readiness waits for it: a replica that starts
+	// before its migration has run must not take traffic.
+	SchemaReady func(ctx context.Context) error
 	// AllowedOrigins are the browser origins (scheme://host[:port]) that may
 	// open /v1/stream; "*" allows any. A handshake without Origin (a native
 	// app) or from the server's own host is always allowed.
@@ -146,6 +151,9 @@ type Server struct {
 	dbLog   *lograte.Limiter // one line per interval while Postgres fails
 	authLog *lograte.Limiter // one line per interval for refused tokens
 	waker   *sync.Waker
+	// schemaReady is set once SchemaReady has passed: a schema does not go
+	// back, so it is not asked again.
+	schemaReady atomic.Bool
 }
 
 // Route is one registered route, as the OpenAPI check lists them.
@@ -326,6 +334,12 @@ func (s *Server) refused(r *http.Request, reason string) {
 func (s *Server) ready(ctx context.Context) error {
 	if err := s.cfg.DB.Ping(ctx); err != nil {
 		return errors.New("Postgres is not reachable")
+	}
+	if s.cfg.SchemaReady != nil && !s.schemaReady.Load() {
+		if err := s.cfg.SchemaReady(ctx); err != nil {
+			return err
+		}
+		s.schemaReady.Store(true)
 	}
 	if s.cfg.Live != nil && !s.cfg.Live.Ready() {
 		return errors.New("the live stream is not serving: its reader has not read Postgres yet, or the replica is shutting down")

@@ -7,9 +7,15 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"strconv"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -88,4 +94,38 @@ func List(ctx context.Context, databaseURL string) ([]Status, error) {
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// Latest is the newest migration this binary carries: the schema version its
+// code reads and writes.
+func Latest() int64 {
+	names, _ := fs.Glob(files, "*.sql")
+	var latest int64
+	for _, name := range names {
+		digits, _, _ := strings.Cut(name, "_")
+		if v, err := strconv.ParseInt(digits, 10, 64); err == nil {
+			latest = max(latest, v)
+		}
+	}
+	return latest
+}
+
+// Querier runs one query: a pool, a connection or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Applied is the newest migration applied to the database; 0 when none is.
+func Applied(ctx context.Context, db Querier) (int64, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass('goose_db_version') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	var v int64
+	err := db.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&v)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return 0, nil // dropped in between
+	}
+	return v, err
 }

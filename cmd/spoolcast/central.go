@@ -24,6 +24,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/problem"
 	"github.com/spoolcast/spoolcast/lifecycle"
 	"github.com/spoolcast/spoolcast/live"
+	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/sync"
 )
@@ -232,7 +233,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	api, err := central.New(central.Config{
 		DB: c.pool, DBTimeout: o.dbStatementTimeout, Users: users, Services: services, AdminRole: o.adminRole,
 		Devices: devices, Preferences: builtin, PreferencesExternal: builtin == nil,
-		Live: c.live, AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval, Inbox: o.inbox,
+		Live: c.live, SchemaReady: schemaReady(c.pool), AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval, Inbox: o.inbox,
 		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Registry: reg, Logger: logger,
 	})
 	if err != nil {
@@ -296,4 +297,20 @@ func (c *runningCentral) shutdown(timeout time.Duration) error {
 	}
 	c.log.Info("central stopped cleanly")
 	return nil
+}
+
+// schemaReady says whether the database holds every migration this binary
+// carries.
+func schemaReady(db migrations.Querier) func(context.Context) error {
+	latest := migrations.Latest()
+	return func(ctx context.Context) error {
+		applied, err := migrations.Applied(ctx, db)
+		if err != nil {
+			return errors.New("cannot read the schema version from Postgres")
+		}
+		if applied < latest {
+			return fmt.Errorf("the schema is at migration %d and this version needs %d: run spoolcast migrate up", applied, latest)
+		}
+		return nil
+	}
 }

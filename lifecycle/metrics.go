@@ -73,10 +73,15 @@ func (m *Metrics) observe(rep Report, err error, now time.Time) {
 		m.lastTook.Set(rep.Took.Seconds())
 	}
 	if rep.Partitions != nil {
-		m.mu.Lock()
-		m.partitions, m.now = rep.Partitions, now
-		m.mu.Unlock()
+		m.observePartitions(rep.Partitions, now)
 	}
+}
+
+// observePartitions keeps the partitions present as of now, for Collect.
+func (m *Metrics) observePartitions(parts []Partition, now time.Time) {
+	m.mu.Lock()
+	m.partitions, m.now = parts, now
+	m.mu.Unlock()
 }
 
 // Describe implements prometheus.Collector.

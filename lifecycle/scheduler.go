@@ -12,13 +12,14 @@ import (
 // Scheduler runs a maintenance pass at start and then every interval, in
 // every replica; the advisory lock makes all but one skip.
 type Scheduler struct {
-	cfg      Config
-	interval time.Duration
-	failLog  *lograte.Limiter
-	cancel   context.CancelFunc
-	done     chan struct{}
-	start    sync.Once
-	stop     sync.Once
+	cfg       Config
+	interval  time.Duration
+	watchOnly bool // read the partitions present; run no pass
+	failLog   *lograte.Limiter
+	cancel    context.CancelFunc
+	done      chan struct{}
+	start     sync.Once
+	stop      sync.Once
 }
 
 // NewScheduler returns a scheduler of passes with cfg; Start runs it.
@@ -30,6 +31,19 @@ func NewScheduler(cfg Config, interval time.Duration) (*Scheduler, error) {
 		return nil, errors.New("maintenance: a database and a positive interval are required")
 	}
 	return &Scheduler{cfg: cfg.withDefaults(), interval: interval, failLog: lograte.New(10 * time.Minute), done: make(chan struct{})}, nil
+}
+
+// NewWatcher returns a scheduler that runs no pass: every interval it reads
+// which partitions are present, so that their gauges, and the alert on
+// partitions ahead, hold where passes run elsewhere (a `spoolcast maintain`
+// CronJob).
+func NewWatcher(cfg Config, interval time.Duration) (*Scheduler, error) {
+	s, err := NewScheduler(cfg, interval)
+	if err != nil {
+		return nil, err
+	}
+	s.watchOnly = true
+	return s, nil
 }
 
 // Start runs passes in the background and returns at once. Only the first
@@ -46,7 +60,16 @@ func (s *Scheduler) loop(ctx context.Context) {
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
 	for {
-		if _, err := Run(ctx, s.cfg); err != nil && ctx.Err() == nil {
+		if s.watchOnly {
+			parts, err := Partitions(ctx, s.cfg.DB)
+			if err == nil {
+				s.cfg.Metrics.observePartitions(parts, s.cfg.Now())
+			} else if ctx.Err() == nil {
+				s.failLog.Do(func(suppressed int64) {
+					s.cfg.Logger.Warn("cannot read the partitions present; the next look retries", "component", "maintenance", "err", err, "suppressed", suppressed)
+				})
+			}
+		} else if _, err := Run(ctx, s.cfg); err != nil && ctx.Err() == nil {
 			s.failLog.Do(func(suppressed int64) {
 				s.cfg.Logger.Error("maintenance pass failed; the next one retries", "component", "maintenance", "err", err, "suppressed", suppressed)
 			})

@@ -247,10 +247,17 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		}
 	}
 
-	if o.maintenanceInterval > 0 {
+	{
 		cfg := o.lifecycle.config()
 		cfg.DB, cfg.Metrics, cfg.Logger = c.pool, lifecycle.NewMetrics(reg), logger
-		if c.maintenance, err = lifecycle.NewScheduler(cfg, o.maintenanceInterval); err != nil {
+		if o.maintenanceInterval > 0 {
+			c.maintenance, err = lifecycle.NewScheduler(cfg, o.maintenanceInterval)
+		} else {
+			// Passes run elsewhere (a `spoolcast maintain` CronJob): still
+			// export the partitions present, which the alerts watch.
+			c.maintenance, err = lifecycle.NewWatcher(cfg, time.Minute)
+		}
+		if err != nil {
 			return fail(err)
 		}
 		c.maintenance.Start(context.WithoutCancel(ctx))

@@ -35,7 +35,7 @@ type Workload struct {
 	// then reset by every server-side or GitOps apply).
 	ReplicasSet bool
 	Template    corev1.PodTemplateSpec
-	Claims     []string // a StatefulSet's volumeClaimTemplates
+	Claims      []string // a StatefulSet's volumeClaimTemplates
 }
 
 func (w Workload) String() string { return w.Kind + "/" + w.Name }

@@ -113,6 +113,19 @@ type span struct {
 	week   time.Time  // the week's start; zero for every partition before a week
 }
 
+// bound adds the span's created_at bounds to a query on table n.
+func (sp span) bound(sql string, args []any) (string, []any) {
+	if sp.before != nil {
+		args = append(args, *sp.before)
+		sql += fmt.Sprintf(` AND n.created_at < $%d`, len(args))
+	}
+	if sp.from != nil {
+		args = append(args, *sp.from)
+		sql += fmt.Sprintf(` AND n.created_at >= $%d`, len(args))
+	}
+	return sql, args
+}
+
 // spans returns the pieces of a read of rows at or before upper, newest
 // first. A week whose partition does not exist (weeks before the deployment,
 // or a week maintenance has not created yet) is read through the partitioned
@@ -232,14 +245,7 @@ func (s *Store) pageIn(ctx context.Context, q Query, sp span, upper time.Time, n
 		FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n, ` + readMark + ` w
 		WHERE n.user_id = $1 AND n.created_at <= $3`
 	args := []any{q.UserID, n, upper}
-	if sp.before != nil {
-		sql += fmt.Sprintf(` AND n.created_at < $%d`, len(args)+1)
-		args = append(args, *sp.before)
-	}
-	if sp.from != nil {
-		sql += fmt.Sprintf(` AND n.created_at >= $%d`, len(args)+1)
-		args = append(args, *sp.from)
-	}
+	sql, args = sp.bound(sql, args)
 	if q.UnreadOnly {
 		sql += ` AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
 	}
@@ -348,14 +354,7 @@ func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capp
 				SELECT 1 FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n
 				WHERE n.user_id = $1 AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
 		args := []any{userID, UnreadCap + 1 - count}
-		if sp.before != nil {
-			sql += fmt.Sprintf(` AND n.created_at < $%d`, len(args)+1)
-			args = append(args, *sp.before)
-		}
-		if sp.from != nil {
-			sql += fmt.Sprintf(` AND n.created_at >= $%d`, len(args)+1)
-			args = append(args, *sp.from)
-		}
+		sql, args = sp.bound(sql, args)
 		// Rows older than this span's newest possible row are all read when
 		// the watermark is past the span's start.
 		sql += ` LIMIT $2) unread), w.at FROM ` + readMark + ` w`

@@ -241,22 +241,7 @@ func TestPagesAndCountsReachPastTheRecentWindow(t *testing.T) {
 		}
 	}
 	store := feed.NewStore(pool)
-	var titles []string
-	q := feed.Query{UserID: "erin", Limit: 3}
-	for {
-		page, err := store.Page(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range page.Items {
-			titles = append(titles, n.Title)
-		}
-		if !page.HasMore {
-			break
-		}
-		q.After = &page.Next
-	}
-	if got := fmt.Sprint(titles); got != "[1 days ago 20 days ago 30 days ago 60 days ago]" {
+	if got := fmt.Sprint(allTitles(t, store, feed.Query{UserID: "erin", Limit: 3})); got != "[1 days ago 20 days ago 30 days ago 60 days ago]" {
 		t.Errorf("erin's feed = %s; want all four, newest first", got)
 	}
 	if n, _, err := store.UnreadCount(ctx, "erin"); err != nil || n != 4 {
@@ -267,6 +252,25 @@ func TestPagesAndCountsReachPastTheRecentWindow(t *testing.T) {
 	}
 	if n, _, err := store.UnreadCount(ctx, "erin"); err != nil || n != 0 {
 		t.Errorf("unread after read-all = %d, %v; want 0", n, err)
+	}
+}
+
+// allTitles pages through q's whole feed and returns the titles in order.
+func allTitles(t *testing.T, store *feed.Store, q feed.Query) []string {
+	t.Helper()
+	var titles []string
+	for {
+		page, err := store.Page(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range page.Items {
+			titles = append(titles, n.Title)
+		}
+		if !page.HasMore {
+			return titles
+		}
+		q.After = &page.Next
 	}
 }
 
@@ -344,22 +348,7 @@ func TestWeeksWithoutAPartitionAreReadWithoutAnError(t *testing.T) {
 	}
 	db := &errorRecorder{Pool: pool}
 	store := feed.NewStore(db)
-	var titles []string
-	q := feed.Query{UserID: "fay", Limit: 1}
-	for {
-		page, err := store.Page(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range page.Items {
-			titles = append(titles, n.Title)
-		}
-		if !page.HasMore {
-			break
-		}
-		q.After = &page.Next
-	}
-	if got := fmt.Sprint(titles); got != "[n 0 1 days ago 60 days ago]" {
+	if got := fmt.Sprint(allTitles(t, store, feed.Query{UserID: "fay", Limit: 1})); got != "[n 0 1 days ago 60 days ago]" {
 		t.Errorf("fay's feed = %s; want all three, newest first", got)
 	}
 	if n, _, err := store.UnreadCount(ctx, "fay"); err != nil || n != 3 {

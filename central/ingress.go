@@ -3,12 +3,12 @@ package central
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/eventhttp"
 	"github.com/spoolcast/spoolcast/internal/problem"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // ingestEvent is POST /internal/v1/events: the relay's contract for producers
@@ -29,20 +29,20 @@ func (s *Server) ingestEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 	// client hangs up or half-closes meanwhile; only DBTimeout bounds it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.DBTimeout)
 	defer cancel()
-	results, err := sync.Ingest(ctx, s.cfg.DB, []sync.Item{{Producer: c.Subject, Event: ev, ReceivedAt: now}})
+	results, err := ingest.Ingest(ctx, s.cfg.DB, []ingest.Item{{Producer: c.Subject, Event: ev, ReceivedAt: now}})
 	if err != nil {
 		s.dbError(w, r, "ingest", err)
 		return
 	}
 	answer := eventhttp.Answer{IdempotencyKey: ev.IdempotencyKey, ReceivedAt: now.UTC()}
 	switch results[0].Outcome {
-	case sync.New:
+	case event.Accepted:
 		s.waker.Committed()
 		answer.Status = eventhttp.StatusAccepted
 		eventhttp.WriteAnswer(w, answer)
-	case sync.Duplicate:
+	case event.Duplicate:
 		answer.Status = eventhttp.StatusDuplicate
-		if first, err := s.firstClaim(ctx, c.Subject, ev.IdempotencyKey, ev.Recipients[0]); err == nil {
+		if first, err := ingest.FirstClaim(ctx, s.cfg.DB, c.Subject, ev.IdempotencyKey, ev.Recipients[0]); err == nil {
 			answer.ReceivedAt = first.UTC()
 		}
 		eventhttp.WriteAnswer(w, answer)
@@ -50,11 +50,4 @@ func (s *Server) ingestEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 		problem.Write(w, r, problem.New(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency key reused",
 			"key "+ev.IdempotencyKey+" was used before for a different request; use a new key for a new event"))
 	}
-}
-
-// firstClaim is when the key was first claimed in Postgres.
-func (s *Server) firstClaim(ctx context.Context, producer, key, recipient string) (time.Time, error) {
-	var at time.Time
-	err := s.cfg.DB.QueryRow(ctx, `SELECT claimed_at FROM idempotency_keys WHERE key = $1`, sync.NotificationKey(producer, key, recipient)).Scan(&at)
-	return at, err
 }

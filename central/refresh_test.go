@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/spoolcast/spoolcast/event"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // titles lists a page's titles in order.
@@ -21,17 +21,17 @@ func titles(r response) []string {
 	return out
 }
 
-func ingestTitled(t *testing.T, db sync.DB, user string, titles ...string) {
+func ingestTitled(t *testing.T, db ingest.DB, user string, titles ...string) {
 	t.Helper()
-	var items []sync.Item
+	var items []ingest.Item
 	for _, title := range titles {
 		ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":%q,"type":"t","recipients":[%q],"title":%q}`, title, user, title), "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		items = append(items, sync.Item{Producer: "p", Event: ev})
+		items = append(items, ingest.Item{Producer: "p", Event: ev})
 	}
-	if _, err := sync.Ingest(context.Background(), db, items); err != nil {
+	if _, err := ingest.Ingest(context.Background(), db, items); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -32,7 +32,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/problem"
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/push"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // DB is what central needs of Postgres: a pgxpool.Pool.
@@ -103,8 +103,8 @@ type Config struct {
 	// Default 5s.
 	DBTimeout time.Duration
 	// WakeUpInterval is the least time between the wake-ups the internal
-	// ingress sends after its commits (sync.Waker). Default
-	// sync.DefaultWakeUpInterval.
+	// ingress sends after its commits (ingest.Waker). Default
+	// ingest.DefaultWakeUpInterval.
 	WakeUpInterval time.Duration
 	// OpenAPI is the document served at /openapi.yaml.
 	OpenAPI []byte
@@ -150,7 +150,7 @@ type Server struct {
 	routes  []Route
 	dbLog   *lograte.Limiter // one line per interval while Postgres fails
 	authLog *lograte.Limiter // one line per interval for refused tokens
-	waker   *sync.Waker
+	waker   *ingest.Waker
 	// schemaReady is set once SchemaReady has passed: a schema does not go
 	// back, so it is not asked again.
 	schemaReady atomic.Bool
@@ -197,7 +197,7 @@ func New(cfg Config) (*Server, error) {
 		router:  httpapi.NewRouter(log),
 		dbLog:   lograte.New(10 * time.Second),
 		authLog: lograte.New(10 * time.Second),
-		waker:   sync.NewWaker(cfg.DB, cfg.WakeUpInterval, nil, log),
+		waker:   ingest.NewWaker(cfg.DB, cfg.WakeUpInterval, nil, log),
 	}
 	s.routeAll()
 	s.handler = httpapi.Answered(s.router, log)

@@ -33,7 +33,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/migrations"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -212,15 +212,15 @@ func (h *harness) request(method, path, token string, body string, headers ...st
 
 func (h *harness) seed(user string, n int) {
 	h.t.Helper()
-	var items []sync.Item
+	var items []ingest.Item
 	for i := range n {
 		ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":"%s-%d","type":"job.finished","category":"jobs","recipients":[%q],"title":"Job %d done","data":{"job":%d}}`, user, i, user, i, i), "")
 		if err != nil {
 			h.t.Fatal(err)
 		}
-		items = append(items, sync.Item{Producer: "jobs", Event: ev, ReceivedAt: time.Now()})
+		items = append(items, ingest.Item{Producer: "jobs", Event: ev, ReceivedAt: time.Now()})
 	}
-	if _, err := sync.Ingest(context.Background(), h.pool, items); err != nil {
+	if _, err := ingest.Ingest(context.Background(), h.pool, items); err != nil {
 		h.t.Fatal(err)
 	}
 }

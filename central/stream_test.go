@@ -10,18 +10,18 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	gosync "sync"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/internal/wsclient"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // lockedBuffer collects log lines written from many goroutines.
 type lockedBuffer struct {
-	mu gosync.Mutex
+	mu sync.Mutex
 	b  bytes.Buffer
 }
 
@@ -203,13 +203,13 @@ func TestInternalIngressWakesListenersButNotOncePerRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN "+sync.NotifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+ingest.NotifyChannel); err != nil {
 		t.Fatal(err)
 	}
 	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Minute)
 	// 20 events at once: they commit within a few wake-up intervals, and
 	// wake listeners a few times, not 20.
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {
 			body := fmt.Sprintf(`{"idempotency_key":"burst:%d","type":"t","recipients":["alice"],"title":"t"}`, i)

@@ -16,7 +16,7 @@ import (
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/weekly"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -44,15 +44,15 @@ func seed(t testing.TB, pool *pgxpool.Pool, user, prefix string, n, batch int) {
 
 // trySeed ingests n events for user in one transaction.
 func trySeed(pool *pgxpool.Pool, user, prefix string, n int) error {
-	var items []sync.Item
+	var items []ingest.Item
 	for i := range n {
 		ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":"%s-%d","type":"t","recipients":[%q],"title":"n %d"}`, prefix, i, user, i), "")
 		if err != nil {
 			return err
 		}
-		items = append(items, sync.Item{Producer: "p", Event: ev})
+		items = append(items, ingest.Item{Producer: "p", Event: ev})
 	}
-	_, err := sync.Ingest(context.Background(), pool, items)
+	_, err := ingest.Ingest(context.Background(), pool, items)
 	return err
 }
 

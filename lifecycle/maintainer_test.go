@@ -3,7 +3,7 @@ package lifecycle_test
 import (
 	"context"
 	"fmt"
-	gosync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +12,7 @@ import (
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/lifecycle"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -27,17 +27,17 @@ func newPool(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
-func ingest(t *testing.T, pool *pgxpool.Pool, prefix string, n int) []sync.Result {
+func ingestEvents(t *testing.T, pool *pgxpool.Pool, prefix string, n int) []ingest.Result {
 	t.Helper()
-	var items []sync.Item
+	var items []ingest.Item
 	for i := range n {
 		ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":"%s-%d","type":"t","recipients":["u1","u2"]}`, prefix, i), "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		items = append(items, sync.Item{Producer: "p", Event: ev})
+		items = append(items, ingest.Item{Producer: "p", Event: ev})
 	}
-	res, err := sync.Ingest(context.Background(), pool, items)
+	res, err := ingest.Ingest(context.Background(), pool, items)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func pass(t *testing.T, pool *pgxpool.Pool, at time.Time) lifecycle.Report {
 func TestAPassDropsWhatIsPastRetentionAndNothingElse(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
-	ingest(t, pool, "today", 10)
+	ingestEvents(t, pool, "today", 10)
 	now := time.Now()
 
 	soon := pass(t, pool, now.AddDate(0, 0, 3))
@@ -79,8 +79,8 @@ func TestAPassDropsWhatIsPastRetentionAndNothingElse(t *testing.T) {
 		t.Errorf("notifications after a pass 3 days on = %d, want 20", n)
 	}
 	// Inside the key window a re-sent batch is still a duplicate.
-	for _, r := range ingest(t, pool, "today", 10) {
-		if r.Outcome != sync.Duplicate {
+	for _, r := range ingestEvents(t, pool, "today", 10) {
+		if r.Outcome != event.Duplicate {
 			t.Fatalf("re-sent event = %v, want duplicate", r.Outcome)
 		}
 	}
@@ -126,10 +126,10 @@ func TestIngestNeverFailsForLackOfAPartition(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	ingest(t, pool, "orphan", 5)
+	ingestEvents(t, pool, "orphan", 5)
 	first := time.Since(start)
 	start = time.Now()
-	ingest(t, pool, "next", 5)
+	ingestEvents(t, pool, "next", 5)
 	t.Logf("ingest that created its partition: %s; the next: %s", first.Round(time.Microsecond), time.Since(start).Round(time.Microsecond))
 	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
 		t.Errorf("notifications = %d, want 20", n)
@@ -142,9 +142,9 @@ func TestIngestNeverFailsForLackOfAPartition(t *testing.T) {
 func TestReplicasPassingAtOnceMakeOnePass(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
-	ingest(t, pool, "k", 5)
+	ingestEvents(t, pool, "k", 5)
 	at := time.Now().AddDate(0, 0, 100)
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	reps := make([]lifecycle.Report, 4)
 	errs := make([]error, 4)
 	hold := make(chan struct{})

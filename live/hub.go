@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	gosync "sync"
+	"sync"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -67,7 +67,7 @@ type Hub struct {
 	log     *slog.Logger
 	metrics *Metrics
 
-	mu      gosync.RWMutex
+	mu      sync.RWMutex
 	users   map[string][]*socket
 	stopped bool
 
@@ -76,9 +76,9 @@ type Hub struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	done     chan struct{}
-	start    gosync.Once
-	sockets  gosync.WaitGroup // each socket until its connection is closed
-	shutOnce gosync.Once
+	start    sync.Once
+	sockets  sync.WaitGroup // each socket until its connection is closed
+	shutOnce sync.Once
 }
 
 // New returns a hub; Start begins reading.

@@ -10,7 +10,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	gosync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +26,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/wsclient"
 	"github.com/spoolcast/spoolcast/live"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -91,26 +91,26 @@ func newStackOn(t *testing.T, url string, tweak func(*live.Config)) *stack {
 }
 
 // items makes n events for user, keyed prefix-0…
-func items(t testing.TB, prefix, user string, n int) []sync.Item {
+func items(t testing.TB, prefix, user string, n int) []ingest.Item {
 	t.Helper()
-	var out []sync.Item
+	var out []ingest.Item
 	for i := range n {
 		ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":"%s-%d","type":"t","recipients":[%q],"title":"%s-%d"}`, prefix, i, user, prefix, i), "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, sync.Item{Producer: "p", Event: ev})
+		out = append(out, ingest.Item{Producer: "p", Event: ev})
 	}
 	return out
 }
 
 // ingest commits events in one transaction and wakes the readers.
-func (s *stack) ingest(db sync.DB, its []sync.Item) {
+func (s *stack) ingest(db ingest.DB, its []ingest.Item) {
 	s.t.Helper()
-	if _, err := sync.Ingest(context.Background(), db, its); err != nil {
+	if _, err := ingest.Ingest(context.Background(), db, its); err != nil {
 		s.t.Fatal(err)
 	}
-	if err := sync.WakeUp(context.Background(), s.pool); err != nil {
+	if err := ingest.WakeUp(context.Background(), s.pool); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -225,20 +225,20 @@ func TestReconnectingInTheMiddleOfABurstMissesNothingAndRepeatsNothing(t *testin
 	go func() {
 		defer close(done)
 		// Ten writers at once, so transactions commit out of their start order.
-		var wg gosync.WaitGroup
+		var wg sync.WaitGroup
 		for w := range burst / batch / 10 {
 			wg.Go(func() {
 				for b := range 10 {
 					lo := (w*10 + b) * batch
-					var its []sync.Item
+					var its []ingest.Item
 					for i := lo; i < lo+batch; i++ {
 						its = append(its, items(t, fmt.Sprintf("b%d", i), "u1", 1)...)
 					}
-					if _, err := sync.Ingest(context.Background(), s.pool, its); err != nil {
+					if _, err := ingest.Ingest(context.Background(), s.pool, its); err != nil {
 						t.Error(err)
 						return
 					}
-					_ = sync.WakeUp(context.Background(), s.pool)
+					_ = ingest.WakeUp(context.Background(), s.pool)
 				}
 			})
 		}
@@ -292,7 +292,7 @@ func TestARowThatCommitsLateIsSentNotSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Rollback(ctx)
-	if _, err := sync.Ingest(ctx, a, items(t, "late", "u1", 1)); err != nil {
+	if _, err := ingest.Ingest(ctx, a, items(t, "late", "u1", 1)); err != nil {
 		t.Fatal(err)
 	}
 	s.ingest(s.pool, items(t, "early", "u1", 1))
@@ -305,7 +305,7 @@ func TestARowThatCommitsLateIsSentNotSkipped(t *testing.T) {
 	if err := a.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_ = sync.WakeUp(ctx, s.pool)
+	_ = ingest.WakeUp(ctx, s.pool)
 	if got := titles(t, next(t, c, "notification", 2)); !slices.Equal(got, []string{"late-0", "early-0"}) {
 		t.Errorf("frames %v, want the late commit first (commit-safe order)", got)
 	}
@@ -326,7 +326,7 @@ func TestResumeWhileAnOlderTransactionIsOpenMissesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Rollback(ctx)
-	if _, err := sync.Ingest(ctx, a, items(t, "late", "u1", 1)); err != nil {
+	if _, err := ingest.Ingest(ctx, a, items(t, "late", "u1", 1)); err != nil {
 		t.Fatal(err)
 	}
 	s.ingest(s.pool, items(t, "early", "u1", 1))
@@ -339,7 +339,7 @@ func TestResumeWhileAnOlderTransactionIsOpenMissesNothing(t *testing.T) {
 	if err := a.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_ = sync.WakeUp(ctx, s.pool)
+	_ = ingest.WakeUp(ctx, s.pool)
 	if got := titles(t, next(t, c, "notification", 2)); !slices.Equal(got, []string{"late-0", "early-0"}) {
 		t.Errorf("frames %v, want late-0 then early-0", got)
 	}
@@ -362,20 +362,20 @@ func TestASlowReaderIsClosedAndCountedAndOthersKeepUp(t *testing.T) {
 	const n = 400 // 20 MB: more than the kernel's buffers on loopback hold
 	go func() {
 		for lo := 0; lo < n; lo += 10 {
-			var its []sync.Item
+			var its []ingest.Item
 			for i := lo; i < lo+10; i++ {
 				ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":"big-%d","type":"t","recipients":["u1"],"title":"big-%d","data":{"blob":%q}}`, i, i, blob), "")
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				its = append(its, sync.Item{Producer: "p", Event: ev})
+				its = append(its, ingest.Item{Producer: "p", Event: ev})
 			}
-			if _, err := sync.Ingest(context.Background(), s.pool, its); err != nil {
+			if _, err := ingest.Ingest(context.Background(), s.pool, its); err != nil {
 				t.Error(err)
 				return
 			}
-			_ = sync.WakeUp(context.Background(), s.pool)
+			_ = ingest.WakeUp(context.Background(), s.pool)
 		}
 	}()
 	if got := next(t, fast, "notification", n); len(got) != n {
@@ -435,7 +435,7 @@ func TestReadStateReachesTheUsersOtherSockets(t *testing.T) {
 	if err := store.MarkRead(ctx, "u1", id); err != nil {
 		t.Fatal(err)
 	}
-	_ = sync.WakeUp(ctx, s.pool)
+	_ = ingest.WakeUp(ctx, s.pool)
 	if m := next(t, c, "read", 1)[0]; m.ID != first.ID {
 		t.Errorf("read frame %s, want id %s", m.Raw, first.ID)
 	}
@@ -446,7 +446,7 @@ func TestReadStateReachesTheUsersOtherSockets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = sync.WakeUp(ctx, s.pool)
+	_ = ingest.WakeUp(ctx, s.pool)
 	if m := next(t, c, "read", 1)[0]; m.Through != through.String() {
 		t.Errorf("read-all frame %s, want through %s", m.Raw, through)
 	}
@@ -478,7 +478,7 @@ func TestShutdownClosesEverySocketWithGoingAway(t *testing.T) {
 func TestAWakeUpAfterTheListenerReconnectsReadsWhatWasMissed(t *testing.T) {
 	t.Parallel()
 	url := pgtest.DB(t)
-	listener := pglisten.New(url, sync.NotifyChannel, slog.New(slog.DiscardHandler))
+	listener := pglisten.New(url, ingest.NotifyChannel, slog.New(slog.DiscardHandler))
 	wake := listener.Subscribe()
 	s := newStackOn(t, url, func(c *live.Config) {
 		c.Wake = wake
@@ -496,7 +496,7 @@ func TestAWakeUpAfterTheListenerReconnectsReadsWhatWasMissed(t *testing.T) {
 		WHERE query LIKE 'LISTEN%' AND datname = current_database()`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sync.Ingest(context.Background(), s.pool, items(t, "two", "u1", 1)); err != nil {
+	if _, err := ingest.Ingest(context.Background(), s.pool, items(t, "two", "u1", 1)); err != nil {
 		t.Fatal(err)
 	}
 	if got := titles(t, next(t, c, "notification", 1)); got[0] != "two-0" {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
-	gosync "sync"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,7 +26,7 @@ type socket struct {
 	user string
 	slot uint32 // which tick of the ping loop pings it
 
-	mu       gosync.Mutex
+	mu       sync.Mutex
 	queue    []frame
 	queued   int // bytes in queue
 	writing  bool

@@ -10,7 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	gosync "sync"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -79,9 +79,9 @@ type Dispatcher struct {
 	log     *slog.Logger
 	failLog *lograte.Limiter
 	cancel  context.CancelFunc
-	wg      gosync.WaitGroup
+	wg      sync.WaitGroup
 	kick    chan struct{}
-	start   gosync.Once
+	start   sync.Once
 }
 
 // NewDispatcher returns a dispatcher; Start runs it.
@@ -402,7 +402,7 @@ func (d *Dispatcher) send(ctx context.Context, items []created) {
 		return
 	}
 	outcomes := make([]outcome, len(items))
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	for lo := 0; lo < len(items); lo += expo.MaxMessagesPerSend {
 		hi := min(lo+expo.MaxMessagesPerSend, len(items))
 		wg.Go(func() {

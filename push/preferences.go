@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	gosync "sync"
+	"sync"
 	"time"
 
 	"github.com/spoolcast/spoolcast/internal/lograte"
@@ -167,7 +167,7 @@ type ExternalPreferences struct {
 	failLog *lograte.Limiter
 	slots   chan struct{}
 
-	mu    gosync.Mutex
+	mu    sync.Mutex
 	cache map[string]cachedPrefs
 }
 
@@ -212,8 +212,8 @@ func NewExternalPreferences(cfg ExternalConfig) (*ExternalPreferences, error) {
 // PushOff implements Preferences.
 func (p *ExternalPreferences) PushOff(ctx context.Context, users []string) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
-	var mu gosync.Mutex
-	var wg gosync.WaitGroup
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	now := p.cfg.Now()
 	for _, user := range users {
 		p.mu.Lock()

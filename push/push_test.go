@@ -8,7 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	gosync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +22,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/push"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -98,7 +98,7 @@ func (s *stack) ingest(key, category string, users ...string) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if _, err := sync.Ingest(context.Background(), s.pool, []sync.Item{{Producer: "p", Event: ev}}); err != nil {
+	if _, err := ingest.Ingest(context.Background(), s.pool, []ingest.Item{{Producer: "p", Event: ev}}); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -231,7 +231,7 @@ func TestConcurrentIdenticalEventsPushOncePerDevice(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	s.register("u1", "ExponentPushToken[a]", "ExponentPushToken[b]", "ExponentPushToken[c]")
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	for range 100 {
 		wg.Go(func() { s.ingest("same-event", "general", "u1") })
 	}
@@ -309,7 +309,7 @@ func TestAnExternalPreferenceServiceIsAskedWithItsOwnScopeAndCached(t *testing.T
 	t.Parallel()
 	s := newStack(t)
 	var asked []string
-	var mu gosync.Mutex
+	var mu sync.Mutex
 	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		asked = append(asked, r.URL.Path+" "+r.Header.Get("Authorization"))
@@ -468,7 +468,7 @@ func TestMessagesOverExposLimitAreShortenedNotLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sync.Ingest(context.Background(), s.pool, []sync.Item{{Producer: "p", Event: ev}}); err != nil {
+	if _, err := ingest.Ingest(context.Background(), s.pool, []ingest.Item{{Producer: "p", Event: ev}}); err != nil {
 		t.Fatal(err)
 	}
 	s.drain()

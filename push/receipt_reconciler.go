@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	gosync "sync"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,7 +54,7 @@ type ReceiptReconciler struct {
 	failLog *lograte.Limiter
 	cancel  context.CancelFunc
 	done    chan struct{}
-	start   gosync.Once
+	start   sync.Once
 }
 
 // receiptBatch is how many tickets one receipt request asks about.

@@ -36,7 +36,8 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/spool"
-	spsync "github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/forward"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 func main() {
@@ -160,8 +161,8 @@ var (
 	wakeUpInterval time.Duration
 )
 
-func makeItems(n int) []spsync.Item {
-	items := make([]spsync.Item, n)
+func makeItems(n int) []ingest.Item {
+	items := make([]ingest.Item, n)
 	now := time.Now()
 	for i := range items {
 		body := fmt.Sprintf(`{"idempotency_key":"bench:%d","type":"job.finished","category":"jobs","recipients":["u_%d"],"title":"Nightly export finished","body":"Your export of 12,345 rows is ready.","data":{"job_id":"j_%d","rows":12345}}`, i, i%10000, i)
@@ -169,7 +170,7 @@ func makeItems(n int) []spsync.Item {
 		if err != nil {
 			panic(err)
 		}
-		items[i] = spsync.Item{Producer: "bench", Event: ev, ReceivedAt: now}
+		items[i] = ingest.Item{Producer: "bench", Event: ev, ReceivedAt: now}
 	}
 	return items
 }
@@ -196,7 +197,7 @@ INSERT INTO push_queue (notification_id, user_id, category) SELECT id, user_id, 
 
 // baseline writes the batches with as many connections as the forwarder has
 // workers, each taking the next batch in turn.
-func baseline(ctx context.Context, url string, items []spsync.Item, batch, workers int) (float64, error) {
+func baseline(ctx context.Context, url string, items []ingest.Item, batch, workers int) (float64, error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return 0, err
@@ -227,14 +228,14 @@ func baseline(ctx context.Context, url string, items []spsync.Item, batch, worke
 	return float64(len(items)) / time.Since(start).Seconds(), nil
 }
 
-func insertBaseline(ctx context.Context, pool *pgxpool.Pool, items []spsync.Item) error {
+func insertBaseline(ctx context.Context, pool *pgxpool.Pool, items []ingest.Item) error {
 	var key, user, typ, cat, title, body, data, prod, pkey, ekey []string
 	var recv []time.Time
 	var hash [][]byte
 	for _, it := range items {
 		ev := it.Event
-		key = append(key, spsync.NotificationKey(it.Producer, ev.IdempotencyKey, ev.Recipients[0]))
-		ekey = append(ekey, spsync.EventKey(it.Producer, ev.IdempotencyKey))
+		key = append(key, ingest.NotificationKey(it.Producer, ev.IdempotencyKey, ev.Recipients[0]))
+		ekey = append(ekey, "event:"+it.Producer+":"+ev.IdempotencyKey) // the same shape as ingest's event key
 		hash = append(hash, it.Event.Hash())
 		user = append(user, ev.Recipients[0])
 		recv = append(recv, it.ReceivedAt)
@@ -245,7 +246,7 @@ func insertBaseline(ctx context.Context, pool *pgxpool.Pool, items []spsync.Item
 	return err
 }
 
-func forwarder(ctx context.Context, url, spoolPath string, items []spsync.Item, batch, workers int) (float64, error) {
+func forwarder(ctx context.Context, url, spoolPath string, items []ingest.Item, batch, workers int) (float64, error) {
 	sp, err := spool.Open(ctx, spool.Config{Path: spoolPath, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return 0, err
@@ -279,7 +280,7 @@ func forwarder(ctx context.Context, url, spoolPath string, items []spsync.Item, 
 		return 0, err
 	}
 	defer pool.Close()
-	f, err := spsync.NewForwarder(spsync.ForwarderConfig{Spool: sp, DB: pool, BatchSize: batch, Workers: workers, WakeUpInterval: wakeUpInterval, Logger: slog.New(slog.DiscardHandler)})
+	f, err := forward.New(forward.Config{Spool: sp, DB: pool, BatchSize: batch, Workers: workers, WakeUpInterval: wakeUpInterval, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return 0, err
 	}

@@ -33,7 +33,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	gosync "sync"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -46,7 +46,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/internal/wsclient"
 	"github.com/spoolcast/spoolcast/migrations"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 func main() {
@@ -181,7 +181,7 @@ func measureIdle(pid int, base string, tokens []string, ready bool) (memory, []*
 	sockets := make([]*wsclient.Conn, len(tokens))
 	var failed atomic.Int64
 	var firstErr atomic.Value
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	for i, token := range tokens {
 		sem <- struct{}{}
@@ -224,12 +224,12 @@ type latency struct {
 // measureLatency commits rate notifications per second to random connected
 // users and times each frame from its commit's return to its arrival.
 func measureLatency(ctx context.Context, pool *pgxpool.Pool, sockets []*wsclient.Conn, rate int, duration time.Duration) (latency, error) {
-	var mu gosync.Mutex
+	var mu sync.Mutex
 	committed := map[string]time.Time{}
 	var samples []time.Duration
 	var arrivals []time.Time // when each sample's frame arrived, for the per-window breakdown
 	received := make(chan struct{}, 1<<20)
-	var readers gosync.WaitGroup
+	var readers sync.WaitGroup
 	stopRead := make(chan struct{})
 	for _, c := range sockets {
 		readers.Go(func() {
@@ -265,18 +265,18 @@ func measureLatency(ctx context.Context, pool *pgxpool.Pool, sockets []*wsclient
 			}
 		})
 	}
-	waker := sync.NewWaker(pool, 0, nil, slog.New(slog.DiscardHandler))
+	waker := ingest.NewWaker(pool, 0, nil, slog.New(slog.DiscardHandler))
 	const tick = 10 * time.Millisecond
 	perTick := max(1, rate*int(tick)/int(time.Second))
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
 	end := time.Now().Add(duration)
 	sent := 0
-	var ingests gosync.WaitGroup
+	var ingests sync.WaitGroup
 	var ingestErr atomic.Value
 	for time.Now().Before(end) {
 		<-ticker.C
-		items := make([]sync.Item, perTick)
+		items := make([]ingest.Item, perTick)
 		titles := make([]string, perTick)
 		for i := range items {
 			titles[i] = "n" + strconv.Itoa(sent)
@@ -285,11 +285,11 @@ func measureLatency(ctx context.Context, pool *pgxpool.Pool, sockets []*wsclient
 			if err != nil {
 				return latency{}, err
 			}
-			items[i] = sync.Item{Producer: "livebench", Event: ev}
+			items[i] = ingest.Item{Producer: "livebench", Event: ev}
 			sent++
 		}
 		ingests.Go(func() {
-			if _, err := sync.Ingest(ctx, pool, items); err != nil {
+			if _, err := ingest.Ingest(ctx, pool, items); err != nil {
 				ingestErr.CompareAndSwap(nil, err)
 				return
 			}

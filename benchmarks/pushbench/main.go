@@ -30,7 +30,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/push"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 func main() {
@@ -118,15 +118,15 @@ func runRound(ctx context.Context, adminURL, name string, users, devices, events
 		return 0, err
 	}
 	for lo := 0; lo < events; lo += 500 {
-		var items []sync.Item
+		var items []ingest.Item
 		for i := lo; i < min(lo+500, events); i++ {
 			ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":"e%d","type":"job.finished","category":"jobs","recipients":["u%d"],"title":"Nightly export finished","body":"Your export of 12,345 rows is ready to download."}`, i, i%users+1), "")
 			if err != nil {
 				return 0, err
 			}
-			items = append(items, sync.Item{Producer: "bench", Event: ev})
+			items = append(items, ingest.Item{Producer: "bench", Event: ev})
 		}
-		if _, err := sync.Ingest(ctx, pool, items); err != nil {
+		if _, err := ingest.Ingest(ctx, pool, items); err != nil {
 			return 0, err
 		}
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/push"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // centralOptions are central's flags.
@@ -70,7 +70,7 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.dbConnectTimeout, "db-connect-timeout", 5*time.Second, "longest wait to open a Postgres connection")
 	fs.DurationVar(&o.dbStatementTimeout, "db-statement-timeout", 5*time.Second, "longest a request waits on Postgres; past it the request gets 503 + Retry-After and the statement is cancelled")
 	fs.DurationVar(&o.maintenanceInterval, "maintenance-interval", time.Hour, "how often central runs a maintenance pass (one replica at a time); 0 leaves it to `spoolcast maintain`")
-	fs.DurationVar(&o.wakeUpInterval, "wake-up-interval", sync.DefaultWakeUpInterval, "least time between the wake-ups (NOTIFY) /internal/v1/events sends after its commits")
+	fs.DurationVar(&o.wakeUpInterval, "wake-up-interval", ingest.DefaultWakeUpInterval, "least time between the wake-ups (NOTIFY) /internal/v1/events sends after its commits")
 	fs.StringVar(&o.directURL, "direct-database-url", "", "Postgres URL for the LISTEN connection that wakes the live stream and the push dispatcher, direct (not through PgBouncer in transaction mode); default --database-url")
 	fs.BoolVar(&o.inbox, "inbox", false, "serve the web inbox at /inbox: a page showing a user's feed and live arrivals, signed in with their token")
 	o.lifecycle.register(fs)
@@ -223,7 +223,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		prefs = builtin
 	}
 	direct := cmp.Or(o.directURL, o.databaseURL)
-	c.listener = pglisten.New(direct, sync.NotifyChannel, logger)
+	c.listener = pglisten.New(direct, ingest.NotifyChannel, logger)
 	if c.live, err = live.New(live.Config{
 		DB: c.pool, Wake: c.listener.Subscribe(), PollInterval: o.live.pollInterval, PingInterval: o.live.pingInterval,
 		QueueBytes: int(o.live.queueBytes), Metrics: live.NewMetrics(reg), Logger: logger,

@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	gosync "sync"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -117,7 +117,7 @@ func externalPreferences(o centralOptions, metrics *push.Metrics, logger *slog.L
 	if err != nil {
 		return nil, err
 	}
-	var mu gosync.Mutex
+	var mu sync.Mutex
 	var token string
 	var expires time.Time
 	source := func() (string, error) {

@@ -20,7 +20,8 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/relay"
 	"github.com/spoolcast/spoolcast/spool"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/forward"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // relayOptions are the relay's flags.
@@ -68,7 +69,7 @@ func (o *relayOptions) register(fs *flag.FlagSet) {
 	fs.Var(&o.batchMaxBytes, "batch-max-bytes", "most event bytes in one Postgres transaction; an event with more goes alone")
 	fs.DurationVar(&o.maxBackoff, "max-backoff", 5*time.Second, "longest wait between forwarding retries while Postgres is unreachable")
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", 2, "Postgres connections the forwarder may open; each carries one batch in flight")
-	fs.DurationVar(&o.wakeUpInterval, "wake-up-interval", sync.DefaultWakeUpInterval, "least time between the wake-ups (NOTIFY) the forwarder sends after its commits: the longest central's live stream and push wait for a hint")
+	fs.DurationVar(&o.wakeUpInterval, "wake-up-interval", ingest.DefaultWakeUpInterval, "least time between the wake-ups (NOTIFY) the forwarder sends after its commits: the longest central's live stream and push wait for a hint")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --ops-listen (never on the ingest address)")
 	o.log.register(fs)
 }
@@ -101,7 +102,7 @@ type runningRelay struct {
 	handler   *relay.Server
 	http      *httpService
 	ops       *httpService // nil without --ops-listen
-	forwarder *sync.Forwarder
+	forwarder *forward.Forwarder
 	pool      *pgxpool.Pool
 }
 
@@ -170,7 +171,7 @@ func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runn
 		return nil, err
 	}
 	var pool *pgxpool.Pool
-	var forwarder *sync.Forwarder
+	var forwarder *forward.Forwarder
 	if o.databaseURL != "" {
 		if pool, forwarder, err = newForwarder(o, sp, reg, logger); err != nil {
 			sp.Close(ctx)
@@ -273,7 +274,7 @@ func later(a, b time.Time) time.Time {
 // faultEnv names a test-only fault to inject; see docs/operations.md.
 const faultEnv = "SPOOLCAST_TEST_FAULT"
 
-func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, logger *slog.Logger) (*pgxpool.Pool, *sync.Forwarder, error) {
+func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, logger *slog.Logger) (*pgxpool.Pool, *forward.Forwarder, error) {
 	pool, err := pgpool.New(context.Background(), pgpool.Config{URL: o.databaseURL, MaxConns: o.dbMaxConns})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--database-url: %w", err)
@@ -282,7 +283,7 @@ func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, lo
 		pool.Close()
 		return nil, nil, err
 	}
-	fcfg := sync.ForwarderConfig{
+	fcfg := forward.Config{
 		Spool:           sp,
 		DB:              pool,
 		BatchSize:       o.batchSize,
@@ -291,7 +292,7 @@ func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, lo
 		Workers:         o.dbMaxConns, // one batch in flight per connection
 		MaxBackoff:      o.maxBackoff,
 		WakeUpInterval:  o.wakeUpInterval,
-		Metrics:         sync.NewMetrics(reg),
+		Metrics:         forward.NewMetrics(reg),
 		Logger:          logger,
 	}
 	if os.Getenv(faultEnv) == "exit-after-ingest" {
@@ -300,7 +301,7 @@ func newForwarder(o relayOptions, sp *spool.Spool, reg prometheus.Registerer, lo
 			os.Exit(97)
 		}
 	}
-	f, err := sync.NewForwarder(fcfg)
+	f, err := forward.New(fcfg)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

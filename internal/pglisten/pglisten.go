@@ -11,7 +11,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
-	gosync "sync"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,8 +28,8 @@ type Listener struct {
 	subs    []chan struct{}
 	cancel  context.CancelFunc
 	done    chan struct{}
-	start   gosync.Once
-	mu      gosync.Mutex
+	start   sync.Once
+	mu      sync.Mutex
 }
 
 // New returns a listener on channel; Subscribe, then Start.

@@ -1,4 +1,4 @@
-package sync_test
+package ingest_test
 
 import (
 	"context"

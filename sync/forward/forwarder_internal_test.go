@@ -1,4 +1,4 @@
-package sync
+package forward
 
 import (
 	"context"
@@ -58,10 +58,10 @@ func (h *forwarderHarness) claimGood(n int) {
 	}
 }
 
-func (h *forwarderHarness) forwarder(cfg ForwarderConfig) *Forwarder {
+func (h *forwarderHarness) forwarder(cfg Config) *Forwarder {
 	h.t.Helper()
 	cfg.Spool, cfg.DB, cfg.Logger = h.sp, h.pool, slog.New(slog.DiscardHandler)
-	f, err := NewForwarder(cfg)
+	f, err := New(cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestARepeatedWholeRefusalBacksOffToTheMaximum(t *testing.T) {
 	}
 	clk := clock.NewFake(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
 	const minWait, maxWait = 100 * time.Millisecond, 3200 * time.Millisecond
-	f := h.forwarder(ForwarderConfig{Workers: 1, MinBackoff: minWait, MaxBackoff: maxWait, PollInterval: time.Hour, Clock: clk})
+	f := h.forwarder(Config{Workers: 1, MinBackoff: minWait, MaxBackoff: maxWait, PollInterval: time.Hour, Clock: clk})
 	f.testSignals.backoff.Init()
 	f.testSignals.landed.Init()
 	f.Start(context.Background())
@@ -156,7 +156,7 @@ func TestAStatementThatRunsTooLongIsSentInHalves(t *testing.T) {
 		}
 	}
 	h.claimGood(400)
-	f := h.forwarder(ForwarderConfig{Workers: 1, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	f := h.forwarder(Config{Workers: 1, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
 	f.testSignals.landed.Init()
 	f.Start(context.Background())
 	landed := 0
@@ -178,7 +178,7 @@ func TestAStatementThatRunsTooLongIsSentInHalves(t *testing.T) {
 func TestStartAndStopAreSafeToRepeat(t *testing.T) {
 	t.Parallel()
 	h := newForwarderHarness(t, pgtest.DB(t))
-	f := h.forwarder(ForwarderConfig{Workers: 2})
+	f := h.forwarder(Config{Workers: 2})
 	f.Start(context.Background())
 	f.Start(context.Background())
 	h.claimGood(3)
@@ -191,7 +191,7 @@ func TestStartAndStopAreSafeToRepeat(t *testing.T) {
 	if n := h.count("SELECT count(*) FROM notifications"); n != 3 {
 		t.Errorf("notifications = %d after Stop's final flush, want 3", n)
 	}
-	unstarted := h.forwarder(ForwarderConfig{})
+	unstarted := h.forwarder(Config{})
 	if err := unstarted.Stop(context.Background()); err != nil {
 		t.Errorf("Stop of a forwarder never started: %v", err)
 	}

@@ -1,4 +1,4 @@
-package sync
+package forward
 
 import (
 	"cmp"
@@ -7,19 +7,16 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
-	"strings"
-	gosync "sync"
+	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/spool"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // Spool is what the forwarder needs of the relay's spool.
@@ -33,12 +30,12 @@ type Spool interface {
 
 var _ Spool = (*spool.Spool)(nil)
 
-// ForwarderConfig configures a forwarder.
-type ForwarderConfig struct {
+// Config configures a forwarder.
+type Config struct {
 	// Spool is read from and acknowledged. Required.
 	Spool Spool
 	// DB is Postgres. Required.
-	DB DB
+	DB ingest.DB
 	// BatchSize is the most events sent in one ingest transaction. Default 500.
 	BatchSize int
 	// BatchRecipients is the most recipient rows (notifications) in one
@@ -62,7 +59,7 @@ type ForwarderConfig struct {
 	// WakeUpInterval is the least time between the wake-ups the forwarder
 	// sends after its commits; commits in between are covered by a trailing
 	// wake-up, so it is also the longest a live reader waits for a hint.
-	// Default sync.DefaultWakeUpInterval (20ms).
+	// Default ingest.DefaultWakeUpInterval (20ms).
 	WakeUpInterval time.Duration
 	// Metrics receives the forwarder's metrics. Default: not exported.
 	Metrics *Metrics
@@ -76,7 +73,7 @@ type ForwarderConfig struct {
 }
 
 // Validate reports the first setting a user must fix.
-func (c ForwarderConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case c.Spool == nil:
 		return errors.New("forwarder: spool is required")
@@ -100,24 +97,24 @@ func (c ForwarderConfig) Validate() error {
 // batch is in flight, workers read from the top again, which also picks up
 // rows whose acknowledgement failed or that an operator requeued.
 type Forwarder struct {
-	cfg      ForwarderConfig
+	cfg      Config
 	log      *slog.Logger
 	clock    clock.Clock
 	started  atomic.Bool
 	cancel   context.CancelFunc // stops taking batches, waiting and backing off
 	ioCtx    context.Context    // Postgres and spool I/O of batches in flight
 	ioCancel context.CancelFunc // aborts that I/O once Stop's deadline passes
-	workers  gosync.WaitGroup
-	acks     gosync.WaitGroup
+	workers  sync.WaitGroup
+	acks     sync.WaitGroup
 	kick     chan struct{}
 	take1    chan struct{} // one take at a time, so batches never overlap
 	failLog  *lograte.Limiter
-	wake     *Waker
-	stopOnce gosync.Once
+	wake     *ingest.Waker
+	stopOnce sync.Once
 	stopErr  error
 	landed   atomic.Int64 // unix nanoseconds when a batch last landed in Postgres
 
-	mu       gosync.Mutex
+	mu       sync.Mutex
 	cursor   int64               // highest seq handed to a worker
 	inflight int                 // batches handed out and not yet acknowledged
 	refused  map[int64]time.Time // rows refused for good, not yet set aside: when first refused
@@ -132,23 +129,8 @@ type forwarderTestSignals struct {
 	landed  testsignal.Signal[int]           // a statement committed this many events
 }
 
-// errRefusedEverything: Postgres refused every row it was given and nothing
-// shows the rows are at fault; the batch is given back and tried again later.
-var errRefusedEverything = errors.New("Postgres refuses every row of the batch")
-
-// errTooSlow: a statement ran past the ingest timeout or was cancelled by
-// Postgres; the batch is retried in smaller statements.
-var errTooSlow = errors.New("the ingest statement ran too long")
-
-// Reasons a row is set aside as dead, the values of the metric's reason label.
-const (
-	DeadInvalid  = "invalid"  // the spooled payload no longer parses or breaks a rule
-	DeadRefused  = "refused"  // Postgres refuses the row for good
-	DeadConflict = "conflict" // Postgres holds the key for a different request
-)
-
-// NewForwarder returns a forwarder; Start runs it.
-func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
+// New returns a forwarder; Start runs it.
+func New(cfg Config) (*Forwarder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -160,7 +142,7 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	cfg.MaxBackoff = max(cmp.Or(cfg.MaxBackoff, 5*time.Second), cfg.MinBackoff)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
 	cfg.IngestTimeout = cmp.Or(cfg.IngestTimeout, 30*time.Second)
-	cfg.WakeUpInterval = cmp.Or(cfg.WakeUpInterval, DefaultWakeUpInterval)
+	cfg.WakeUpInterval = cmp.Or(cfg.WakeUpInterval, ingest.DefaultWakeUpInterval)
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
@@ -178,7 +160,7 @@ func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 		kick:    make(chan struct{}, cfg.Workers),
 		take1:   make(chan struct{}, 1),
 		failLog: lograte.New(10 * time.Second),
-		wake:    NewWaker(cfg.DB, cfg.WakeUpInterval, cfg.Clock, log),
+		wake:    ingest.NewWaker(cfg.DB, cfg.WakeUpInterval, cfg.Clock, log),
 		refused: map[int64]time.Time{},
 	}, nil
 }
@@ -239,7 +221,7 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 }
 
 // waitFor waits for wg until ctx ends; false when ctx ended first.
-func waitFor(ctx context.Context, wg *gosync.WaitGroup) bool {
+func waitFor(ctx context.Context, wg *sync.WaitGroup) bool {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
@@ -289,7 +271,7 @@ func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
 // batchAcks are the spool acknowledgements of one batch, running while its
 // worker moves on.
 type batchAcks struct {
-	wg      gosync.WaitGroup
+	wg      sync.WaitGroup
 	started atomic.Bool
 }
 
@@ -421,12 +403,6 @@ func (f *Forwarder) failed(ctx context.Context, err error, failures int) bool {
 	}
 }
 
-// refusal is a row Postgres refused on its own.
-type refusal struct {
-	rec spool.Record
-	err error
-}
-
 // forward writes a batch to Postgres, in statements of at most *chunk events,
 // and acknowledges what landed. It returns the seqs it handled: landed, or set
 // aside as dead. A payload that no longer parses is set aside at once. A row
@@ -439,7 +415,7 @@ type refusal struct {
 func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *batchAcks, chunk *int) (map[int64]bool, error) {
 	handled := map[int64]bool{}
 	rows := make([]spool.Record, 0, len(batch))
-	items := make([]Item, 0, len(batch))
+	items := make([]ingest.Item, 0, len(batch))
 	for _, rec := range batch {
 		ev, err := event.Parse(rec.Payload)
 		if err != nil {
@@ -450,7 +426,7 @@ func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *bat
 			continue
 		}
 		rows = append(rows, rec)
-		items = append(items, Item{Producer: rec.Producer, Event: ev, Hash: rec.Hash, ReceivedAt: rec.ReceivedAt})
+		items = append(items, ingest.Item{Producer: rec.Producer, Event: ev, Hash: rec.Hash, ReceivedAt: rec.ReceivedAt})
 	}
 	var unproven error
 	for len(rows) > 0 {
@@ -481,154 +457,6 @@ func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *bat
 		return handled, fmt.Errorf("%w: %w", errRefusedEverything, unproven)
 	}
 	return handled, nil
-}
-
-// forgetRefusals drops what was remembered of rows that have now landed.
-func (f *Forwarder) forgetRefusals(seqs []int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.streak = 0
-	if len(f.refused) == 0 {
-		return
-	}
-	for _, seq := range seqs {
-		delete(f.refused, seq)
-	}
-}
-
-// atFault decides whether a refused row is to blame: rows beside it landed, or
-// rows landed since it was first refused. Otherwise it remembers the refusal.
-func (f *Forwarder) atFault(seq int64, othersLanded bool) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	first, seen := f.refused[seq]
-	if othersLanded || (seen && f.landed.Load() > first.UnixNano()) {
-		delete(f.refused, seq)
-		return true
-	}
-	if !seen {
-		f.refused[seq] = f.clock.Now()
-	}
-	return false
-}
-
-// send writes rows in one ingest transaction, halving on a refusal for good to
-// find the rows at fault. It returns the seqs that landed and the rows refused
-// on their own; err is a failure worth retrying as it is (errTooSlow when the
-// statement ran too long).
-func (f *Forwarder) send(ctx context.Context, rows []spool.Record, items []Item, acks *batchAcks) (landed []int64, refused []refusal, err error) {
-	if len(rows) == 0 {
-		return nil, nil, nil
-	}
-	start := time.Now()
-	seqs := make([]int64, len(rows))
-	for i, rec := range rows {
-		seqs[i] = rec.Seq
-	}
-	ictx, cancel := context.WithTimeout(ctx, f.cfg.IngestTimeout)
-	results, err := Ingest(ictx, f.cfg.DB, items)
-	timedOut := ictx.Err() != nil && ctx.Err() == nil
-	cancel()
-	if err == nil && slices.ContainsFunc(results, func(r Result) bool { return r.Outcome == New }) {
-		f.wake.Committed()
-	}
-	if err != nil {
-		if !refusedForGood(err) {
-			if markErr := f.cfg.Spool.MarkFailed(ctx, seqs); markErr != nil {
-				f.log.Debug("count failed attempt", "err", markErr)
-			}
-			if timedOut || queryCanceled(err) {
-				err = fmt.Errorf("%w (%d events): %w", errTooSlow, len(rows), err)
-			}
-			return nil, nil, err
-		}
-		if len(rows) == 1 {
-			return nil, []refusal{{rows[0], err}}, nil
-		}
-		mid := len(rows) / 2
-		l1, r1, err := f.send(ctx, rows[:mid], items[:mid], acks)
-		if err != nil {
-			return l1, r1, err
-		}
-		l2, r2, err := f.send(ctx, rows[mid:], items[mid:], acks)
-		return append(l1, l2...), append(r1, r2...), err
-	}
-	committed := f.clock.Now()
-	f.landed.Store(committed.UnixNano())
-	f.forgetRefusals(seqs)
-	if f.cfg.AfterIngest != nil {
-		f.cfg.AfterIngest()
-	}
-	f.cfg.Metrics.observeBatch(rows, items, results, committed, time.Since(start))
-	f.testSignals.landed.Signal(len(rows))
-	// The rows are in Postgres. The worker moves on while the spool commits the
-	// acknowledgement; if that fails, the rows are read again once no batch is
-	// in flight, and re-sent harmlessly. A conflict is set aside as dead: the
-	// producer was answered 202 for an event Postgres will never store.
-	forwarded := make([]int64, 0, len(rows))
-	var conflicts []spool.Record
-	for i, r := range results {
-		if r.Outcome == Conflict {
-			conflicts = append(conflicts, rows[i])
-		} else {
-			forwarded = append(forwarded, rows[i].Seq)
-		}
-	}
-	acks.Go(func() {
-		ctx := context.WithoutCancel(ctx)
-		if err := f.cfg.Spool.MarkForwarded(ctx, forwarded); err != nil {
-			f.log.Warn("acknowledge forwarded batch; it will be sent again", "err", err)
-		}
-		for _, rec := range conflicts {
-			if err := f.bury(ctx, rec, DeadConflict, errConflict); err != nil {
-				f.log.Warn("set aside a conflicting event; it will be sent again", "err", err)
-			}
-		}
-	})
-	return seqs, nil, nil
-}
-
-var errConflict = errors.New("Postgres holds this key for a different request (another relay of the producer, or the key reused after the relay's key TTL); nothing was written")
-
-// bury sets aside a row that can never be forwarded, with why. It stays in
-// the spool with the reason for --dead-ttl, for an operator (`spoolcast spool
-// ls --dead`; `spoolcast spool requeue --dead` puts it back); losing it
-// silently would be worse.
-func (f *Forwarder) bury(ctx context.Context, rec spool.Record, reason string, cause error) error {
-	if err := f.cfg.Spool.MarkDead(ctx, rec.Seq, reason+": "+cause.Error()); err != nil {
-		return fmt.Errorf("set aside dead row %d: %w", rec.Seq, err)
-	}
-	f.cfg.Metrics.dead.WithLabelValues(reason).Inc()
-	f.log.Error("event set aside as dead in the spool (spoolcast spool ls --dead)",
-		"reason", reason, "producer", rec.Producer, "key", rec.Key, "seq", rec.Seq, "err", cause)
-	return nil
-}
-
-// refusedForGood reports whether Postgres refused a batch for its content —
-// bad data, a broken constraint, a limit, a statement too large to send — so
-// that sending it again as it is would fail again. Anything else (a
-// connection, a timeout, a missing table) may pass later. Every claim uses
-// ON CONFLICT, so not even a unique violation (23505) comes from a race.
-func refusedForGood(err error) bool {
-	if strings.Contains(err.Error(), "message body too large") {
-		return true // pgx refuses to send a message over 1 GiB
-	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
-		return false
-	}
-	switch pgErr.Code[:2] {
-	case "22", "23", "54": // data exception, integrity constraint violation, program limit exceeded
-		return true
-	}
-	return false
-}
-
-// queryCanceled reports a statement Postgres cancelled: statement_timeout, or
-// a cancel request.
-func queryCanceled(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "57014"
 }
 
 // backoff is exponential from min, capped at max, with full jitter on its upper half.

@@ -1,10 +1,10 @@
-package sync_test
+package ingest_test
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	gosync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +13,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -55,27 +55,27 @@ func TestIngestPersistsOneNotificationPerRecipientOnce(t *testing.T) {
 	pool := newPool(t)
 	ctx := context.Background()
 	received := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
-	items := []sync.Item{
+	items := []ingest.Item{
 		{Producer: "billing", Event: mustEvent(t, "inv:1", "u1", "u2"), ReceivedAt: received},
 		{Producer: "billing", Event: mustEvent(t, "inv:2", "u1")},
 		{Producer: "search", Event: mustEvent(t, "inv:1", "u1")}, // same key, other producer: its own notification
 	}
-	res, err := sync.Ingest(ctx, pool, items)
+	res, err := ingest.Ingest(ctx, pool, items)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []sync.Result{{sync.New, 2}, {sync.New, 1}, {sync.New, 1}}
+	want := []ingest.Result{{event.Accepted, 2}, {event.Accepted, 1}, {event.Accepted, 1}}
 	for i := range want {
 		if res[i] != want[i] {
 			t.Errorf("result %d = %+v, want %+v", i, res[i], want[i])
 		}
 	}
-	again, err := sync.Ingest(ctx, pool, items)
+	again, err := ingest.Ingest(ctx, pool, items)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range again {
-		if r.Outcome != sync.Duplicate || r.Created != 0 {
+		if r.Outcome != event.Duplicate || r.Created != 0 {
 			t.Errorf("re-sent event %d = %+v, want duplicate", i, r)
 		}
 	}
@@ -102,15 +102,15 @@ func TestIngestOfAReusedKeyWithAnotherRequestWritesNothing(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
 	ctx := context.Background()
-	if _, err := sync.Ingest(ctx, pool, []sync.Item{{Producer: "p", Event: mustEvent(t, "k", "u1")}}); err != nil {
+	if _, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: mustEvent(t, "k", "u1")}}); err != nil {
 		t.Fatal(err)
 	}
 	other := mustEvent(t, "k", "u1", "u2") // same key, another request (one more recipient)
-	res, err := sync.Ingest(ctx, pool, []sync.Item{{Producer: "p", Event: other}, {Producer: "p", Event: mustEvent(t, "k2", "u1")}})
+	res, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: other}, {Producer: "p", Event: mustEvent(t, "k2", "u1")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Outcome != sync.Conflict || res[1].Outcome != sync.New {
+	if res[0].Outcome != event.Conflict || res[1].Outcome != event.Accepted {
 		t.Fatalf("results = %+v; want conflict, then new", res)
 	}
 	if n := count(t, pool, "SELECT count(*) FROM notifications WHERE user_id = 'u2'"); n != 0 {
@@ -122,14 +122,14 @@ func TestAReusedKeyIsAConflictWhateverItsRecipients(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
 	ctx := context.Background()
-	if _, err := sync.Ingest(ctx, pool, []sync.Item{{Producer: "p", Event: mustEvent(t, "k", "u1")}}); err != nil {
+	if _, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: mustEvent(t, "k", "u1")}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := sync.Ingest(ctx, pool, []sync.Item{{Producer: "p", Event: mustEvent(t, "k", "u2")}})
+	res, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: mustEvent(t, "k", "u2")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Outcome != sync.Conflict {
+	if res[0].Outcome != event.Conflict {
 		t.Errorf("same key, disjoint recipients = %v; want conflict", res[0].Outcome)
 	}
 	if n := count(t, pool, "SELECT count(*) FROM notifications WHERE user_id = 'u2'"); n != 0 {
@@ -142,12 +142,12 @@ func TestRacingRequestsForOneKeyMakeOneWinnerAndConflicts(t *testing.T) {
 	pool := newPool(t)
 	for round := range 20 {
 		key := fmt.Sprintf("race-%d", round)
-		results := make([]sync.Outcome, 4)
-		var wg gosync.WaitGroup
+		results := make([]event.Outcome, 4)
+		var wg sync.WaitGroup
 		for i := range results {
 			wg.Go(func() {
 				// Four different requests under one key, each to its own recipient.
-				res, err := sync.Ingest(context.Background(), pool, []sync.Item{{Producer: "p", Event: mustEvent(t, key, fmt.Sprintf("u%d", i))}})
+				res, err := ingest.Ingest(context.Background(), pool, []ingest.Item{{Producer: "p", Event: mustEvent(t, key, fmt.Sprintf("u%d", i))}})
 				if err != nil {
 					t.Error(err)
 					return
@@ -159,9 +159,9 @@ func TestRacingRequestsForOneKeyMakeOneWinnerAndConflicts(t *testing.T) {
 		var news, conflicts int
 		for _, o := range results {
 			switch o {
-			case sync.New:
+			case event.Accepted:
 				news++
-			case sync.Conflict:
+			case event.Conflict:
 				conflicts++
 			}
 		}
@@ -179,11 +179,11 @@ func TestAKeyTwiceInOneBatchIsAnsweredAgainstItsFirstRequest(t *testing.T) {
 	pool := newPool(t)
 	same := mustEvent(t, "twice", "u1", "u2")
 	other := mustEvent(t, "twice", "u2", "u3")
-	res, err := sync.Ingest(context.Background(), pool, []sync.Item{{Producer: "p", Event: same}, {Producer: "p", Event: same}, {Producer: "p", Event: other}})
+	res, err := ingest.Ingest(context.Background(), pool, []ingest.Item{{Producer: "p", Event: same}, {Producer: "p", Event: same}, {Producer: "p", Event: other}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []sync.Outcome{sync.New, sync.Duplicate, sync.Conflict}
+	want := []event.Outcome{event.Accepted, event.Duplicate, event.Conflict}
 	for i := range want {
 		if res[i].Outcome != want[i] {
 			t.Errorf("item %d = %v, want %v", i, res[i].Outcome, want[i])
@@ -198,16 +198,16 @@ func TestConcurrentOverlappingBatchesMakeOneRowPerKey(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
 	const events = 300
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	for w := range 6 {
 		wg.Go(func() {
-			var items []sync.Item
+			var items []ingest.Item
 			for i := range events {
 				// Each worker sends every event, in its own order.
 				j := (i*7 + w*53) % events
-				items = append(items, sync.Item{Producer: "p", Event: mustEvent(t, fmt.Sprintf("k%d", j), "u1", fmt.Sprintf("u%d", j%5+2))})
+				items = append(items, ingest.Item{Producer: "p", Event: mustEvent(t, fmt.Sprintf("k%d", j), "u1", fmt.Sprintf("u%d", j%5+2))})
 				if len(items) == 50 {
-					if _, err := sync.Ingest(context.Background(), pool, items); err != nil {
+					if _, err := ingest.Ingest(context.Background(), pool, items); err != nil {
 						t.Error(err)
 						return
 					}
@@ -224,10 +224,10 @@ func TestConcurrentOverlappingBatchesMakeOneRowPerKey(t *testing.T) {
 
 func TestIngestOfAnEmptyBatchDoesNothing(t *testing.T) {
 	t.Parallel()
-	res, err := sync.Ingest(context.Background(), nil, nil)
+	res, err := ingest.Ingest(context.Background(), nil, nil)
 	if err != nil || res != nil {
 		t.Errorf("Ingest(nil) = %v, %v", res, err)
 	}
 }
 
-var _ sync.DB = (*pgx.Conn)(nil)
+var _ ingest.DB = (*pgx.Conn)(nil)

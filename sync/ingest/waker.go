@@ -1,10 +1,10 @@
-package sync
+package ingest
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	gosync "sync"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,9 +49,9 @@ type Waker struct {
 	db       DB
 	clock    clock.Clock
 	log      *slog.Logger
-	sends    gosync.WaitGroup
+	sends    sync.WaitGroup
 
-	mu      gosync.Mutex
+	mu      sync.Mutex
 	last    time.Time // when the last wake-up went out
 	owed    bool      // a commit has not been covered by a wake-up yet
 	sending bool

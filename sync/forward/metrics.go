@@ -1,11 +1,13 @@
-package sync
+package forward
 
 import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/spool"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // Metrics are the forwarder's metrics.
@@ -63,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) observeBatch(batch []spool.Record, items []Item, results []Result, committed time.Time, took time.Duration) {
+func (m *Metrics) observeBatch(batch []spool.Record, items []ingest.Item, results []ingest.Result, committed time.Time, took time.Duration) {
 	m.batch.Observe(took.Seconds())
 	rows := 0
 	for _, it := range items {
@@ -72,10 +74,10 @@ func (m *Metrics) observeBatch(batch []spool.Record, items []Item, results []Res
 	m.batchRows.Observe(float64(rows))
 	for i, r := range results {
 		switch r.Outcome {
-		case Duplicate:
+		case event.Duplicate:
 			m.forwarded.Inc()
 			m.duplicates.Inc()
-		case New:
+		case event.Accepted:
 			m.forwarded.Inc()
 			m.lag.Observe(max(0, committed.Sub(batch[i].ReceivedAt)).Seconds())
 		}

@@ -1,4 +1,4 @@
-package sync
+package ingest
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -31,54 +30,17 @@ type Item struct {
 	ReceivedAt time.Time
 }
 
-// Outcome is what ingest did with one event.
-type Outcome int
-
-// The outcomes of ingesting an event.
-const (
-	// New: at least one of the event's recipients got a new notification.
-	New Outcome = iota + 1
-	// Duplicate: every recipient already had this event's notification.
-	Duplicate
-	// Conflict: the key was used before for a different request; nothing was written.
-	Conflict
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case New:
-		return "new"
-	case Duplicate:
-		return "duplicate"
-	case Conflict:
-		return "conflict"
-	}
-	return "Outcome(" + strconv.Itoa(int(o)) + ")"
-}
-
 // Result is the outcome of one event and the notifications it created.
+// Accepted means at least one recipient got a new notification; Duplicate,
+// that every recipient already had it.
 type Result struct {
-	Outcome Outcome
+	Outcome event.Outcome
 	Created int
 }
 
 // DB is what ingest needs of Postgres: a pgxpool.Pool, a pgx.Conn or a pgx.Tx.
 type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// EventKey is the key under which an event itself is claimed, with its request
-// hash, so that a reused key with another request is a conflict whatever its
-// recipients. It cannot collide with a NotificationKey, which starts with a digit.
-func EventKey(producer, key string) string {
-	return "event:" + strconv.Itoa(len(producer)) + ":" + producer + ":" + key
-}
-
-// NotificationKey derives a recipient's notification key from the producer,
-// the producer's key and the recipient. Length prefixes keep it unambiguous
-// whatever characters the parts hold.
-func NotificationKey(producer, key, recipient string) string {
-	return strconv.Itoa(len(producer)) + ":" + producer + ":" + strconv.Itoa(len(key)) + ":" + key + ":" + recipient
 }
 
 // Ingest persists a batch of events in one statement, and so one transaction:
@@ -109,14 +71,14 @@ func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
 			hash = it.Event.Hash()
 		}
 		hashes[i] = hash
-		eventKey := EventKey(it.Producer, it.Event.IdempotencyKey)
-		if j, seen := first[eventKey]; seen {
+		key := eventKey(it.Producer, it.Event.IdempotencyKey)
+		if j, seen := first[key]; seen {
 			repeatOf[i] = j
 			continue
 		}
-		first[eventKey], repeatOf[i] = i, -1
+		first[key], repeatOf[i] = i, -1
 		sent = append(sent, i)
-		a.addEvent(it, eventKey, hash)
+		a.addEvent(it, key, hash)
 		for _, r := range it.Event.Recipients {
 			a.rcptEvent = append(a.rcptEvent, int64(len(sent)))
 			a.rcptUser = append(a.rcptUser, r)
@@ -142,24 +104,24 @@ func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
 	}
 	results := make([]Result, len(items))
 	for i := range results {
-		results[i].Outcome = Duplicate
+		results[i].Outcome = event.Duplicate
 	}
 	for _, n := range conflicted {
-		results[sent[n-1]].Outcome = Conflict
+		results[sent[n-1]].Outcome = event.Conflict
 	}
 	for _, n := range created {
-		results[sent[n-1]].Outcome = New
+		results[sent[n-1]].Outcome = event.Accepted
 		results[sent[n-1]].Created++
 	}
 	for i, j := range repeatOf {
 		switch {
 		case j < 0:
 		case !bytes.Equal(hashes[i], hashes[j]):
-			results[i].Outcome = Conflict
-		case results[j].Outcome == Conflict:
-			results[i].Outcome = Conflict
+			results[i].Outcome = event.Conflict
+		case results[j].Outcome == event.Conflict:
+			results[i].Outcome = event.Conflict
 		default:
-			results[i].Outcome = Duplicate
+			results[i].Outcome = event.Duplicate
 		}
 	}
 	return results, nil

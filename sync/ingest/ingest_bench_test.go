@@ -1,11 +1,11 @@
-package sync_test
+package ingest_test
 
 import (
 	"context"
 	"fmt"
 	"testing"
 
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // BenchmarkIngest measures Ingest of 500-event batches (one recipient each)
@@ -13,17 +13,17 @@ import (
 func BenchmarkIngest(b *testing.B) {
 	pool := newPoolTB(b)
 	const batch = 500
-	items := make([]sync.Item, batch)
+	items := make([]ingest.Item, batch)
 	n := 0
 	b.ResetTimer()
 	for b.Loop() {
 		b.StopTimer()
 		for i := range items {
-			items[i] = sync.Item{Producer: "bench", Event: mustEvent(b, fmt.Sprintf("k%d", n), fmt.Sprintf("u%d", n%1000))}
+			items[i] = ingest.Item{Producer: "bench", Event: mustEvent(b, fmt.Sprintf("k%d", n), fmt.Sprintf("u%d", n%1000))}
 			n++
 		}
 		b.StartTimer()
-		if _, err := sync.Ingest(context.Background(), pool, items); err != nil {
+		if _, err := ingest.Ingest(context.Background(), pool, items); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package sync_test
+package forward_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/spool"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/forward"
 )
 
 // TestForwardingAndTheFeedWorkThroughPgBouncerInTransactionMode runs the
@@ -41,7 +41,7 @@ func TestForwardingAndTheFeedWorkThroughPgBouncerInTransactionMode(t *testing.T)
 			t.Fatal(err)
 		}
 	}
-	f, err := sync.NewForwarder(sync.ForwarderConfig{Spool: sp, DB: pool, BatchSize: 100, Logger: slog.New(slog.DiscardHandler)})
+	f, err := forward.New(forward.Config{Spool: sp, DB: pool, BatchSize: 100, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

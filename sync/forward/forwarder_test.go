@@ -1,4 +1,4 @@
-package sync_test
+package forward_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	gosync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +23,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/spool"
-	"github.com/spoolcast/spoolcast/sync"
+	"github.com/spoolcast/spoolcast/sync/forward"
 )
 
 // relayProc is a relay subprocess with its forwarder.
@@ -270,7 +270,7 @@ func TestKill9WhileForwardingLandsEveryEventOnce(t *testing.T) {
 	pool := connect(t, dbURL)
 	spoolPath := filepath.Join(t.TempDir(), "spool.db")
 
-	var mu gosync.Mutex
+	var mu sync.Mutex
 	answered := map[string]bool{} // key → answered 202 or 200
 	unknown := map[string]bool{}  // key → the relay died before answering
 	const recipients = 3
@@ -283,7 +283,7 @@ func TestKill9WhileForwardingLandsEveryEventOnce(t *testing.T) {
 			delete(unknown, key)
 		}
 		stop := make(chan struct{})
-		var wg gosync.WaitGroup
+		var wg sync.WaitGroup
 		for g := range 8 {
 			wg.Go(func() {
 				for n := 0; ; n++ {
@@ -353,10 +353,10 @@ func (h *inProcess) claim(key string, payload []byte) {
 }
 
 // start runs a forwarder with cfg's settings over the spool and database.
-func (h *inProcess) start(cfg sync.ForwarderConfig) *sync.Forwarder {
+func (h *inProcess) start(cfg forward.Config) *forward.Forwarder {
 	h.t.Helper()
-	cfg.Spool, cfg.DB, cfg.Metrics, cfg.Logger = h.sp, h.pool, sync.NewMetrics(h.reg), slog.New(slog.DiscardHandler)
-	f, err := sync.NewForwarder(cfg)
+	cfg.Spool, cfg.DB, cfg.Metrics, cfg.Logger = h.sp, h.pool, forward.NewMetrics(h.reg), slog.New(slog.DiscardHandler)
+	f, err := forward.New(cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestRowsPostgresRefusesAreSetAsideWithoutHoldingUpTheRest(t *testing.T) {
 			h.claim(ev.IdempotencyKey, ev.Canonical())
 		}
 	}
-	f := h.start(sync.ForwarderConfig{})
+	f := h.start(forward.Config{})
 	h.waitDrained(30 * time.Second)
 	if err := f.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -470,9 +470,9 @@ func TestAConflictFoundInPostgresAfterA202IsADeadRow(t *testing.T) {
 	b := mustEvent(t, "invoice:7", "u2") // the same key, another request
 	first.claim(a.IdempotencyKey, a.Canonical())
 	second.claim(b.IdempotencyKey, b.Canonical())
-	first.start(sync.ForwarderConfig{})
+	first.start(forward.Config{})
 	first.waitDrained(30 * time.Second)
-	second.start(sync.ForwarderConfig{})
+	second.start(forward.Config{})
 	second.waitDrained(30 * time.Second)
 	waitFor(t, "the conflict to be set aside", 30*time.Second, func() bool {
 		dead, _ := second.sp.List(context.Background(), spool.DeadRows, 0)
@@ -510,7 +510,7 @@ func TestTheWorstLegalInputLandsInBoundedMemory(t *testing.T) {
 		bodies <- largestEvent(t, fmt.Sprintf("big:%d", i), recipients)
 	}
 	close(bodies)
-	var wg gosync.WaitGroup
+	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for body := range bodies {

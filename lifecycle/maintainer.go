@@ -152,10 +152,10 @@ func run(ctx context.Context, cfg Config) (Report, error) {
 	rep.Ran = true
 	for _, table := range Partitioned {
 		for w := range cfg.WeeksAhead + 1 {
-			var created bool
 			at := now.AddDate(0, 0, 7*w)
-			if err := cfg.DB.QueryRow(ctx, `SELECT spoolcast_ensure_week_partition($1::regclass, $2)`, table, at).Scan(&created); err != nil {
-				return rep, fmt.Errorf("maintenance: create the partition of %s for %s: %w", table, at.Format(time.DateOnly), err)
+			created, err := weekly.Ensure(ctx, cfg.DB, table, at)
+			if err != nil {
+				return rep, fmt.Errorf("maintenance: %w", err)
 			}
 			if created {
 				rep.Created = append(rep.Created, weekly.Partition(table, at))

@@ -15,12 +15,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/internal/weekly"
 )
 
 // Sender sends push messages: an *expo.Client.
@@ -354,8 +354,8 @@ func (d *Dispatcher) create(ctx context.Context, claimed []queued, rows []dispat
 	if err == nil {
 		out, err = collectCreated(res, byKey)
 	}
-	if noPartition(err) {
-		if err = ensurePartition(ctx, d.cfg.DB, "push_dispatches"); err == nil {
+	if weekly.NoPartition(err) {
+		if _, err = weekly.Ensure(ctx, d.cfg.DB, "push_dispatches", time.Time{}); err == nil {
 			if res, err = insert(); err == nil {
 				out, err = collectCreated(res, byKey)
 			}
@@ -501,16 +501,4 @@ func shorten(s string, n int) string {
 		return ""
 	}
 	return s[:cut] + "…"
-}
-
-// noPartition reports Postgres's "no partition of relation found for row".
-func noPartition(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23514" && strings.Contains(pgErr.Message, "no partition")
-}
-
-// ensurePartition creates table's partition of the current week.
-func ensurePartition(ctx context.Context, db DB, table string) error {
-	_, err := db.Exec(ctx, `SELECT spoolcast_ensure_week_partition($1::regclass, now())`, table)
-	return err
 }

@@ -1,6 +1,7 @@
-// Package clock lets background loops take their time from a Clock, so that
-// tests can move it: a backoff of minutes or a wake-up interval is then a
-// test step, not a wait.
+// Package clock is the one way spoolcast tells time: every component that
+// schedules, expires or compares times takes a Clock from its Config (nil:
+// the wall clock), so that tests move it: a backoff of minutes, a 24-hour
+// receipt window or a key TTL is then a test step, not a wait.
 package clock
 
 import (
@@ -24,6 +25,21 @@ type Timer interface {
 	Stop() bool
 }
 
+// Or returns c, or the wall clock when c is nil: how a component's Config
+// fills its Clock default.
+func Or(c Clock) Clock {
+	if c == nil {
+		return Real{}
+	}
+	return c
+}
+
+// Since is the time passed on c since t.
+func Since(c Clock, t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// Until is the time on c until t.
+func Until(c Clock, t time.Time) time.Duration { return t.Sub(c.Now()) }
+
 // Real is the wall clock.
 type Real struct{}
 
@@ -40,6 +56,10 @@ type realTimer struct{ t *time.Timer }
 
 func (r realTimer) C() <-chan time.Time { return r.t.C }
 func (r realTimer) Stop() bool          { return r.t.Stop() }
+
+// Frozen returns a clock that stands at t: a maintenance pass run "as of" a
+// given time.
+func Frozen(t time.Time) *Fake { return NewFake(t) }
 
 // Fake is a clock that moves only when told to.
 type Fake struct {

@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/weekly"
 )
 
 //go:embed ingest.sql
@@ -92,10 +90,10 @@ func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
 		).Scan(&created, &conflicted)
 	}
 	err := run()
-	if noPartition(err) {
+	if weekly.NoPartition(err) {
 		// Maintenance has not created this week's partition (it has not run
 		// for weeks, or a week just began): create it and send again.
-		if err = ensurePartition(ctx, db); err == nil {
+		if _, err = weekly.Ensure(ctx, db, "notifications", time.Time{}); err == nil {
 			err = run()
 		}
 	}
@@ -158,19 +156,4 @@ func (a *ingestArgs) addEvent(it Item, eventKey string, hash []byte) {
 	a.body = append(a.body, it.Event.Body)
 	a.data = append(a.data, data)
 	a.runID = append(a.runID, it.Event.RunID)
-}
-
-// noPartition reports Postgres's "no partition of relation found for row".
-func noPartition(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23514" && strings.Contains(pgErr.Message, "no partition")
-}
-
-// ensurePartition creates the notifications partition of the current week.
-func ensurePartition(ctx context.Context, db DB) error {
-	var created bool
-	if err := db.QueryRow(ctx, `SELECT spoolcast_ensure_week_partition('notifications', now())`, pgx.QueryExecModeCacheDescribe).Scan(&created); err != nil {
-		return fmt.Errorf("create this week's partition: %w", err)
-	}
-	return nil
 }

@@ -24,7 +24,7 @@ func (s *Server) ingestEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 		problem.Write(w, r, *p)
 		return
 	}
-	now := s.cfg.Now()
+	now := s.cfg.Clock.Now()
 	// Once sent, the event is answered with its real outcome even if the
 	// client hangs up or half-closes meanwhile; only DBTimeout bounds it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.DBTimeout)

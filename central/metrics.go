@@ -4,11 +4,11 @@ import (
 	"cmp"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/apiversion"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 )
 
@@ -16,10 +16,12 @@ type metrics struct {
 	requests    *prometheus.CounterVec
 	apiRequests *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
+	clock       clock.Clock
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, clk clock.Clock) *metrics {
 	m := &metrics{
+		clock: clk,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spoolcast_central_requests_total",
 			Help: "Central API requests by route and status code.",
@@ -46,7 +48,7 @@ func (m *metrics) instrument(route string, h http.Handler) http.Handler {
 // by the API version served.
 func (m *metrics) instrumentVersioned(route string, versions *apiversion.Registry, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
+		start := m.clock.Now()
 		rec := &httpapi.Recorder{ResponseWriter: w}
 		h.ServeHTTP(rec, r)
 		code := strconv.Itoa(cmp.Or(rec.Status, http.StatusInternalServerError)) // unanswered: httpapi.Answered sends 500
@@ -54,6 +56,6 @@ func (m *metrics) instrumentVersioned(route string, versions *apiversion.Registr
 		if versions != nil {
 			m.apiRequests.WithLabelValues(versions.Served(r), route, code).Inc()
 		}
-		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		m.duration.WithLabelValues(route).Observe(clock.Since(m.clock, start).Seconds())
 	})
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/inbox"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/problem"
@@ -113,8 +114,9 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Logger receives central's logs. Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
+	// Clock tells central's time (receipt times, request durations). Default
+	// the wall clock.
+	Clock clock.Clock
 }
 
 // Validate reports the first setting a user must fix.
@@ -185,19 +187,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	log := cfg.Logger.With("component", "central")
 	s := &Server{
 		cfg:     cfg,
 		log:     log,
 		feed:    feed.NewStore(cfg.DB),
-		metrics: newMetrics(cfg.Registry),
+		metrics: newMetrics(cfg.Registry, cfg.Clock),
 		router:  httpapi.NewRouter(log),
 		dbLog:   lograte.New(10 * time.Second),
 		authLog: lograte.New(10 * time.Second),
-		waker:   ingest.NewWaker(cfg.DB, cfg.WakeUpInterval, nil, log),
+		waker:   ingest.NewWaker(cfg.DB, cfg.WakeUpInterval, cfg.Clock, log),
 	}
 	s.routeAll()
 	s.handler = httpapi.Answered(s.router, log)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/internal/startstop"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/spool"
 	"github.com/spoolcast/spoolcast/sync/ingest"
@@ -100,18 +100,14 @@ type Forwarder struct {
 	cfg      Config
 	log      *slog.Logger
 	clock    clock.Clock
-	started  atomic.Bool
-	cancel   context.CancelFunc // stops taking batches, waiting and backing off
+	svc      startstop.Service  // the workers; stopping them stops taking batches, waiting and backing off
 	ioCtx    context.Context    // Postgres and spool I/O of batches in flight
 	ioCancel context.CancelFunc // aborts that I/O once Stop's deadline passes
-	workers  sync.WaitGroup
 	acks     sync.WaitGroup
 	kick     chan struct{}
 	take1    chan struct{} // one take at a time, so batches never overlap
 	failLog  *lograte.Limiter
 	wake     *ingest.Waker
-	stopOnce sync.Once
-	stopErr  error
 	landed   atomic.Int64 // unix nanoseconds when a batch last landed in Postgres
 
 	mu       sync.Mutex
@@ -149,87 +145,78 @@ func New(cfg Config) (*Forwarder, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	log := cfg.Logger.With("component", "forwarder")
+	ioCtx, ioCancel := context.WithCancel(context.Background())
 	return &Forwarder{
-		cfg:     cfg,
-		log:     log,
-		clock:   cfg.Clock,
-		kick:    make(chan struct{}, cfg.Workers),
-		take1:   make(chan struct{}, 1),
-		failLog: lograte.New(10 * time.Second),
-		wake:    ingest.NewWaker(cfg.DB, cfg.WakeUpInterval, cfg.Clock, log),
-		refused: map[int64]time.Time{},
+		ioCtx:    ioCtx,
+		ioCancel: ioCancel,
+		cfg:      cfg,
+		log:      log,
+		clock:    cfg.Clock,
+		kick:     make(chan struct{}, cfg.Workers),
+		take1:    make(chan struct{}, 1),
+		failLog:  lograte.New(10 * time.Second),
+		wake:     ingest.NewWaker(cfg.DB, cfg.WakeUpInterval, cfg.Clock, log),
+		refused:  map[int64]time.Time{},
 	}, nil
 }
 
 // Start runs the forwarding workers in the background and returns at once.
 // Only the first call starts them.
 func (f *Forwarder) Start(ctx context.Context) {
-	if !f.started.CompareAndSwap(false, true) {
-		return
+	workers := make([]func(context.Context), f.cfg.Workers)
+	for i := range workers {
+		workers[i] = f.work
 	}
-	f.ioCtx, f.ioCancel = context.WithCancel(context.WithoutCancel(ctx))
-	ctx, f.cancel = context.WithCancel(ctx)
-	for range f.cfg.Workers {
-		f.workers.Go(func() { f.work(ctx) })
-	}
+	f.svc.Start(ctx, workers...)
 }
 
 // Stop stops taking new batches and lets the batches in flight finish, then
 // forwards what is still pending, all until ctx ends. Safe to call twice: the
 // second call returns the first one's answer.
 func (f *Forwarder) Stop(ctx context.Context) error {
-	f.stopOnce.Do(func() {
-		if !f.started.Load() {
-			return
-		}
-		f.cancel()
-		stopIO := context.AfterFunc(ctx, f.ioCancel)
-		defer stopIO()
-		defer f.ioCancel()
-		defer f.wake.Stop()
-		if !waitFor(ctx, &f.workers) || !waitFor(ctx, &f.acks) {
-			f.stopErr = fmt.Errorf("final flush: %w", ctx.Err())
-			return
-		}
-		// Batches the workers gave up on are still pending: start from the top.
-		var after int64
-		var acks batchAcks
-		for ctx.Err() == nil {
-			batch, err := f.cfg.Spool.NextBatch(ctx, after, f.limit())
-			if err == nil && len(batch) > 0 {
-				chunk := len(batch)
-				_, err = f.forward(ctx, batch, &acks, &chunk)
-				after = batch[len(batch)-1].Seq
-			}
-			if err != nil {
-				f.stopErr = fmt.Errorf("final flush: %w", err)
-				break
-			}
-			if len(batch) == 0 {
-				break
-			}
-		}
-		if !waitFor(ctx, &acks.wg) && f.stopErr == nil {
-			f.stopErr = fmt.Errorf("final flush: acknowledgements: %w", ctx.Err())
-		}
-	})
-	return f.stopErr
+	stopIO := context.AfterFunc(ctx, f.ioCancel)
+	defer stopIO()
+	err := f.svc.Stop(ctx, f.flush)
+	if err != nil && err == ctx.Err() { // the workers outlasted ctx
+		err = fmt.Errorf("final flush: %w", err)
+	}
+	f.ioCancel()
+	f.wake.Stop()
+	return err
 }
 
-// waitFor waits for wg until ctx ends; false when ctx ended first.
-func waitFor(ctx context.Context, wg *sync.WaitGroup) bool {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return false
+// flush is the last step of Stop, once the workers have returned: it waits
+// for their acknowledgements, then forwards what is still pending (batches
+// the workers gave up on), from the top.
+func (f *Forwarder) flush(ctx context.Context) error {
+	if !startstop.Wait(ctx, &f.acks) {
+		return fmt.Errorf("final flush: %w", ctx.Err())
 	}
+	var after int64
+	var acks batchAcks
+	var err error
+	for ctx.Err() == nil {
+		var batch []spool.Record
+		batch, err = f.cfg.Spool.NextBatch(ctx, after, f.limit())
+		if err == nil && len(batch) > 0 {
+			chunk := len(batch)
+			_, err = f.forward(ctx, batch, &acks, &chunk)
+			after = batch[len(batch)-1].Seq
+		}
+		if err != nil {
+			err = fmt.Errorf("final flush: %w", err)
+			break
+		}
+		if len(batch) == 0 {
+			break
+		}
+	}
+	if !startstop.Wait(ctx, &acks.wg) && err == nil {
+		err = fmt.Errorf("final flush: acknowledgements: %w", ctx.Err())
+	}
+	return err
 }
 
 func (f *Forwarder) limit() spool.BatchLimit {
@@ -300,36 +287,22 @@ func (f *Forwarder) release(acks *batchAcks) {
 	})
 }
 
+// work takes batches until ctx ends: at once while there are more, on a
+// spool commit, another worker's kick, or the poll interval when idle.
 func (f *Forwarder) work(ctx context.Context) {
-	for ctx.Err() == nil {
+	schedule := startstop.Schedule{Interval: f.cfg.PollInterval, Wake: f.cfg.Spool.Wake(), Kick: f.kick, Clock: f.clock}
+	startstop.Every(ctx, schedule, func(ctx context.Context) bool {
 		batch, err := f.take(ctx)
 		switch {
 		case err != nil:
-			if !f.failed(ctx, err, 1) {
-				return
-			}
+			return f.failed(ctx, err, 1) // waited out its backoff: try again at once
 		case len(batch) == 0:
-			if !f.idle(ctx) {
-				return
-			}
+			return false
 		default:
 			f.own(ctx, batch)
+			return true
 		}
-	}
-}
-
-// idle waits for new rows: a spool commit, another worker's kick, or the poll.
-func (f *Forwarder) idle(ctx context.Context) bool {
-	poll := f.clock.NewTimer(f.cfg.PollInterval)
-	defer poll.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-f.cfg.Spool.Wake():
-	case <-f.kick:
-	case <-poll.C():
-	}
-	return true
+	})
 }
 
 // own keeps a batch until every row has landed or been set aside: it retries
@@ -387,7 +360,7 @@ func (f *Forwarder) failed(ctx context.Context, err error, failures int) bool {
 		return false
 	}
 	f.cfg.Metrics.errors.Inc()
-	wait := backoff(failures, f.cfg.MinBackoff, f.cfg.MaxBackoff)
+	wait := startstop.Backoff(failures, f.cfg.MinBackoff, f.cfg.MaxBackoff)
 	f.failLog.Do(func(suppressed int64) {
 		f.log.Warn("forwarding failed; events stay in the spool and will be retried",
 			"err", err, "attempt", failures, "retry_in", wait.Round(time.Millisecond), "suppressed", suppressed)
@@ -457,13 +430,4 @@ func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *bat
 		return handled, fmt.Errorf("%w: %w", errRefusedEverything, unproven)
 	}
 	return handled, nil
-}
-
-// backoff is exponential from min, capped at max, with full jitter on its upper half.
-func backoff(failures int, minWait, maxWait time.Duration) time.Duration {
-	d := minWait << min(max(failures, 1)-1, 30)
-	if d <= 0 || d > maxWait {
-		d = maxWait
-	}
-	return d/2 + rand.N(d/2+1)
 }

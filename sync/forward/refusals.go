@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/spool"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
@@ -73,7 +73,7 @@ func (f *Forwarder) send(ctx context.Context, rows []spool.Record, items []inges
 	if len(rows) == 0 {
 		return nil, nil, nil
 	}
-	start := time.Now()
+	start := f.clock.Now()
 	seqs := make([]int64, len(rows))
 	for i, rec := range rows {
 		seqs[i] = rec.Seq
@@ -112,7 +112,7 @@ func (f *Forwarder) send(ctx context.Context, rows []spool.Record, items []inges
 	if f.cfg.AfterIngest != nil {
 		f.cfg.AfterIngest()
 	}
-	f.cfg.Metrics.observeBatch(rows, items, results, committed, time.Since(start))
+	f.cfg.Metrics.observeBatch(rows, items, results, committed, clock.Since(f.clock, start))
 	f.testSignals.landed.Signal(len(rows))
 	// The rows are in Postgres. The worker moves on while the spool commits the
 	// acknowledgement; if that fails, the rows are read again once no batch is

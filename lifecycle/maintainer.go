@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/weekly"
 )
 
@@ -24,8 +25,7 @@ type DB interface {
 }
 
 // Partitioned are the tables kept in weekly partitions on their creation
-// time, each dropped whole past retention. The push issue's dispatch rows join
-// this list.
+// time, each dropped whole past retention.
 var Partitioned = []string{"notifications", "push_dispatches"}
 
 // lockKey is the advisory lock that makes one pass at a time, cluster-wide.
@@ -48,8 +48,9 @@ type Config struct {
 	// WeeksAhead is how many weekly partitions past the current one are
 	// created ahead of time. Default 4.
 	WeeksAhead int
-	// Now is the clock a pass runs by. Default time.Now.
-	Now func() time.Time
+	// Clock is the clock a pass runs by (clock.Frozen runs it as of a given
+	// time). Default the wall clock.
+	Clock clock.Clock
 	// Metrics receives the outcome of passes. Default: not exported.
 	Metrics *Metrics
 	// Logger receives maintenance's logs. Default slog.Default().
@@ -72,9 +73,7 @@ func (c Config) Validate() error {
 func (c Config) withDefaults() Config {
 	c.KeyWindow = cmp.Or(c.KeyWindow, 7*24*time.Hour)
 	c.WeeksAhead = cmp.Or(c.WeeksAhead, 4)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
 	}
@@ -113,7 +112,7 @@ type Partition struct {
 	End   time.Time `json:"end"`
 }
 
-// Run makes one maintenance pass as of cfg.Now(): partitions ahead, drops
+// Run makes one maintenance pass as of cfg.Clock's now: partitions ahead, drops
 // past retention, expired keys. A pass already running in another replica
 // makes it return at once with Ran false.
 func Run(ctx context.Context, cfg Config) (Report, error) {
@@ -124,15 +123,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, errors.New("maintenance: a database is required")
 	}
 	cfg = cfg.withDefaults()
-	start := time.Now()
+	start := cfg.Clock.Now()
 	rep, err := run(ctx, cfg)
-	rep.Took = time.Since(start)
-	cfg.Metrics.observe(rep, err, cfg.Now())
+	rep.Took = clock.Since(cfg.Clock, start)
+	cfg.Metrics.observe(rep, err, cfg.Clock)
 	return rep, err
 }
 
 func run(ctx context.Context, cfg Config) (Report, error) {
-	now := cfg.Now().UTC()
+	now := cfg.Clock.Now().UTC()
 	rep := Report{At: now}
 	lock, err := cfg.DB.Begin(ctx)
 	if err != nil {

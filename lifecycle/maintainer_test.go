@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/lifecycle"
 	"github.com/spoolcast/spoolcast/sync/ingest"
@@ -55,7 +56,7 @@ func count(t *testing.T, pool *pgxpool.Pool, query string) int {
 
 func pass(t *testing.T, pool *pgxpool.Pool, at time.Time) lifecycle.Report {
 	t.Helper()
-	rep, err := lifecycle.Run(context.Background(), lifecycle.Config{DB: pool, Retention: 90 * 24 * time.Hour, Now: func() time.Time { return at }})
+	rep, err := lifecycle.Run(context.Background(), lifecycle.Config{DB: pool, Retention: 90 * 24 * time.Hour, Clock: clock.Frozen(at)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestReplicasPassingAtOnceMakeOnePass(t *testing.T) {
 	for i := range reps {
 		wg.Go(func() {
 			<-hold
-			reps[i], errs[i] = lifecycle.Run(context.Background(), lifecycle.Config{DB: pool, Retention: 90 * 24 * time.Hour, Now: func() time.Time { return at }})
+			reps[i], errs[i] = lifecycle.Run(context.Background(), lifecycle.Config{DB: pool, Retention: 90 * 24 * time.Hour, Clock: clock.Frozen(at)})
 		})
 	}
 	close(hold)

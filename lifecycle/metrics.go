@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spoolcast/spoolcast/internal/clock"
 )
 
 // Metrics are maintenance's metrics.
@@ -17,7 +19,8 @@ type Metrics struct {
 
 	mu         sync.Mutex
 	partitions []Partition
-	now        time.Time
+	seenAt     time.Time
+	clock      clock.Clock // the clock of the pass that saw them
 	count      *prometheus.Desc
 	oldestAge  *prometheus.Desc
 	ahead      *prometheus.Desc
@@ -59,7 +62,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) observe(rep Report, err error, now time.Time) {
+func (m *Metrics) observe(rep Report, err error, clk clock.Clock) {
+	now := clk.Now()
 	switch {
 	case err != nil:
 		m.passes.WithLabelValues("failed").Inc()
@@ -73,14 +77,14 @@ func (m *Metrics) observe(rep Report, err error, now time.Time) {
 		m.lastTook.Set(rep.Took.Seconds())
 	}
 	if rep.Partitions != nil {
-		m.observePartitions(rep.Partitions, now)
+		m.observePartitions(rep.Partitions, clk)
 	}
 }
 
-// observePartitions keeps the partitions present as of now, for Collect.
-func (m *Metrics) observePartitions(parts []Partition, now time.Time) {
+// observePartitions keeps the partitions present as of now on clk, for Collect.
+func (m *Metrics) observePartitions(parts []Partition, clk clock.Clock) {
 	m.mu.Lock()
-	m.partitions, m.now = parts, now
+	m.partitions, m.seenAt, m.clock = parts, clk.Now(), clk
 	m.mu.Unlock()
 }
 
@@ -95,12 +99,12 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 // (or skipped pass) saw them, aged to now. No query per scrape.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
-	parts, seen := m.partitions, m.now
+	parts, seen, clk := m.partitions, m.seenAt, m.clock
 	m.mu.Unlock()
 	if seen.IsZero() {
 		return
 	}
-	now := time.Now()
+	now := clk.Now()
 	for _, table := range Partitioned {
 		var n int
 		var oldest, newestEnd time.Time

@@ -3,10 +3,10 @@ package lifecycle
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
 // Scheduler runs a maintenance pass at start and then every interval, in
@@ -16,10 +16,7 @@ type Scheduler struct {
 	interval  time.Duration
 	watchOnly bool // read the partitions present; run no pass
 	failLog   *lograte.Limiter
-	cancel    context.CancelFunc
-	done      chan struct{}
-	start     sync.Once
-	stop      sync.Once
+	svc       startstop.Service
 }
 
 // NewScheduler returns a scheduler of passes with cfg; Start runs it.
@@ -30,7 +27,7 @@ func NewScheduler(cfg Config, interval time.Duration) (*Scheduler, error) {
 	if cfg.DB == nil || interval <= 0 {
 		return nil, errors.New("maintenance: a database and a positive interval are required")
 	}
-	return &Scheduler{cfg: cfg.withDefaults(), interval: interval, failLog: lograte.New(10 * time.Minute), done: make(chan struct{})}, nil
+	return &Scheduler{cfg: cfg.withDefaults(), interval: interval, failLog: lograte.New(10 * time.Minute)}, nil
 }
 
 // NewWatcher returns a scheduler that runs no pass: every interval it reads
@@ -49,51 +46,29 @@ func NewWatcher(cfg Config, interval time.Duration) (*Scheduler, error) {
 // Start runs passes in the background and returns at once. Only the first
 // call starts them.
 func (s *Scheduler) Start(ctx context.Context) {
-	s.start.Do(func() {
-		ctx, s.cancel = context.WithCancel(ctx)
-		go s.loop(ctx)
+	s.svc.Start(ctx, func(ctx context.Context) {
+		startstop.Every(ctx, startstop.Schedule{Interval: s.interval, Clock: s.cfg.Clock}, s.pass)
 	})
-}
-
-func (s *Scheduler) loop(ctx context.Context) {
-	defer close(s.done)
-	t := time.NewTicker(s.interval)
-	defer t.Stop()
-	for {
-		if s.watchOnly {
-			parts, err := Partitions(ctx, s.cfg.DB)
-			if err == nil {
-				s.cfg.Metrics.observePartitions(parts, s.cfg.Now())
-			} else if ctx.Err() == nil {
-				s.failLog.Do(func(suppressed int64) {
-					s.cfg.Logger.Warn("cannot read the partitions present; the next look retries", "component", "maintenance", "err", err, "suppressed", suppressed)
-				})
-			}
-		} else if _, err := Run(ctx, s.cfg); err != nil && ctx.Err() == nil {
-			s.failLog.Do(func(suppressed int64) {
-				s.cfg.Logger.Error("maintenance pass failed; the next one retries", "component", "maintenance", "err", err, "suppressed", suppressed)
-			})
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // Stop cancels a pass in flight and waits for the loop to end, until ctx
 // ends. Safe to call twice, and before Start (which then never starts).
-func (s *Scheduler) Stop(ctx context.Context) error {
-	s.start.Do(func() {}) // a Start after Stop starts nothing
-	if s.cancel == nil {
-		return nil
+func (s *Scheduler) Stop(ctx context.Context) error { return s.svc.Stop(ctx) }
+
+func (s *Scheduler) pass(ctx context.Context) bool {
+	if s.watchOnly {
+		parts, err := Partitions(ctx, s.cfg.DB)
+		if err == nil {
+			s.cfg.Metrics.observePartitions(parts, s.cfg.Clock)
+		} else if ctx.Err() == nil {
+			s.failLog.Do(func(suppressed int64) {
+				s.cfg.Logger.Warn("cannot read the partitions present; the next look retries", "component", "maintenance", "err", err, "suppressed", suppressed)
+			})
+		}
+	} else if _, err := Run(ctx, s.cfg); err != nil && ctx.Err() == nil {
+		s.failLog.Do(func(suppressed int64) {
+			s.cfg.Logger.Error("maintenance pass failed; the next one retries", "component", "maintenance", "err", err, "suppressed", suppressed)
+		})
 	}
-	s.stop.Do(s.cancel)
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return false
 }

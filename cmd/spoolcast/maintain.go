@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/lifecycle"
 )
@@ -56,7 +57,7 @@ func maintainCommand() (*flag.FlagSet, runFunc) {
 			if err != nil {
 				return fmt.Errorf("--now %q: want an RFC 3339 time such as 2026-12-31T00:00:00Z", nowText)
 			}
-			cfg.Now = func() time.Time { return at }
+			cfg.Clock = clock.Frozen(at)
 		}
 		if err := cfg.Validate(); err != nil {
 			return err

@@ -2,7 +2,6 @@ package spool
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -82,7 +81,7 @@ func (s *Spool) MarkForwarded(ctx context.Context, seqs []int64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
-	now := s.cfg.Now().UnixNano()
+	now := s.cfg.Clock.Now().UnixNano()
 	return s.write(ctx, func(ctx context.Context, tx execer) error {
 		if err := execForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ?, size = 0 WHERE forwarded_at IS NULL AND seq IN (%s)", []any{now}, seqs); err != nil {
 			return err
@@ -96,7 +95,7 @@ func (s *Spool) MarkForwarded(ctx context.Context, seqs []int64) error {
 // keeps its payload for Config.DeadTTL, for an operator to inspect with
 // `spoolcast spool ls --dead` or put back with `spoolcast spool requeue --dead`.
 func (s *Spool) MarkDead(ctx context.Context, seq int64, reason string) error {
-	now := s.cfg.Now().UnixNano()
+	now := s.cfg.Clock.Now().UnixNano()
 	return s.write(ctx, func(ctx context.Context, tx execer) error {
 		_, err := tx.ExecContext(ctx, `UPDATE events SET forwarded_at = ?, dead_reason = ?, attempts = attempts + 1 WHERE seq = ? AND forwarded_at IS NULL`, now, reason, seq)
 		return err
@@ -130,62 +129,4 @@ func execForSeqs(ctx context.Context, tx execer, query string, fixed []any, seqs
 		seqs = seqs[n:]
 	}
 	return nil
-}
-
-// runPruner deletes rows past their retention every PruneInterval.
-func (s *Spool) runPruner(ctx context.Context) {
-	t := time.NewTicker(s.cfg.PruneInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n, err := s.Prune(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
-				s.log.Warn("prune spool", "err", err)
-			} else if n > 0 {
-				s.log.Debug("pruned spool", "rows", n)
-			}
-		}
-	}
-}
-
-// Prune deletes kept keys forwarded longer ago than KeyTTL and dead rows set
-// aside longer ago than DeadTTL, in small transactions so claims keep flowing.
-// Pending rows are never deleted.
-func (s *Spool) Prune(ctx context.Context) (int64, error) {
-	now := s.cfg.Now()
-	kept, err := s.pruneWhere(ctx, "dead_reason IS NULL", now.Add(-s.cfg.KeyTTL))
-	if err != nil {
-		return kept, err
-	}
-	dead, err := s.pruneWhere(ctx, "dead_reason IS NOT NULL", now.Add(-s.cfg.DeadTTL))
-	if dead > 0 {
-		s.log.Warn("dead rows past their retention were deleted", "rows", dead, "dead_ttl", s.cfg.DeadTTL)
-	}
-	return kept + dead, err
-}
-
-func (s *Spool) pruneWhere(ctx context.Context, cond string, cutoff time.Time) (int64, error) {
-	const chunk = 2000
-	var total int64
-	for {
-		var n int64
-		err := s.write(ctx, func(ctx context.Context, tx execer) error {
-			res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE seq IN (
-				SELECT seq FROM events WHERE forwarded_at IS NOT NULL AND forwarded_at < ? AND `+cond+` LIMIT ?)`, cutoff.UnixNano(), chunk)
-			if err != nil {
-				return fmt.Errorf("prune: %w", err)
-			}
-			n, err = res.RowsAffected()
-			return err
-		})
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < chunk {
-			return total, nil
-		}
-	}
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/spoolcast/spoolcast/event"
 )
 
 // Entry is what a claim spools: the producer-scoped key, the hash of the
@@ -21,35 +23,10 @@ type Entry struct {
 	Fanout int
 }
 
-// Outcome is how a claim was answered.
-type Outcome int
-
-// The outcomes of a claim.
-const (
-	// Accepted: the key was new and the entry is now durable.
-	Accepted Outcome = iota + 1
-	// Duplicate: the key was claimed before with the same request hash.
-	Duplicate
-	// Conflict: the key was claimed before with another request hash.
-	Conflict
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Accepted:
-		return "accepted"
-	case Duplicate:
-		return "duplicate"
-	case Conflict:
-		return "conflict"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
-
 // ClaimResult is the answer to a claim. ReceivedAt is when the relay first
 // received the key: now for Accepted, the winner's time otherwise.
 type ClaimResult struct {
-	Outcome    Outcome
+	Outcome    event.Outcome
 	ReceivedAt time.Time
 }
 
@@ -70,7 +47,7 @@ func (s *Spool) Claim(ctx context.Context, e Entry) (ClaimResult, error) {
 	if e.Producer == "" || e.Key == "" {
 		return ClaimResult{}, errors.New("claim: producer and key are required")
 	}
-	c := &claimOp{entry: e, receivedAt: s.cfg.Now()}
+	c := &claimOp{entry: e, receivedAt: s.cfg.Clock.Now()}
 	if err := s.submit(ctx, &op{claim: c}); err != nil {
 		return ClaimResult{}, err
 	}
@@ -132,7 +109,7 @@ func (s *Spool) applyClaim(ctx context.Context, c *claimOp) (isNew bool, err err
 			}
 			s.nextSeq++
 			s.pending += size
-			c.result = ClaimResult{Outcome: Accepted, ReceivedAt: c.receivedAt}
+			c.result = ClaimResult{Outcome: event.Accepted, ReceivedAt: c.receivedAt}
 			return true, nil
 		}
 	}
@@ -146,9 +123,9 @@ func (s *Spool) applyClaim(ctx context.Context, c *claimOp) (isNew bool, err err
 	case err != nil:
 		return false, fmt.Errorf("claim %q: read winner: %w", e.Key, err)
 	}
-	c.result = ClaimResult{Outcome: Conflict, ReceivedAt: time.Unix(0, receivedAt)}
+	c.result = ClaimResult{Outcome: event.Conflict, ReceivedAt: time.Unix(0, receivedAt)}
 	if bytes.Equal(hash, e.Hash) {
-		c.result.Outcome = Duplicate
+		c.result.Outcome = event.Duplicate
 	}
 	return false, nil
 }

@@ -4,7 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"time"
+
+	"github.com/spoolcast/spoolcast/internal/clock"
 )
 
 // op is one write waiting for the writer. Exactly one of claim and fn is set.
@@ -100,10 +101,10 @@ func (s *Spool) commit(batch []*op) {
 	// The batch is committed even if some callers gave up: their rows may be
 	// answered as duplicates on retry, which is the contract.
 	ctx := context.Background()
-	start := time.Now()
+	start := s.cfg.Clock.Now()
 	errs := make([]error, len(batch))
 	added, err := s.runBatch(ctx, batch, errs)
-	took := time.Since(start)
+	took := clock.Since(s.cfg.Clock, start)
 	if err == nil && s.cfg.OnCommit != nil {
 		s.cfg.OnCommit(len(batch), took)
 	}

@@ -9,14 +9,16 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/spoolcast/spoolcast/internal/clock"
 )
 
 // Reader reads a spool file. A Spool has one for its own reads; OpenReadOnly
 // gives one to tools that inspect a spool while its relay runs.
 type Reader struct {
-	path string
-	db   *sql.DB
-	now  func() time.Time
+	path  string
+	db    *sql.DB
+	clock clock.Clock
 }
 
 // OpenReadOnly opens an existing spool without write access. It works while a
@@ -41,7 +43,7 @@ func openReader(path string, cfg Config, mode connMode) (*Reader, error) {
 		db.Close()
 		return nil, fmt.Errorf("open spool %s: %w", path, err)
 	}
-	return &Reader{path: path, db: db, now: cfg.Now}, nil
+	return &Reader{path: path, db: db, clock: cfg.Clock}, nil
 }
 
 // Close closes the reader's connections.
@@ -94,7 +96,7 @@ func (r *Reader) Stats(ctx context.Context) (Stats, error) {
 	}
 	if oldest.Valid {
 		st.OldestPending = time.Unix(0, oldest.Int64)
-		st.OldestPendingAge = max(0, r.now().Sub(st.OldestPending))
+		st.OldestPendingAge = max(0, r.clock.Now().Sub(st.OldestPending))
 	}
 	for _, p := range []string{r.path, r.path + "-wal"} {
 		if fi, err := os.Stat(p); err == nil {

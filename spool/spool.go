@@ -16,12 +16,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/startstop"
 	"modernc.org/sqlite" // registers the "sqlite" driver
 	sqlite3 "modernc.org/sqlite/lib"
 )
-
-//go:embed schema.sql
-var schemaSQL string
 
 // Sentinel errors callers branch on.
 var (
@@ -72,8 +71,9 @@ type Config struct {
 	BusyTimeout time.Duration
 	// PruneInterval is how often rows past their retention are deleted. Default 1m.
 	PruneInterval time.Duration
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
+	// Clock stamps receipts, acknowledgements and deaths, and times the
+	// pruner and the retention windows. Default the wall clock.
+	Clock clock.Clock
 	// Logger receives the spool's logs. Default slog.Default().
 	Logger *slog.Logger
 	// OnCommit, when set, is called after every commit with the number of writes
@@ -89,9 +89,7 @@ func (c Config) withDefaults() Config {
 	c.MaxCommitBatch = cmp.Or(c.MaxCommitBatch, 1024)
 	c.BusyTimeout = cmp.Or(c.BusyTimeout, 5*time.Second)
 	c.PruneInterval = cmp.Or(c.PruneInterval, time.Minute)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -143,8 +141,7 @@ type Spool struct {
 	pendingBytes atomic.Int64
 	diskFull     atomic.Bool
 
-	cancelBG context.CancelFunc
-	bg       sync.WaitGroup
+	pruner   startstop.Service
 	stopOnce sync.Once
 	closeSem chan struct{} // one Close at a time; waiting for it honours ctx
 	closed   bool
@@ -184,9 +181,7 @@ func Open(ctx context.Context, cfg Config) (*Spool, error) {
 		return nil, err
 	}
 	go s.runWriter()
-	bgCtx, cancel := context.WithCancel(context.Background())
-	s.cancelBG = cancel
-	s.bg.Go(func() { s.runPruner(bgCtx) })
+	s.pruner.Start(context.Background(), s.runPruner)
 	return s, nil
 }
 
@@ -226,91 +221,6 @@ const (
 	modeReader                   // the spool's own read connections
 	modeReadOnly                 // another process inspecting the file
 )
-
-// schemaVersion is the spool file's layout (PRAGMA user_version): 2 keeps
-// running totals and fan-outs, and payloads apart, for pending and dead rows only.
-const schemaVersion = 2
-
-// migrate creates the spool's tables, or brings an older file up to date in
-// one transaction: its rows are copied into the current layout, kept rows
-// without their payloads and pending rows with their fan-out, and the totals
-// are counted once.
-func migrate(ctx context.Context, conn *sql.Conn) error {
-	var version int
-	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return err
-	}
-	if version >= schemaVersion {
-		return nil
-	}
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return err
-	}
-	err := func() error {
-		var old int
-		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'events'`).Scan(&old); err != nil {
-			return err
-		}
-		if old > 0 {
-			var hasDead int
-			if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('events') WHERE name = 'dead_reason'`).Scan(&hasDead); err != nil {
-				return err
-			}
-			steps := []string{`ALTER TABLE events RENAME TO events_v1`, `DROP INDEX IF EXISTS events_pending`, `DROP INDEX IF EXISTS events_forwarded`}
-			if hasDead == 0 {
-				steps = append(steps, `ALTER TABLE events_v1 ADD COLUMN dead_reason TEXT`)
-			}
-			for _, q := range steps {
-				if _, err := conn.ExecContext(ctx, q); err != nil {
-					return err
-				}
-			}
-		}
-		if _, err := conn.ExecContext(ctx, schemaSQL); err != nil {
-			return err
-		}
-		if old > 0 {
-			for _, q := range []string{
-				`INSERT INTO events (seq, producer, key, request_hash, size, fanout, received_at, forwarded_at, attempts, dead_reason)
-				 SELECT seq, producer, key, request_hash,
-				        iif(forwarded_at IS NOT NULL AND dead_reason IS NULL, 0, length(payload)),
-				        iif(forwarded_at IS NULL AND json_valid(payload), coalesce(json_array_length(payload, '$.recipients'), 1), 1),
-				        received_at, forwarded_at, attempts, dead_reason
-				 FROM events_v1`,
-				`INSERT INTO payloads (seq, payload)
-				 SELECT seq, payload FROM events_v1 WHERE forwarded_at IS NULL OR dead_reason IS NOT NULL`,
-				`DROP TABLE events_v1`,
-			} {
-				if _, err := conn.ExecContext(ctx, q); err != nil {
-					return err
-				}
-			}
-		}
-		for _, q := range []string{
-			`DELETE FROM totals`,
-			`INSERT INTO totals (id, pending_rows, pending_bytes, kept_rows, dead_rows, dead_bytes)
-			 SELECT 1,
-			        count(*) FILTER (WHERE forwarded_at IS NULL),
-			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NULL), 0),
-			        count(*) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NULL),
-			        count(*) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL),
-			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL), 0)
-			 FROM events`,
-			fmt.Sprintf("PRAGMA user_version = %d", schemaVersion),
-		} {
-			if _, err := conn.ExecContext(ctx, q); err != nil {
-				return err
-			}
-		}
-		return nil
-	}()
-	if err != nil {
-		_, _ = conn.ExecContext(ctx, "ROLLBACK")
-		return err
-	}
-	_, err = conn.ExecContext(ctx, "COMMIT")
-	return err
-}
 
 // dsn builds the modernc.org/sqlite connection string. The writer opens its
 // transactions with BEGIN IMMEDIATE: a deferred transaction that upgrades to a
@@ -375,10 +285,7 @@ func (s *Spool) DiskFull() bool { return s.diskFull.Load() }
 // keeps what committed); a later Close picks up where it stopped. Safe to call
 // more than once.
 func (s *Spool) Close(ctx context.Context) error {
-	s.stopOnce.Do(func() {
-		close(s.closing)
-		s.cancelBG()
-	})
+	s.stopOnce.Do(func() { close(s.closing) })
 	select {
 	case s.closeSem <- struct{}{}:
 		defer func() { <-s.closeSem }()
@@ -391,10 +298,8 @@ func (s *Spool) Close(ctx context.Context) error {
 	if !waitClosed(ctx, s.writerDone) {
 		return fmt.Errorf("close spool: writer did not finish: %w", ctx.Err())
 	}
-	bgDone := make(chan struct{})
-	go func() { s.bg.Wait(); close(bgDone) }()
-	if !waitClosed(ctx, bgDone) {
-		return fmt.Errorf("close spool: pruner did not finish: %w", ctx.Err())
+	if err := s.pruner.Stop(ctx); err != nil {
+		return fmt.Errorf("close spool: pruner did not finish: %w", err)
 	}
 	if _, err := s.wconn.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 		s.log.Warn("checkpoint on close failed", "err", err)

@@ -16,6 +16,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/disktest"
 	"github.com/spoolcast/spoolcast/spool"
 )
@@ -34,15 +36,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-type testClock struct{ ns atomic.Int64 }
-
-func newClock() *testClock {
-	c := &testClock{}
-	c.ns.Store(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+// newClock is the spool's clock in tests; the pruner's interval is set past
+// every Advance a test makes, so only the test's own Prune calls prune.
+func newClock() *clock.Fake { return clock.NewFake(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)) }
 
 func openSpool(t *testing.T, cfg spool.Config) *spool.Spool {
 	t.Helper()
@@ -76,23 +72,23 @@ func TestClaimAnswersAcceptedThenDuplicateThenConflict(t *testing.T) {
 	ctx := context.Background()
 
 	first, err := s.Claim(ctx, entry("k1", "h1"))
-	if err != nil || first.Outcome != spool.Accepted {
+	if err != nil || first.Outcome != event.Accepted {
 		t.Fatalf("first claim = %v, %v; want accepted", first.Outcome, err)
 	}
 	again, err := s.Claim(ctx, entry("k1", "h1"))
-	if err != nil || again.Outcome != spool.Duplicate {
+	if err != nil || again.Outcome != event.Duplicate {
 		t.Fatalf("same request = %v, %v; want duplicate", again.Outcome, err)
 	}
 	if !again.ReceivedAt.Equal(first.ReceivedAt) {
 		t.Errorf("duplicate received_at = %v, want the first claim's %v", again.ReceivedAt, first.ReceivedAt)
 	}
 	other, err := s.Claim(ctx, entry("k1", "h2"))
-	if err != nil || other.Outcome != spool.Conflict {
+	if err != nil || other.Outcome != event.Conflict {
 		t.Fatalf("other request = %v, %v; want conflict", other.Outcome, err)
 	}
 	otherProducer := entry("k1", "h2")
 	otherProducer.Producer = "search"
-	if res, err := s.Claim(ctx, otherProducer); err != nil || res.Outcome != spool.Accepted {
+	if res, err := s.Claim(ctx, otherProducer); err != nil || res.Outcome != event.Accepted {
 		t.Fatalf("same key, other producer = %v, %v; want accepted (keys are per producer)", res.Outcome, err)
 	}
 	st, err := s.Stats(ctx)
@@ -117,9 +113,9 @@ func TestConcurrentIdenticalClaimsSpoolOneRow(t *testing.T) {
 				return
 			}
 			switch res.Outcome {
-			case spool.Accepted:
+			case event.Accepted:
 				accepted.Add(1)
-			case spool.Duplicate:
+			case event.Duplicate:
 				duplicate.Add(1)
 			default:
 				t.Errorf("outcome %v", res.Outcome)
@@ -167,14 +163,14 @@ func TestConcurrentClaimsShareCommits(t *testing.T) {
 
 func TestBatchesForwardInOrderAndPruneAfterTTL(t *testing.T) {
 	t.Parallel()
-	clock := newClock()
-	s := openSpool(t, spool.Config{Now: clock.Now, KeyTTL: time.Hour})
+	clk := newClock()
+	s := openSpool(t, spool.Config{Clock: clk, PruneInterval: 1000 * time.Hour, KeyTTL: time.Hour})
 	ctx := context.Background()
 	for i := range 5 {
 		if _, err := s.Claim(ctx, entry(fmt.Sprintf("k%d", i), "h")); err != nil {
 			t.Fatal(err)
 		}
-		clock.Advance(time.Second)
+		clk.Advance(time.Second)
 	}
 	select {
 	case <-s.Wake():
@@ -209,15 +205,15 @@ func TestBatchesForwardInOrderAndPruneAfterTTL(t *testing.T) {
 		t.Errorf("stats = %+v; want 2 pending, oldest k3 aged 2s", st)
 	}
 
-	clock.Advance(59 * time.Minute)
+	clk.Advance(59 * time.Minute)
 	if n, err := s.Prune(ctx); err != nil || n != 0 {
 		t.Fatalf("prune before TTL removed %d (%v); want 0", n, err)
 	}
-	clock.Advance(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	if n, err := s.Prune(ctx); err != nil || n != 3 {
 		t.Fatalf("prune after TTL removed %d (%v); want the 3 forwarded rows", n, err)
 	}
-	clock.Advance(48 * time.Hour)
+	clk.Advance(48 * time.Hour)
 	if n, _ := s.Prune(ctx); n != 0 {
 		t.Fatalf("prune removed %d pending rows; pending rows are never pruned", n)
 	}
@@ -226,14 +222,14 @@ func TestBatchesForwardInOrderAndPruneAfterTTL(t *testing.T) {
 		t.Errorf("after prune %d rows remain, want the 2 pending", len(all))
 	}
 	// A pruned key is new again: Postgres's claim makes the re-send harmless.
-	if res, err := s.Claim(ctx, entry("k0", "h")); err != nil || res.Outcome != spool.Accepted {
+	if res, err := s.Claim(ctx, entry("k0", "h")); err != nil || res.Outcome != event.Accepted {
 		t.Errorf("claim of pruned key = %v, %v; want accepted", res.Outcome, err)
 	}
 	// Seqs are never reused, even once pruning removed the highest one.
 	if err := s.MarkForwarded(ctx, []int64{rest[0].Seq, rest[1].Seq}); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(2 * time.Hour)
+	clk.Advance(2 * time.Hour)
 	if _, err := s.Prune(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +257,7 @@ func TestFullSpoolRefusesNewKeysAndKeepsAnsweringOldOnes(t *testing.T) {
 			fullErr = err
 			break
 		}
-		if res.Outcome != spool.Accepted {
+		if res.Outcome != event.Accepted {
 			t.Fatalf("claim %d = %v", i, res.Outcome)
 		}
 		accepted = append(accepted, e.Key)
@@ -274,7 +270,7 @@ func TestFullSpoolRefusesNewKeysAndKeepsAnsweringOldOnes(t *testing.T) {
 	}
 	for _, k := range accepted {
 		res, err := s.Claim(ctx, entry(k, "h"))
-		if err != nil || res.Outcome != spool.Duplicate {
+		if err != nil || res.Outcome != event.Duplicate {
 			t.Fatalf("claim of spooled %s while full = %v, %v; want duplicate", k, res.Outcome, err)
 		}
 	}
@@ -338,7 +334,7 @@ func TestClosedSpoolRefusesClaimsAndClosesTwice(t *testing.T) {
 		t.Fatalf("claim after close: %v; want ErrClosed", err)
 	}
 	reopened := openSpool(t, spool.Config{Path: path})
-	if res, err := reopened.Claim(context.Background(), entry("k", "h")); err != nil || res.Outcome != spool.Duplicate {
+	if res, err := reopened.Claim(context.Background(), entry("k", "h")); err != nil || res.Outcome != event.Duplicate {
 		t.Fatalf("claim after reopen = %v, %v; want duplicate", res.Outcome, err)
 	}
 }
@@ -368,9 +364,9 @@ func TestConfigValidateNamesTheProblem(t *testing.T) {
 
 func TestDeadRowsAreKeptAndCanBeRequeued(t *testing.T) {
 	t.Parallel()
-	clock := newClock()
+	clk := newClock()
 	path := filepath.Join(t.TempDir(), "spool.db")
-	s := openSpool(t, spool.Config{Path: path, Now: clock.Now, KeyTTL: time.Hour})
+	s := openSpool(t, spool.Config{Path: path, Clock: clk, PruneInterval: 1000 * time.Hour, KeyTTL: time.Hour})
 	ctx := context.Background()
 	if _, err := s.Claim(ctx, entry("bad", "h")); err != nil {
 		t.Fatal(err)
@@ -382,7 +378,7 @@ func TestDeadRowsAreKeptAndCanBeRequeued(t *testing.T) {
 	if next, _ := s.NextBatch(ctx, 0, spool.BatchLimit{Rows: 10}); len(next) != 0 {
 		t.Fatal("a dead row is still pending")
 	}
-	clock.Advance(48 * time.Hour)
+	clk.Advance(48 * time.Hour)
 	if n, _ := s.Prune(ctx); n != 0 {
 		t.Fatal("a dead row was pruned")
 	}
@@ -415,7 +411,7 @@ func TestTheLimitCountsOnlyWhatAwaitsForwarding(t *testing.T) {
 	for i := range 64 {
 		e := entry(fmt.Sprintf("k%d", i), "h")
 		e.Payload = payload
-		if res, err := s.Claim(ctx, e); err != nil || res.Outcome != spool.Accepted {
+		if res, err := s.Claim(ctx, e); err != nil || res.Outcome != event.Accepted {
 			t.Fatalf("claim %d of a healthy, drained spool = %v, %v; want accepted", i, res.Outcome, err)
 		}
 		batch, err := s.NextBatch(ctx, 0, spool.BatchLimit{Rows: 10})
@@ -446,10 +442,10 @@ func TestTheLimitCountsOnlyWhatAwaitsForwarding(t *testing.T) {
 		}
 	}
 	// A retry of a forwarded key is still a duplicate, and a changed request a conflict.
-	if res, err := s.Claim(ctx, spool.Entry{Producer: "billing", Key: "k3", Hash: []byte("h"), Payload: payload}); err != nil || res.Outcome != spool.Duplicate {
+	if res, err := s.Claim(ctx, spool.Entry{Producer: "billing", Key: "k3", Hash: []byte("h"), Payload: payload}); err != nil || res.Outcome != event.Duplicate {
 		t.Errorf("retry of a forwarded key = %v, %v; want duplicate", res.Outcome, err)
 	}
-	if res, err := s.Claim(ctx, spool.Entry{Producer: "billing", Key: "k3", Hash: []byte("other"), Payload: payload}); err != nil || res.Outcome != spool.Conflict {
+	if res, err := s.Claim(ctx, spool.Entry{Producer: "billing", Key: "k3", Hash: []byte("other"), Payload: payload}); err != nil || res.Outcome != event.Conflict {
 		t.Errorf("changed request under a forwarded key = %v, %v; want conflict", res.Outcome, err)
 	}
 }
@@ -621,7 +617,7 @@ func TestAFullDiskRefusesNewEventsUntilThereIsRoom(t *testing.T) {
 	if err := s.Ready(ctx, 32<<10); !errors.Is(err, spool.ErrDiskFull) || !s.DiskFull() {
 		t.Errorf("Ready() = %v, DiskFull() = %v on a full disk; want ErrDiskFull", err, s.DiskFull())
 	}
-	if res, err := s.Claim(ctx, entry("before", "h")); err != nil || res.Outcome != spool.Duplicate {
+	if res, err := s.Claim(ctx, entry("before", "h")); err != nil || res.Outcome != event.Duplicate {
 		t.Errorf("retry of a spooled key on a full disk = %v, %v; want duplicate", res.Outcome, err)
 	}
 	if err := os.Remove(filler); err != nil {
@@ -632,15 +628,15 @@ func TestAFullDiskRefusesNewEventsUntilThereIsRoom(t *testing.T) {
 	}
 	e := entry("after", "h")
 	e.Payload = payload
-	if res, err := s.Claim(ctx, e); err != nil || res.Outcome != spool.Accepted {
+	if res, err := s.Claim(ctx, e); err != nil || res.Outcome != event.Accepted {
 		t.Errorf("claim once space is freed = %v, %v; want accepted", res.Outcome, err)
 	}
 }
 
 func TestDeadRowsArePrunedAfterTheirOwnRetention(t *testing.T) {
 	t.Parallel()
-	clock := newClock()
-	s := openSpool(t, spool.Config{Now: clock.Now, KeyTTL: time.Hour, DeadTTL: 72 * time.Hour})
+	clk := newClock()
+	s := openSpool(t, spool.Config{Clock: clk, PruneInterval: 1000 * time.Hour, KeyTTL: time.Hour, DeadTTL: 72 * time.Hour})
 	ctx := context.Background()
 	if _, err := s.Claim(ctx, entry("bad", "h")); err != nil {
 		t.Fatal(err)
@@ -652,11 +648,11 @@ func TestDeadRowsArePrunedAfterTheirOwnRetention(t *testing.T) {
 	if st, _ := s.Stats(ctx); st.Dead != 1 || st.DeadBytes != int64(len(`{"k":"bad"}`)) || st.Pending != 0 {
 		t.Errorf("stats = %+v; want one dead row with its payload", st)
 	}
-	clock.Advance(71 * time.Hour)
+	clk.Advance(71 * time.Hour)
 	if n, _ := s.Prune(ctx); n != 0 {
 		t.Fatalf("a dead row was pruned before its retention")
 	}
-	clock.Advance(2 * time.Hour)
+	clk.Advance(2 * time.Hour)
 	if n, err := s.Prune(ctx); err != nil || n != 1 {
 		t.Fatalf("prune after the dead TTL = %d, %v; want 1", n, err)
 	}

@@ -19,7 +19,9 @@ import (
 
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/internal/startstop"
 	"github.com/spoolcast/spoolcast/internal/weekly"
 )
 
@@ -67,6 +69,9 @@ type DispatcherConfig struct {
 	MaxAge time.Duration
 	// Replica names this process in the queue's leases. Default host-pid-random.
 	Replica string
+	// Clock times the interval and the gauges and tells which notifications
+	// are past MaxAge. Default the wall clock.
+	Clock clock.Clock
 	// Metrics and Logger: defaults not exported, slog.Default().
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -78,11 +83,12 @@ type Dispatcher struct {
 	cfg     DispatcherConfig
 	log     *slog.Logger
 	failLog *lograte.Limiter
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	kick    chan struct{}
-	start   sync.Once
+	kick    chan struct{} // a worker that took a full batch wakes another
+	svc     startstop.Service
 }
+
+// gaugesInterval is how often the in-flight gauges are refreshed.
+const gaugesInterval = 15 * time.Second
 
 // NewDispatcher returns a dispatcher; Start runs it.
 func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
@@ -100,6 +106,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.Replica == "" {
 		cfg.Replica = replicaName()
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
@@ -118,65 +125,45 @@ func replicaName() string {
 
 // Start runs the dispatcher's workers in the background; only the first call does.
 func (d *Dispatcher) Start(ctx context.Context) {
-	d.start.Do(func() {
-		ctx, d.cancel = context.WithCancel(ctx)
-		for range d.cfg.Workers {
-			d.wg.Go(func() { d.loop(ctx) })
-		}
-		d.wg.Go(func() { d.gauges(ctx) })
-	})
+	loops := make([]func(context.Context), 0, d.cfg.Workers+1)
+	for range d.cfg.Workers {
+		loops = append(loops, d.loop)
+	}
+	d.svc.Start(ctx, append(loops, d.gauges)...)
 }
 
 // Stop stops the workers and waits for passes in flight, until ctx ends.
 // Safe to call twice, and before Start.
-func (d *Dispatcher) Stop(ctx context.Context) error {
-	d.start.Do(func() {})
-	if d.cancel == nil {
-		return nil
-	}
-	d.cancel()
-	done := make(chan struct{})
-	go func() { d.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+func (d *Dispatcher) Stop(ctx context.Context) error { return d.svc.Stop(ctx) }
+
+// loop is one worker: a pass every Interval, on a wake-up from ingest or a
+// kick from another worker, and at once after a full batch.
+func (d *Dispatcher) loop(ctx context.Context) {
+	startstop.Every(ctx, startstop.Schedule{Interval: d.cfg.Interval, Wake: d.cfg.Wake, Kick: d.kick, Clock: d.cfg.Clock}, d.workerPass)
 }
 
-func (d *Dispatcher) loop(ctx context.Context) {
-	t := time.NewTicker(d.cfg.Interval)
-	defer t.Stop()
-	for ctx.Err() == nil {
-		n, err := d.Pass(ctx)
-		if err != nil && ctx.Err() == nil {
-			d.failLog.Do(func(suppressed int64) {
-				d.log.Error("dispatch pass failed; its notifications are taken again after the lease", "err", err, "suppressed", suppressed)
-			})
-		}
-		if n == d.cfg.BatchSize && err == nil {
-			select { // more is waiting: let another worker look too
-			case d.kick <- struct{}{}:
-			default:
-			}
-			continue
-		}
-		select {
-		case <-ctx.Done():
-		case <-d.cfg.Wake:
-		case <-d.kick:
-		case <-t.C:
-		}
+// workerPass runs one Pass and reports whether it took a full batch.
+func (d *Dispatcher) workerPass(ctx context.Context) (again bool) {
+	n, err := d.Pass(ctx)
+	if err != nil && ctx.Err() == nil {
+		d.failLog.Do(func(suppressed int64) {
+			d.log.Error("dispatch pass failed; its notifications are taken again after the lease", "err", err, "suppressed", suppressed)
+		})
 	}
+	if n == d.cfg.BatchSize && err == nil {
+		select { // more is waiting: let another worker look too
+		case d.kick <- struct{}{}:
+		default:
+		}
+		return true
+	}
+	return false
 }
 
 // gauges refreshes the in-flight gauges every few seconds with cheap queries
 // (partial indexes), whatever the dispatch history holds.
 func (d *Dispatcher) gauges(ctx context.Context) {
-	t := time.NewTicker(15 * time.Second)
-	defer t.Stop()
-	for {
+	startstop.Every(ctx, startstop.Schedule{Interval: gaugesInterval, Clock: d.cfg.Clock}, func(ctx context.Context) bool {
 		var queued, sent int64
 		var oldest float64
 		err := d.cfg.DB.QueryRow(ctx, `SELECT
@@ -188,12 +175,8 @@ func (d *Dispatcher) gauges(ctx context.Context) {
 			d.cfg.Metrics.dispatches.WithLabelValues(StateSent).Set(float64(sent))
 			d.cfg.Metrics.queueOldest.Set(max(0, oldest))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+		return false
+	})
 }
 
 // queued is a notification taken from the push queue.
@@ -237,7 +220,7 @@ func (d *Dispatcher) Pass(ctx context.Context) (int, error) {
 	}
 	var rows []dispatchRow
 	var invalid []string
-	oldest := time.Now().Add(-d.cfg.MaxAge)
+	oldest := d.cfg.Clock.Now().Add(-d.cfg.MaxAge)
 	skip := func(q *queued, why string) {
 		rows = append(rows, dispatchRow{n: q, state: StateSkipped, err: &why})
 	}

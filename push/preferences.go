@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
 )
 
@@ -152,8 +153,8 @@ type ExternalConfig struct {
 	// Metrics and Logger: defaults not exported, slog.Default().
 	Metrics *Metrics
 	Logger  *slog.Logger
-	// Now is the clock of the cache. Default time.Now.
-	Now func() time.Time
+	// Clock is the clock of the cache. Default the wall clock.
+	Clock clock.Clock
 }
 
 // ExternalPreferences asks the product's own API for each user's
@@ -200,9 +201,7 @@ func NewExternalPreferences(cfg ExternalConfig) (*ExternalPreferences, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	return &ExternalPreferences{
 		cfg: cfg, log: cfg.Logger.With("component", "preferences"), failLog: lograte.New(10 * time.Second),
 		slots: make(chan struct{}, cfg.Concurrency), cache: map[string]cachedPrefs{},
@@ -214,7 +213,7 @@ func (p *ExternalPreferences) PushOff(ctx context.Context, users []string) map[s
 	out := map[string]map[string]bool{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	now := p.cfg.Now()
+	now := p.cfg.Clock.Now()
 	for _, user := range users {
 		p.mu.Lock()
 		c, ok := p.cache[user]
@@ -237,7 +236,7 @@ func (p *ExternalPreferences) PushOff(ctx context.Context, users []string) map[s
 			}
 			p.cfg.Metrics.prefsLookups.WithLabelValues(PrefsMiss).Inc()
 			p.mu.Lock()
-			p.cache[user] = cachedPrefs{off: off, expires: p.cfg.Now().Add(p.cfg.CacheTTL)}
+			p.cache[user] = cachedPrefs{off: off, expires: p.cfg.Clock.Now().Add(p.cfg.CacheTTL)}
 			if len(p.cache) > 100_000 {
 				p.evictExpiredLocked()
 			}
@@ -254,7 +253,7 @@ func (p *ExternalPreferences) PushOff(ctx context.Context, users []string) map[s
 }
 
 func (p *ExternalPreferences) evictExpiredLocked() {
-	now := p.cfg.Now()
+	now := p.cfg.Clock.Now()
 	for u, c := range p.cache {
 		if !now.Before(c.expires) {
 			delete(p.cache, u)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/expofake"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
@@ -30,6 +32,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // stack is a database, a fake Expo over HTTP, and push's parts wired to them.
 type stack struct {
 	t          *testing.T
+	clock      clock.Clock // of the dispatchers and the reconciler; nil: the wall clock
 	dbURL      string
 	pool       *pgxpool.Pool
 	fake       *expofake.Server
@@ -44,7 +47,13 @@ type stack struct {
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	s := &stack{t: t, dbURL: pgtest.DB(t), fake: expofake.New(), reg: prometheus.NewRegistry()}
+	return newStackOn(t, nil)
+}
+
+// newStackOn is newStack with its dispatchers and reconciler on clk (nil: the wall clock).
+func newStackOn(t *testing.T, clk clock.Clock) *stack {
+	t.Helper()
+	s := &stack{t: t, clock: clk, dbURL: pgtest.DB(t), fake: expofake.New(), reg: prometheus.NewRegistry()}
 	s.pool = s.connect()
 	ts := httptest.NewServer(s.fake)
 	t.Cleanup(ts.Close)
@@ -56,7 +65,7 @@ func newStack(t *testing.T) *stack {
 	s.devices = push.NewDevices(s.pool, s.metrics)
 	s.prefs = push.NewBuiltinPreferences(s.pool, s.metrics, slog.New(slog.DiscardHandler))
 	s.dispatcher = s.newDispatcher(s.pool, s.prefs)
-	if s.receipts, err = push.NewReceiptReconciler(push.ReceiptReconcilerConfig{DB: s.pool, Receipter: s.client, Devices: s.devices, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+	if s.receipts, err = push.NewReceiptReconciler(push.ReceiptReconcilerConfig{DB: s.pool, Receipter: s.client, Devices: s.devices, Clock: s.clock, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -75,7 +84,7 @@ func (s *stack) connect() *pgxpool.Pool {
 func (s *stack) newDispatcher(pool *pgxpool.Pool, prefs push.Preferences) *push.Dispatcher {
 	s.t.Helper()
 	d, err := push.NewDispatcher(push.DispatcherConfig{DB: pool, Sender: s.client, Preferences: prefs, Devices: push.NewDevices(pool, s.metrics),
-		Interval: 20 * time.Millisecond, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)})
+		Interval: 20 * time.Millisecond, Clock: s.clock, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -427,6 +436,59 @@ func TestAReceiptNotReadyStaysSentForALaterPass(t *testing.T) {
 	}
 	if got := s.states(); got[push.StateDelivered] != 1 {
 		t.Errorf("states on the next pass = %v; want delivered", got)
+	}
+}
+
+func TestATicketWithNoReceiptAfterTheReceiptWindowEndsReceiptMissing(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now()) // Postgres stamps sent_at with its own now(): start there
+	s := newStackOn(t, clk)
+	s.register("u1", "ExponentPushToken[a]")
+	s.fake.HoldReceipts(math.MaxInt) // Expo never has this receipt ready
+	s.ingest("e1", "general", "u1")
+	s.drain()
+	if got := s.states(); got[push.StateSent] != 1 {
+		t.Fatalf("states after sending = %v; want 1 sent", got)
+	}
+	ctx := context.Background()
+	s.receipts.Start(ctx)
+	t.Cleanup(func() {
+		if err := s.receipts.Stop(ctx); err != nil {
+			t.Errorf("stop the reconciler: %v", err)
+		}
+	})
+	// The reconciler's only timer is its wait for the next pass: each new one
+	// says the pass before it has ended.
+	waitForTheNextPass := func() {
+		t.Helper()
+		select {
+		case <-clk.TimerAdded():
+		case <-time.After(30 * time.Second):
+			t.Fatal("the reconciler is not waiting for a pass")
+		}
+	}
+	waitForTheNextPass() // the first pass waits an interval
+	for elapsed := time.Hour; elapsed < 24*time.Hour; elapsed += time.Hour {
+		clk.Advance(time.Hour) // past the interval: one pass
+		waitForTheNextPass()
+		if got := s.states(); got[push.StateSent] != 1 {
+			t.Fatalf("states %s after sending = %v; want still sent within the receipt window", elapsed, got)
+		}
+	}
+	if n := s.fake.Requests("getReceipts"); n != 23 {
+		t.Errorf("receipt requests within the window = %d; want one a pass (23)", n)
+	}
+	clk.Advance(time.Hour + time.Minute) // 24h01m after sending
+	waitForTheNextPass()
+	log, err := push.Deliveries(ctx, s.pool, push.DeliveryQuery{UserID: "u1"})
+	if err != nil || len(log.Data) != 1 {
+		t.Fatalf("delivery log = %+v, %v; want the one dispatch", log.Data, err)
+	}
+	if d := log.Data[0]; d.State != push.StateReceiptMissing || d.Error == nil || *d.Error != "no receipt within the receipt window" {
+		t.Errorf("after the receipt window the dispatch is %s (error %v); want receipt_missing, no receipt within the receipt window", d.State, d.Error)
+	}
+	if got := s.counter("spoolcast_push_receipts_total", "status", "missing"); got != 1 {
+		t.Errorf("missing receipts counted = %v, want 1", got)
 	}
 }
 

@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
 // Receipter fetches push receipts: an *expo.Client.
@@ -40,6 +41,9 @@ type ReceiptReconcilerConfig struct {
 	// sent) before it is taken for one whose dispatcher stopped mid-send and
 	// ends failed. Default 10m.
 	Interrupted time.Duration
+	// Clock times the passes and tells which tickets are past ReceiptWindow
+	// and which dispatches past Interrupted. Default the wall clock.
+	Clock clock.Clock
 	// Metrics and Logger: defaults not exported, slog.Default().
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -52,9 +56,7 @@ type ReceiptReconciler struct {
 	cfg     ReceiptReconcilerConfig
 	log     *slog.Logger
 	failLog *lograte.Limiter
-	cancel  context.CancelFunc
-	done    chan struct{}
-	start   sync.Once
+	svc     startstop.Service
 }
 
 // receiptBatch is how many tickets one receipt request asks about.
@@ -71,55 +73,35 @@ func NewReceiptReconciler(cfg ReceiptReconcilerConfig) (*ReceiptReconciler, erro
 	cfg.Interval = cmp.Or(cfg.Interval, 30*time.Second)
 	cfg.ReceiptWindow = cmp.Or(cfg.ReceiptWindow, 24*time.Hour)
 	cfg.Interrupted = cmp.Or(cfg.Interrupted, 10*time.Minute)
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &ReceiptReconciler{cfg: cfg, log: cfg.Logger.With("component", "receipts"), failLog: lograte.New(10 * time.Second), done: make(chan struct{})}, nil
+	return &ReceiptReconciler{cfg: cfg, log: cfg.Logger.With("component", "receipts"), failLog: lograte.New(10 * time.Second)}, nil
 }
 
-// Start runs passes every Interval in the background; only the first call does.
-func (r *ReceiptReconciler) Start(ctx context.Context) {
-	r.start.Do(func() {
-		ctx, r.cancel = context.WithCancel(ctx)
-		go r.loop(ctx)
-	})
-}
+// Start runs passes every Interval in the background, the first one an
+// Interval after Start; only the first call does.
+func (r *ReceiptReconciler) Start(ctx context.Context) { r.svc.Start(ctx, r.loop) }
 
 // Stop stops the passes and waits for one in flight, until ctx ends. Safe
 // to call twice, and before Start.
-func (r *ReceiptReconciler) Stop(ctx context.Context) error {
-	r.start.Do(func() {})
-	if r.cancel == nil {
-		return nil
-	}
-	r.cancel()
-	select {
-	case <-r.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (r *ReceiptReconciler) Stop(ctx context.Context) error { return r.svc.Stop(ctx) }
 
+// loop waits an Interval, runs a pass, and again; a failed pass is logged
+// (at a limited rate) and the next one retries.
 func (r *ReceiptReconciler) loop(ctx context.Context) {
-	defer close(r.done)
-	t := time.NewTicker(r.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	startstop.Every(ctx, startstop.Schedule{Interval: r.cfg.Interval, Clock: r.cfg.Clock, Delay: true}, func(ctx context.Context) bool {
 		if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
 			r.failLog.Do(func(suppressed int64) {
 				r.log.Error("receipt pass failed; the next one retries", "err", err, "suppressed", suppressed)
 			})
 		}
-	}
+		return false
+	})
 }
 
 // Pass ends tickets past the receipt window as receipt_missing, queued
@@ -127,7 +109,7 @@ func (r *ReceiptReconciler) loop(ctx context.Context) {
 // receipts of the sent ones, a thousand at a time until none is left that
 // was not asked about in this pass.
 func (r *ReceiptReconciler) Pass(ctx context.Context) error {
-	cutoff := time.Now().Add(-r.cfg.ReceiptWindow)
+	cutoff := r.cfg.Clock.Now().Add(-r.cfg.ReceiptWindow)
 	missing, err := r.cfg.DB.Exec(ctx, `UPDATE push_dispatches SET state = 'receipt_missing', updated_at = now(),
 			error = 'no receipt within the receipt window'
 		WHERE state = 'sent' AND sent_at < $1`, cutoff)
@@ -137,10 +119,10 @@ func (r *ReceiptReconciler) Pass(ctx context.Context) error {
 	r.cfg.Metrics.receipts.WithLabelValues("missing", "").Add(float64(missing.RowsAffected()))
 	if _, err := r.cfg.DB.Exec(ctx, `UPDATE push_dispatches SET state = 'failed', updated_at = now(),
 			error = 'interrupted: the dispatcher stopped before recording the ticket'
-		WHERE state = 'queued' AND created_at < $1`, time.Now().Add(-r.cfg.Interrupted)); err != nil {
+		WHERE state = 'queued' AND created_at < $1`, r.cfg.Clock.Now().Add(-r.cfg.Interrupted)); err != nil {
 		return fmt.Errorf("end interrupted dispatches: %w", err)
 	}
-	passStart := time.Now()
+	passStart := r.cfg.Clock.Now()
 	for ctx.Err() == nil {
 		n, err := r.checkBatch(ctx, cutoff, passStart)
 		if err != nil {

@@ -3,6 +3,7 @@ package central
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/event"
@@ -34,20 +35,16 @@ func (s *Server) ingestEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 		s.dbError(w, r, "ingest", err)
 		return
 	}
-	answer := eventhttp.Answer{IdempotencyKey: ev.IdempotencyKey, ReceivedAt: now.UTC()}
-	switch results[0].Outcome {
+	answer := eventhttp.Answer{Outcome: results[0].Outcome, IdempotencyKey: ev.IdempotencyKey, ReceivedAt: now}
+	switch answer.Outcome {
 	case event.Accepted:
 		s.waker.Committed()
-		answer.Status = eventhttp.StatusAccepted
-		eventhttp.WriteAnswer(w, answer)
 	case event.Duplicate:
-		answer.Status = eventhttp.StatusDuplicate
 		if first, err := ingest.FirstClaim(ctx, s.cfg.DB, c.Subject, ev.IdempotencyKey, ev.Recipients[0]); err == nil {
-			answer.ReceivedAt = first.UTC()
+			answer.ReceivedAt = first
 		}
-		eventhttp.WriteAnswer(w, answer)
-	default:
-		problem.Write(w, r, problem.New(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency key reused",
-			"key "+ev.IdempotencyKey+" was used before for a different request; use a new key for a new event"))
+	case event.Conflict:
+		answer.ReceivedAt = time.Time{} // the first request's time is not kept apart
 	}
+	eventhttp.WriteAnswer(w, r, answer)
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/client"
+	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/relay"
 	"github.com/spoolcast/spoolcast/spool"
 )
@@ -166,7 +167,7 @@ func (r *testRelay) fill(t *testing.T, maxBytes int64) (free func()) {
 	t.Helper()
 	ctx := context.Background()
 	res, err := r.spool.Claim(ctx, spool.Entry{Producer: "billing", Key: "filler", Hash: []byte("filler"), Payload: bytes.Repeat([]byte("x"), int(maxBytes))})
-	if err != nil || res.Outcome != spool.Accepted {
+	if err != nil || res.Outcome != event.Accepted {
 		t.Fatalf("fill the spool: %v %v", res.Outcome, err)
 	}
 	return func() {

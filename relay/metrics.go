@@ -7,19 +7,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/spool"
 )
 
-// Request outcomes, the values of the outcome label.
+// The outcome label's values besides the three event outcomes (accepted,
+// duplicate, conflict): why a request was not taken.
 const (
-	OutcomeAccepted     = "accepted"
-	OutcomeDuplicate    = "duplicate"
-	OutcomeConflict     = "conflict"
-	OutcomeInvalid      = "invalid"
-	OutcomeUnauthorized = "unauthorized"
-	OutcomeOverloaded   = "overloaded" // spool at its limit, shutting down, or a claim that timed out
-	OutcomeDiskFull     = "disk_full"
-	OutcomeError        = "error" // the spool could not be written
+	resultInvalid      = "invalid"
+	resultUnauthorized = "unauthorized"
+	resultOverloaded   = "overloaded" // spool at its limit, shutting down, or a claim that timed out
+	resultDiskFull     = "disk_full"
+	resultError        = "error" // the spool could not be written
 )
 
 // Metrics are the relay's request metrics.
@@ -41,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"outcome"}),
 	}
-	for _, o := range []string{OutcomeAccepted, OutcomeDuplicate, OutcomeConflict, OutcomeInvalid, OutcomeUnauthorized, OutcomeOverloaded, OutcomeDiskFull, OutcomeError} {
+	for _, o := range []string{event.Accepted.String(), event.Duplicate.String(), event.Conflict.String(), resultInvalid, resultUnauthorized, resultOverloaded, resultDiskFull, resultError} {
 		m.requests.WithLabelValues(o)
 		m.duration.WithLabelValues(o)
 	}

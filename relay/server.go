@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -152,7 +151,8 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request) {
 	s.metrics.observe(outcome, time.Since(start))
 }
 
-// ingest answers one POST /v1/events and returns its outcome label.
+// ingest answers one POST /v1/events and returns its outcome label: the
+// event's outcome, or why it was not taken.
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 	if s.cfg.Verifier != nil {
 		if _, err := s.cfg.Verifier.Authorize(r, auth.ScopeEmit); err != nil {
@@ -162,13 +162,13 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 			} else {
 				problem.Write(w, r, problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", "a valid service bearer token with scope push:emit is required"))
 			}
-			return OutcomeUnauthorized
+			return resultUnauthorized
 		}
 	}
 	ev, p := eventhttp.Decode(r, s.cfg.MaxBody)
 	if p != nil {
 		problem.Write(w, r, *p)
-		return OutcomeInvalid
+		return resultInvalid
 	}
 	canonical := ev.Canonical()
 	// The claim gets its real answer even if the producer hangs up or
@@ -186,53 +186,39 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 	switch {
 	case errors.Is(err, spool.ErrFull):
 		s.retryLater(w, r, "overloaded", "the spool holds its limit of events awaiting Postgres; retry later with the same key")
-		return OutcomeOverloaded
+		return resultOverloaded
 	case errors.Is(err, spool.ErrDiskFull):
 		s.diskFullLog.Do(func(suppressed int64) {
 			s.log.Error("the spool's disk is full: new events get 503", "err", err, "suppressed", suppressed)
 		})
 		s.retryLater(w, r, "disk-full", "the relay's disk is full; retry later with the same key")
-		return OutcomeDiskFull
+		return resultDiskFull
 	case errors.Is(err, spool.ErrClosed):
 		s.retryLater(w, r, "overloaded", "the relay is shutting down; retry later with the same key")
-		return OutcomeOverloaded
+		return resultOverloaded
 	case errors.Is(err, context.DeadlineExceeded):
 		s.spoolErrLog.Do(func(suppressed int64) {
 			s.log.Error("spool claim timed out", "timeout", s.cfg.ClaimTimeout, "suppressed", suppressed)
 		})
 		s.retryLater(w, r, "overloaded", "the spool did not commit in time; retry with the same key (if it committed meanwhile, the retry is answered as a duplicate)")
-		return OutcomeOverloaded
+		return resultOverloaded
 	case err != nil:
 		s.spoolErrLog.Do(func(suppressed int64) {
 			s.log.Error("spool claim failed", "err", err, "suppressed", suppressed)
 		})
 		problem.Write(w, r, problem.New(http.StatusInternalServerError, "spool-error", "Spool error", "the event could not be written to the spool; retry with the same key"))
-		return OutcomeError
+		return resultError
 	}
-	answer := eventhttp.Answer{IdempotencyKey: ev.IdempotencyKey, ReceivedAt: res.ReceivedAt.UTC()}
-	switch res.Outcome {
-	case spool.Accepted:
-		answer.Status = eventhttp.StatusAccepted
-		eventhttp.WriteAnswer(w, answer)
-		return OutcomeAccepted
-	case spool.Duplicate:
-		answer.Status = eventhttp.StatusDuplicate
-		eventhttp.WriteAnswer(w, answer)
-		return OutcomeDuplicate
-	default:
-		problem.Write(w, r, problem.New(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency key reused",
-			fmt.Sprintf("key %q was first used at %s for a different request; use a new key for a new event", ev.IdempotencyKey, res.ReceivedAt.UTC().Format(time.RFC3339Nano))))
-		return OutcomeConflict
-	}
+	eventhttp.WriteAnswer(w, r, eventhttp.Answer{Outcome: res.Outcome, IdempotencyKey: ev.IdempotencyKey, ReceivedAt: res.ReceivedAt})
+	return res.Outcome.String()
 }
 
 func (s *Server) retryLater(w http.ResponseWriter, r *http.Request, slug, detail string) {
-	w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Round(time.Second).Seconds()))))
 	title := "Service unavailable"
 	if slug == "disk-full" {
 		title = "Disk full"
 	}
-	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, slug, title, detail))
+	eventhttp.WriteUnavailable(w, r, s.cfg.RetryAfter, slug, title, detail)
 }
 
 // ready is nil while a new event of the largest legal size would be taken:

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,39 +72,55 @@ func Decode(r *http.Request, maxBody int64) (ev event.Event, p *problem.Problem)
 	return ev, nil
 }
 
-// Answer statuses.
-const (
-	StatusAccepted  = "accepted"
-	StatusDuplicate = "duplicate"
-)
-
-// Answer is the body of a 202 or 200 ingest response.
+// Answer is the answer to a valid ingest request.
 type Answer struct {
-	Status         string    `json:"status"`
-	IdempotencyKey string    `json:"idempotency_key"`
-	ReceivedAt     time.Time `json:"received_at"`
+	Outcome        event.Outcome
+	IdempotencyKey string
+	// ReceivedAt is when the key was first received: now for Accepted, the
+	// first request's time otherwise (zero: not known).
+	ReceivedAt time.Time
 }
 
-// WriteAnswer sends a 202 accepted or, with Idempotent-Replayed, a 200
-// duplicate. The body is built by hand: it is on every producer's hot path.
-func WriteAnswer(w http.ResponseWriter, a Answer) {
-	status := http.StatusAccepted
-	h := w.Header()
-	if a.Status == StatusDuplicate {
+// WriteAnswer sends the answer both ingress points give for a valid event:
+// 202 accepted; 200 duplicate with Idempotent-Replayed; 422 for a key used
+// before for a different request. The 2xx body is built by hand: it is on
+// every producer's hot path.
+func WriteAnswer(w http.ResponseWriter, r *http.Request, a Answer) {
+	var status int
+	switch a.Outcome {
+	case event.Accepted:
+		status = http.StatusAccepted
+	case event.Duplicate:
 		status = http.StatusOK
-		h["Idempotent-Replayed"] = replayed
+		w.Header()["Idempotent-Replayed"] = replayed
+	default:
+		detail := fmt.Sprintf("key %q was used before for a different request; use a new key for a new event", a.IdempotencyKey)
+		if !a.ReceivedAt.IsZero() {
+			detail = fmt.Sprintf("key %q was first used at %s for a different request; use a new key for a new event",
+				a.IdempotencyKey, a.ReceivedAt.UTC().Format(time.RFC3339Nano))
+		}
+		problem.Write(w, r, problem.New(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency key reused", detail))
+		return
 	}
-	h["Content-Type"] = contentTypeJSON
+	w.Header()["Content-Type"] = contentTypeJSON
 	w.WriteHeader(status)
 	b := make([]byte, 0, 128+len(a.IdempotencyKey))
 	b = append(b, `{"status":`...)
-	b = jsonenc.AppendString(b, a.Status)
+	b = jsonenc.AppendString(b, a.Outcome.String())
 	b = append(b, `,"idempotency_key":`...)
 	b = jsonenc.AppendString(b, a.IdempotencyKey)
 	b = append(b, `,"received_at":"`...)
-	b = a.ReceivedAt.AppendFormat(b, time.RFC3339Nano)
+	b = a.ReceivedAt.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, "\"}\n"...)
 	_, _ = w.Write(b)
+}
+
+// WriteUnavailable sends 503 with Retry-After (whole seconds, at least 1):
+// the ingress point cannot store the event now, and a retry with the same key
+// is safe.
+func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, slug, title, detail string) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(max(1, retryAfter.Round(time.Second).Seconds()))))
+	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, slug, title, detail))
 }
 
 var (

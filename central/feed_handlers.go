@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -128,7 +127,7 @@ func (s *Server) writeChanges(w http.ResponseWriter, r *http.Request, userID, si
 	}
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
-	changes, err := live.Since(ctx, s.cfg.DB, userID, after, limit, time.Now().Add(24*time.Hour))
+	changes, err := live.Since(ctx, s.cfg.DB, userID, after, limit, s.cfg.Clock.Now().Add(feed.FutureSlack))
 	if err != nil {
 		s.dbError(w, r, "read changes", err)
 		return

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spoolcast/spoolcast/apiversion"
@@ -137,7 +138,7 @@ func (c Config) Validate() error {
 // NewRegistry returns a registry with the Go and process collectors.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 
@@ -192,7 +193,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		log:     log,
-		feed:    feed.NewStore(cfg.DB),
+		feed:    feed.NewStore(cfg.DB, cfg.Clock),
 		metrics: newMetrics(cfg.Registry, cfg.Clock),
 		router:  httpapi.NewRouter(log),
 		dbLog:   lograte.New(10 * time.Second),

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/weekly"
 )
 
@@ -78,19 +79,49 @@ type Query struct {
 // Store reads and updates feeds.
 type Store struct {
 	db         DB
+	clock      clock.Clock
 	partitions partitionCache
 }
 
-// NewStore returns a store over db.
-func NewStore(db DB) *Store { return &Store{db: db} }
+// NewStore returns a store over db that tells time by clk: the newest
+// created_at a read expects, and when a missing partition is looked up
+// again; nil is the wall clock.
+func NewStore(db DB, clk clock.Clock) *Store {
+	return &Store{db: db, clock: clock.Or(clk)}
+}
+
+// The notification read shape, shared with the live stream's reads: the
+// columns of a notifications row n that make a Notification, the read state
+// a feed shows, and the scan that fills a Notification (ScanTargets).
+const (
+	// NotificationFields are the columns that make a Notification, all but
+	// its read state.
+	NotificationFields = `n.id, n.type, n.category, n.title, n.body, n.data, n.producer, n.created_at, n.received_at`
+	// ReadState is when the row was read: its own read_at or, when it lies
+	// at or before the user's read-all watermark w (ReadMark), when the
+	// mark was made.
+	ReadState = `coalesce(n.read_at, CASE WHEN (n.created_at, n.id) <= (w.at, w.id) THEN w.marked END)`
+	// NotificationColumns are a feed read's columns: NotificationFields,
+	// then ReadState. The query joins ReadMark as w.
+	NotificationColumns = NotificationFields + `, ` + ReadState
+)
+
+// ScanTargets returns where the columns NotificationFields, then a read
+// state (ReadState, or a plain n.read_at), scan into, in order: a query may
+// scan columns of its own around them.
+func (n *Notification) ScanTargets() []any {
+	return []any{&n.ID, &n.Type, &n.Category, &n.Title, &n.Body, &n.Data, &n.Producer, &n.CreatedAt, &n.ReceivedAt, &n.ReadAt}
+}
 
 // ReadMark is the read-all watermark of user $1 as a row of one: rows at or
 // before (at, id) in feed order count as read, read at marked.
-const ReadMark = readMark
-
-// readMark is ReadMark.
-const readMark = `(SELECT coalesce(max(through_at), '-infinity') AS at, coalesce(max(through_id), 0) AS id, max(marked_at) AS marked
+const ReadMark = `(SELECT coalesce(max(through_at), '-infinity') AS at, coalesce(max(through_id), 0) AS id, max(marked_at) AS marked
 	FROM read_marks WHERE user_id = $1)`
+
+// FutureSlack bounds how far ahead of this process's clock a new row's
+// created_at may lie: Postgres's clock may run ahead of ours, but not by a
+// day. Reads of the newest rows bound created_at by now plus FutureSlack.
+const FutureSlack = 24 * time.Hour
 
 // directWeeks is how many weekly partitions a read asks by name, newest
 // first, before it asks the partitioned table for the rest. Postgres plans a
@@ -98,10 +129,6 @@ const readMark = `(SELECT coalesce(max(through_at), '-infinity') AS at, coalesce
 // several times a small page's own cost; a query on one partition plans like
 // a plain table. Most reads are answered from the newest one or two.
 const directWeeks = 2
-
-// futureSlack bounds the newest created_at a read expects: Postgres's clock
-// may run ahead of this process's, but not by a day.
-const futureSlack = 24 * time.Hour
 
 // span is a piece of a read: one week, asked by its partition's name, or
 // through the partitioned table ("notifications") with bounds on created_at:
@@ -135,7 +162,7 @@ func (s *Store) spans(ctx context.Context, upper time.Time) ([]span, error) {
 	week := weekly.Start(upper)
 	for range directWeeks {
 		name := weekly.Partition("notifications", week)
-		exists, err := s.partitions.exists(ctx, s.db, name)
+		exists, err := s.partitions.exists(ctx, s.db, s.clock, name)
 		if err != nil {
 			return nil, err
 		}
@@ -163,14 +190,14 @@ type partitionCache struct {
 	missing map[string]time.Time // when it was found missing
 }
 
-func (c *partitionCache) exists(ctx context.Context, db DB, name string) (bool, error) {
+func (c *partitionCache) exists(ctx context.Context, db DB, clk clock.Clock, name string) (bool, error) {
 	c.mu.Lock()
 	present, checked := c.present[name], c.missing[name]
 	c.mu.Unlock()
 	if present {
 		return true, nil
 	}
-	if !checked.IsZero() && time.Since(checked) < partitionRecheck {
+	if !checked.IsZero() && clock.Since(clk, checked) < partitionRecheck {
 		return false, nil
 	}
 	var exists bool
@@ -186,7 +213,7 @@ func (c *partitionCache) exists(ctx context.Context, db DB, name string) (bool, 
 		c.present[name] = true
 		delete(c.missing, name)
 	} else {
-		c.missing[name] = time.Now()
+		c.missing[name] = clk.Now()
 	}
 	return exists, nil
 }
@@ -211,7 +238,7 @@ func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 	if limit < 1 || limit > MaxLimit {
 		return Page{}, fmt.Errorf("limit %d: want 1..%d", limit, MaxLimit)
 	}
-	upper := time.Now().Add(futureSlack)
+	upper := s.clock.Now().Add(FutureSlack)
 	if q.After != nil {
 		upper = q.After.CreatedAt
 	}
@@ -240,9 +267,8 @@ func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 
 // pageIn reads up to n rows of q's page, created at or before upper, from one span.
 func (s *Store) pageIn(ctx context.Context, q Query, sp span, upper time.Time, n int) ([]Notification, error) {
-	sql := `SELECT n.id, n.type, n.category, n.title, n.body, n.data, n.producer, n.created_at, n.received_at,
-			coalesce(n.read_at, CASE WHEN (n.created_at, n.id) <= (w.at, w.id) THEN w.marked END)
-		FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n, ` + readMark + ` w
+	sql := `SELECT ` + NotificationColumns + `
+		FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n, ` + ReadMark + ` w
 		WHERE n.user_id = $1 AND n.created_at <= $3`
 	args := []any{q.UserID, n, upper}
 	sql, args = sp.bound(sql, args)
@@ -276,7 +302,7 @@ func undefinedTable(err error) bool {
 
 func scanNotification(row pgx.CollectableRow) (Notification, error) {
 	var n Notification
-	err := row.Scan(&n.ID, &n.Type, &n.Category, &n.Title, &n.Body, &n.Data, &n.Producer, &n.CreatedAt, &n.ReceivedAt, &n.ReadAt)
+	err := row.Scan(n.ScanTargets()...)
 	return n, err
 }
 
@@ -291,7 +317,7 @@ func (s *Store) MarkRead(ctx context.Context, userID string, id ID) error {
 			WHERE n.user_id = $1 AND n.created_at = $2 AND n.id = $3
 		), marked AS (
 			UPDATE notifications n SET read_at = now()
-			FROM target t, `+readMark+` w
+			FROM target t, `+ReadMark+` w
 			WHERE n.created_at = t.created_at AND n.id = t.id AND n.read_at IS NULL
 			  AND (n.created_at, n.id) > (w.at, w.id)
 			RETURNING n.id
@@ -345,7 +371,7 @@ func (s *Store) MarkAllRead(ctx context.Context, userID string) (through ID, ok 
 // UnreadCap+1 rows, the newest partitions first; older ones only while the
 // watermark lies further back.
 func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capped bool, err error) {
-	spans, err := s.spans(ctx, time.Now().Add(futureSlack))
+	spans, err := s.spans(ctx, s.clock.Now().Add(FutureSlack))
 	if err != nil {
 		return 0, false, fmt.Errorf("unread count: %w", err)
 	}
@@ -357,7 +383,7 @@ func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capp
 		sql, args = sp.bound(sql, args)
 		// Rows older than this span's newest possible row are all read when
 		// the watermark is past the span's start.
-		sql += ` LIMIT $2) unread), w.at FROM ` + readMark + ` w`
+		sql += ` LIMIT $2) unread), w.at FROM ` + ReadMark + ` w`
 		var n int
 		var mark pgtype.Timestamptz
 		err := s.db.QueryRow(ctx, sql, args...).Scan(&n, &mark)

@@ -75,7 +75,7 @@ func TestPagingSeesEveryRowOnceWhileNewRowsArrive(t *testing.T) {
 	}
 	rows.Close()
 
-	store := feed.NewStore(pool)
+	store := feed.NewStore(pool, nil)
 	inserted := make(chan struct{})
 	go func() {
 		defer close(inserted)
@@ -129,7 +129,7 @@ func TestAUserSeesAndMarksOnlyTheirOwnRows(t *testing.T) {
 	ctx := context.Background()
 	seed(t, pool, "alice", "a", 3, 3)
 	seed(t, pool, "bob", "b", 2, 2)
-	store := feed.NewStore(pool)
+	store := feed.NewStore(pool, nil)
 	bobs, err := store.Page(ctx, feed.Query{UserID: "bob"})
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestUnreadCountIsCapped(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
 	seed(t, pool, "carol", "c", 150, 150)
-	n, capped, err := feed.NewStore(pool).UnreadCount(context.Background(), "carol")
+	n, capped, err := feed.NewStore(pool, nil).UnreadCount(context.Background(), "carol")
 	if err != nil || n != feed.UnreadCap || !capped {
 		t.Errorf("unread = %d capped=%v %v; want %d capped", n, capped, err, feed.UnreadCap)
 	}
@@ -183,7 +183,7 @@ func TestReadAllIsAWatermarkThatLaterRowsStayAbove(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
 	ctx := context.Background()
-	store := feed.NewStore(pool)
+	store := feed.NewStore(pool, nil)
 	seed(t, pool, "dave", "before", 500, 100)
 	if _, ok, err := store.MarkAllRead(ctx, "dave"); err != nil || !ok {
 		t.Fatal(err)
@@ -240,7 +240,7 @@ func TestPagesAndCountsReachPastTheRecentWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	store := feed.NewStore(pool)
+	store := feed.NewStore(pool, nil)
 	if got := fmt.Sprint(allTitles(t, store, feed.Query{UserID: "erin", Limit: 3})); got != "[1 days ago 20 days ago 30 days ago 60 days ago]" {
 		t.Errorf("erin's feed = %s; want all four, newest first", got)
 	}
@@ -347,7 +347,7 @@ func TestWeeksWithoutAPartitionAreReadWithoutAnError(t *testing.T) {
 		t.Fatal("every one of the last four weeks has a partition; the test needs some missing")
 	}
 	db := &errorRecorder{Pool: pool}
-	store := feed.NewStore(db)
+	store := feed.NewStore(db, nil)
 	if got := fmt.Sprint(allTitles(t, store, feed.Query{UserID: "fay", Limit: 1})); got != "[n 0 1 days ago 60 days ago]" {
 		t.Errorf("fay's feed = %s; want all three, newest first", got)
 	}

@@ -10,6 +10,9 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
 // DB is what the live stream needs of Postgres: a pgxpool.Pool. It may reach
@@ -45,6 +48,11 @@ type Config struct {
 	Metrics *Metrics
 	// Logger receives the stream's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Clock tells the hub's time: the reader's waits and backoff, the ping
+	// interval, socket read and write deadlines, and the lag and held
+	// metrics. Deadlines are set on real connections, so a fake clock should
+	// stand near the wall clock's time. Default the wall clock.
+	Clock clock.Clock
 }
 
 // Validate reports the first setting a user must fix.
@@ -71,14 +79,11 @@ type Hub struct {
 	users   map[string][]*socket
 	stopped bool
 
-	reader   reader
-	ready    chan struct{} // closed once the reader knows where to start
-	ctx      context.Context
-	cancel   context.CancelFunc
-	done     chan struct{}
-	start    sync.Once
-	sockets  sync.WaitGroup // each socket until its connection is closed
-	shutOnce sync.Once
+	svc     startstop.Service // the reader, the pinger and the resumes
+	reader  reader
+	ready   chan struct{}   // closed once the reader knows where to start
+	serving context.Context // the loops' context, for resumes; set before ready is closed
+	sockets sync.WaitGroup  // each socket until its connection is closed
 }
 
 // New returns a hub; Start begins reading.
@@ -97,30 +102,24 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
+	cfg.Metrics.setClock(cfg.Clock)
 	h := &Hub{
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "live"),
 		metrics: cfg.Metrics,
 		users:   map[string][]*socket{},
 		ready:   make(chan struct{}),
-		done:    make(chan struct{}),
 	}
 	h.reader.hub = h
 	return h, nil
 }
 
-// Start reads in the background and pings sockets; only the first call does.
-// Sockets are served once the reader has its starting position.
+// Start reads in the background and pings sockets; only the first call
+// does, and none after Shutdown. Sockets are served once the reader has its
+// starting position.
 func (h *Hub) Start(ctx context.Context) {
-	h.start.Do(func() {
-		ctx, h.cancel = context.WithCancel(ctx)
-		h.ctx = ctx
-		go func() {
-			defer close(h.done)
-			go h.pingLoop(ctx)
-			h.reader.run(ctx)
-		}()
-	})
+	h.svc.Start(ctx, h.reader.run, h.pingLoop)
 }
 
 // Ready reports whether the hub serves sockets: started, its reader
@@ -141,42 +140,31 @@ func (h *Hub) Ready() bool {
 // to be written until ctx ends, then drops what is left. Safe to call twice,
 // and before Start.
 func (h *Hub) Shutdown(ctx context.Context) error {
-	var err error
-	h.shutOnce.Do(func() {
-		h.start.Do(func() { close(h.done) })
-		if h.cancel != nil {
-			h.cancel()
-		}
-		h.mu.Lock()
-		h.stopped = true
-		var all []*socket
-		for _, ss := range h.users {
-			all = append(all, ss...)
-		}
-		h.mu.Unlock()
+	// No socket registers after this, and every socket registered is
+	// closing before the loops stop: a resume cut short by the stop finds
+	// its socket closed with 1001, not with an error.
+	h.mu.Lock()
+	h.stopped = true
+	var all []*socket
+	for _, ss := range h.users {
+		all = append(all, ss...)
+	}
+	h.mu.Unlock()
+	for _, s := range all {
+		s.close(ws.StatusGoingAway, "server shutting down; reconnect")
+	}
+	err := h.svc.Stop(ctx)
+	if !startstop.Wait(ctx, &h.sockets) {
 		for _, s := range all {
-			s.close(ws.StatusGoingAway, "server shutting down; reconnect")
+			s.drop()
 		}
-		waited := make(chan struct{})
-		go func() { h.sockets.Wait(); close(waited) }()
-		select {
-		case <-waited:
-		case <-ctx.Done():
-			for _, s := range all {
-				s.drop()
-			}
-			err = ctx.Err()
-		}
-		select {
-		case <-h.done:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-	})
+		err = ctx.Err()
+	}
 	return err
 }
 
-func deadline(d time.Duration) time.Time { return time.Now().Add(d) }
+// deadline is d from now on the hub's clock: a socket's read or write deadline.
+func (h *Hub) deadline(d time.Duration) time.Time { return h.cfg.Clock.Now().Add(d) }
 
 // add registers s under its user; false once the hub is shut down.
 func (h *Hub) add(s *socket) bool {
@@ -228,18 +216,13 @@ func (h *Hub) deliver(user string, f frame) {
 }
 
 // pingLoop pings every socket each interval, spread over the interval so
-// that the writes do not all wake at once.
+// that the writes do not all wake at once: each pass pings one slice.
 func (h *Hub) pingLoop(ctx context.Context) {
 	const slices = 16
-	t := time.NewTicker(h.cfg.PingInterval / slices)
-	defer t.Stop()
 	ping := frame{kind: kindPing, bytes: wsFrame(ws.OpPing, nil)}
-	for turn := uint32(0); ; turn = (turn + 1) % slices {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	var turn uint32
+	schedule := startstop.Schedule{Interval: h.cfg.PingInterval / slices, Clock: h.cfg.Clock, Delay: true}
+	startstop.Every(ctx, schedule, func(context.Context) bool {
 		h.mu.RLock()
 		for _, ss := range h.users {
 			for _, s := range ss {
@@ -249,7 +232,9 @@ func (h *Hub) pingLoop(ctx context.Context) {
 			}
 		}
 		h.mu.RUnlock()
-	}
+		turn = (turn + 1) % slices
+		return false
+	})
 }
 
 // Metrics returns the hub's metrics.

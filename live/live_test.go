@@ -430,7 +430,7 @@ func TestReadStateReachesTheUsersOtherSockets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := feed.NewStore(s.pool)
+	store := feed.NewStore(s.pool, nil)
 	ctx := context.Background()
 	if err := store.MarkRead(ctx, "u1", id); err != nil {
 		t.Fatal(err)
@@ -478,7 +478,7 @@ func TestShutdownClosesEverySocketWithGoingAway(t *testing.T) {
 func TestAWakeUpAfterTheListenerReconnectsReadsWhatWasMissed(t *testing.T) {
 	t.Parallel()
 	url := pgtest.DB(t)
-	listener := pglisten.New(url, ingest.NotifyChannel, slog.New(slog.DiscardHandler))
+	listener := pglisten.New(url, ingest.NotifyChannel, nil, slog.New(slog.DiscardHandler))
 	wake := listener.Subscribe()
 	s := newStackOn(t, url, func(c *live.Config) {
 		c.Wake = wake

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spoolcast/spoolcast/internal/clock"
 )
 
 // Metrics are the live stream's metrics.
@@ -16,7 +18,8 @@ type Metrics struct {
 	lag         prometheus.Histogram
 	reads       *prometheus.CounterVec
 	heldGauge   prometheus.GaugeFunc
-	heldSince   atomic.Int64 // unix nanos since committed rows wait for the horizon; 0 when none do
+	heldSince   atomic.Int64                // unix nanos since committed rows wait for the horizon; 0 when none do
+	clk         atomic.Pointer[clock.Clock] // the hub's, which sets heldSince; nil: the wall clock
 }
 
 // NewMetrics registers the live stream's metrics with reg; nil registers nowhere.
@@ -62,12 +65,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		if since == 0 {
 			return 0
 		}
-		return time.Since(time.Unix(0, since)).Seconds()
+		return clock.Since(m.clock(), time.Unix(0, since)).Seconds()
 	})
 	if reg != nil {
 		reg.MustRegister(m.connections, m.frames, m.slowClosed, m.authFailed, m.lag, m.reads, m.heldGauge)
 	}
 	return m
+}
+
+// setClock makes the held gauge tell time by the hub's clock.
+func (m *Metrics) setClock(c clock.Clock) { m.clk.Store(&c) }
+
+// clock is the hub's clock, or the wall clock before a hub has set it.
+func (m *Metrics) clock() clock.Clock {
+	if c := m.clk.Load(); c != nil {
+		return *c
+	}
+	return clock.Real{}
 }
 
 // AuthFailed counts a handshake refused for its token.

@@ -2,12 +2,13 @@ package live
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
 const (
@@ -19,6 +20,8 @@ const (
 	// heldRetry is the first wait before reading again while committed rows
 	// wait behind an older transaction; it doubles up to the poll interval.
 	heldRetry = 2 * time.Millisecond
+	// minBackoff and maxBackoff bound the wait after failed reads.
+	minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
 )
 
 // txSlack bounds how long before its commit a streamed row may have been
@@ -31,20 +34,16 @@ const (
 // streamed.
 const txSlack = time.Hour
 
-// futureSlack bounds how far ahead of this process's clock, corrected by
-// Postgres's, a new row's created_at may lie.
-const futureSlack = 24 * time.Hour
-
 // horizon is the oldest transaction still running in the statement's
 // snapshot: every transaction below it has committed or aborted.
 const horizon = `pg_snapshot_xmin(pg_current_snapshot())`
 
 // The replica's reads, each in commit-safe order from a position. Rows at or
 // above the horizon are read too, only to learn that committed rows wait;
-// they are not delivered until the horizon passes them.
+// they are not delivered until the horizon passes them. A new notification's
+// read state is its own read_at: the read-all watermark is not joined.
 const (
-	readNotifications = `SELECT n.tx, n.id, n.user_id, n.type, n.category, n.title, n.body, n.data, n.producer,
-			n.created_at, n.received_at, n.read_at, ` + horizon + `
+	readNotifications = `SELECT n.tx, n.user_id, ` + feed.NotificationFields + `, n.read_at, ` + horizon + `
 		FROM notifications n
 		WHERE (n.tx, n.id) > ($1::xid8, $2::bigint) AND n.created_at > $4 AND n.created_at < $5
 		ORDER BY n.tx, n.id
@@ -67,19 +66,20 @@ type reader struct {
 	skew atomic.Int64
 }
 
-// now is Postgres's time, as this process's clock corrected by the skew.
-func (r *reader) now() time.Time { return time.Now().Add(time.Duration(r.skew.Load())) }
+// now is Postgres's time, as the hub's clock corrected by the skew.
+func (r *reader) now() time.Time { return r.hub.cfg.Clock.Now().Add(time.Duration(r.skew.Load())) }
 
 // newest bounds the created_at of rows a read may find.
-func (r *reader) newest() time.Time { return r.now().Add(futureSlack) }
+func (r *reader) newest() time.Time { return r.now().Add(feed.FutureSlack) }
 
 // run positions the reader at the horizon, then reads on every wake-up, on
 // the poll interval, and soon again while committed rows wait behind an
 // older transaction.
 func (r *reader) run(ctx context.Context) {
 	h := r.hub
+	clk := h.cfg.Clock
 	r.failLog = lograte.New(30 * time.Second)
-	for failures := 0; ; failures++ {
+	for failures := 1; ; failures++ {
 		err := r.position(ctx)
 		if err == nil {
 			break
@@ -88,31 +88,23 @@ func (r *reader) run(ctx context.Context) {
 			return
 		}
 		r.failed(err)
-		if !sleep(ctx, backoff(failures)) {
+		if !startstop.Sleep(ctx, clk, startstop.Backoff(failures, minBackoff, maxBackoff)) {
 			return
 		}
 	}
+	h.serving = ctx // resumes run under the loops' context; Serve reads it once ready
 	close(h.ready)
 	var wait time.Duration
 	var errs, heldWaits int
 	var last time.Time
-	timer := time.NewTimer(0)
-	defer timer.Stop()
 	for {
-		if wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-h.cfg.Wake:
-			case <-timer.C:
-			}
-			timer.Stop()
-		}
-		if gap := minReadGap - time.Since(last); gap > 0 && !sleep(ctx, gap) {
+		if wait > 0 && !r.await(ctx, wait) {
 			return
 		}
-		last = time.Now()
+		if gap := minReadGap - clock.Since(clk, last); gap > 0 && !startstop.Sleep(ctx, clk, gap) {
+			return
+		}
+		last = clk.Now()
 		more, held, err := r.read(ctx)
 		if ctx.Err() != nil {
 			return
@@ -120,8 +112,8 @@ func (r *reader) run(ctx context.Context) {
 		if err != nil {
 			h.metrics.reads.WithLabelValues("error").Inc()
 			r.failed(err)
-			wait = backoff(errs)
 			errs++
+			wait = startstop.Backoff(errs, minBackoff, maxBackoff)
 			continue
 		}
 		h.metrics.reads.WithLabelValues("ok").Inc()
@@ -139,6 +131,19 @@ func (r *reader) run(ctx context.Context) {
 	}
 }
 
+// await waits d, or less when a wake-up comes; false when ctx ended first.
+func (r *reader) await(ctx context.Context, d time.Duration) bool {
+	t := r.hub.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-r.hub.cfg.Wake:
+	case <-t.C():
+	}
+	return true
+}
+
 func (r *reader) failed(err error) {
 	r.failLog.Do(func(suppressed int64) {
 		r.hub.log.Warn("live reader cannot read Postgres; sockets get no frames until it can, then every one missed", "err", err, "suppressed", suppressed)
@@ -153,7 +158,7 @@ func (r *reader) position(ctx context.Context) error {
 	if err := r.hub.cfg.DB.QueryRow(ctx, `SELECT `+horizon+`, now()`).Scan(&h, &now); err != nil {
 		return err
 	}
-	r.skew.Store(int64(time.Until(now)))
+	r.skew.Store(int64(clock.Until(r.hub.cfg.Clock, now)))
 	r.notes = Position{Tx: h}
 	r.reads = Position{Tx: h}
 	return nil
@@ -175,7 +180,7 @@ func (r *reader) read(ctx context.Context) (more, held bool, err error) {
 
 func (r *reader) readNotifications(ctx context.Context) (more, held bool, err error) {
 	now := r.now()
-	rows, err := r.hub.cfg.DB.Query(ctx, readNotifications, r.notes.Tx, r.notes.ID, readPage, now.Add(-txSlack), now.Add(futureSlack))
+	rows, err := r.hub.cfg.DB.Query(ctx, readNotifications, r.notes.Tx, r.notes.ID, readPage, now.Add(-txSlack), now.Add(feed.FutureSlack))
 	if err != nil {
 		return false, false, err
 	}
@@ -183,14 +188,15 @@ func (r *reader) readNotifications(ctx context.Context) (more, held bool, err er
 	n := 0
 	for rows.Next() {
 		n++
-		var pos Position
+		var tx uint64
 		var user string
 		var note feed.Notification
 		var h uint64
-		if err := rows.Scan(&pos.Tx, &pos.ID, &user, &note.Type, &note.Category, &note.Title, &note.Body, &note.Data, &note.Producer,
-			&note.CreatedAt, &note.ReceivedAt, &note.ReadAt, &h); err != nil {
+		dest := append([]any{&tx, &user}, note.ScanTargets()...)
+		if err := rows.Scan(append(dest, &h)...); err != nil {
 			return false, false, err
 		}
+		pos := Position{Tx: tx, ID: note.ID}
 		if pos.Tx >= h {
 			held = true
 			break
@@ -199,7 +205,6 @@ func (r *reader) readNotifications(ctx context.Context) (more, held bool, err er
 		if !r.hub.connected(user) {
 			continue
 		}
-		note.ID = pos.ID
 		f, err := notificationFrame(note, Cursor{Position: pos, At: note.CreatedAt}, true)
 		if err != nil {
 			return false, false, err
@@ -247,20 +252,4 @@ func (r *reader) readReadEvents(ctx context.Context) (more, held bool, err error
 		return false, false, err
 	}
 	return n == readPage && !held, held, nil
-}
-
-func backoff(failures int) time.Duration {
-	d := min(5*time.Second, 100*time.Millisecond<<min(failures, 6))
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -17,9 +17,9 @@ var errSocketClosed = errors.New("socket closed")
 // resumePage is the most rows one resume read takes.
 const resumePage = 500
 
-const readSince = `SELECT n.tx, n.id, n.type, n.category, n.title, n.body, n.data, n.producer, n.created_at, n.received_at,
-		coalesce(n.read_at, CASE WHEN (n.created_at, n.id) <= (w.at, w.id) THEN w.marked END),
-		` + horizon + `, now()
+// readSince is a user's feed read in commit-safe order from a position,
+// with the horizon and Postgres's time of the read.
+const readSince = `SELECT n.tx, ` + feed.NotificationColumns + `, ` + horizon + `, now()
 	FROM notifications n, ` + feed.ReadMark + ` w
 	WHERE n.user_id = $1 AND n.created_at >= $2 AND n.created_at < $6 AND (n.tx, n.id) > ($3::xid8, $4::bigint)
 	ORDER BY n.tx, n.id
@@ -56,12 +56,13 @@ func Since(ctx context.Context, db DB, user string, after Cursor, limit int, new
 	n := 0
 	for rows.Next() {
 		n++
-		var p Position
+		var tx uint64
 		var note feed.Notification
-		if err := rows.Scan(&p.Tx, &p.ID, &note.Type, &note.Category, &note.Title, &note.Body, &note.Data, &note.Producer,
-			&note.CreatedAt, &note.ReceivedAt, &note.ReadAt, &hz, &now); err != nil {
+		dest := append([]any{&tx}, note.ScanTargets()...)
+		if err := rows.Scan(append(dest, &hz, &now)...); err != nil {
 			return Changes{}, err
 		}
+		p := Position{Tx: tx, ID: note.ID}
 		if p.Tx >= hz {
 			break // committed, but behind a transaction still running: a later read returns it
 		}
@@ -69,7 +70,6 @@ func Since(ctx context.Context, db DB, user string, after Cursor, limit int, new
 			out.More = true
 			break
 		}
-		note.ID = p.ID
 		out.Items = append(out.Items, note)
 		out.Cursors = append(out.Cursors, Cursor{Position: p, At: note.CreatedAt})
 		out.End = out.Cursors[len(out.Cursors)-1]
@@ -143,7 +143,10 @@ func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor,
 			if err != nil {
 				return Cursor{}, err
 			}
-			if !s.resumed(f) {
+			if !s.resumed(ctx, f) {
+				if ctx.Err() != nil {
+					return Cursor{}, ctx.Err() // the hub is shutting down
+				}
 				return Cursor{}, errSocketClosed
 			}
 		}

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -61,13 +62,16 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 	}
 	s := newSocket(h, conn, user)
 	if !h.add(s) {
-		_ = conn.SetWriteDeadline(deadline(h.cfg.WriteTimeout))
+		_ = conn.SetWriteDeadline(h.deadline(h.cfg.WriteTimeout))
 		_, _ = conn.Write(closeFrame(ws.StatusGoingAway, "server shutting down; reconnect").bytes)
 		_ = conn.Close()
 		return
 	}
 	go s.read(early)
-	go h.resume(h.ctx, s, after)
+	// Ready returned true: the reader has set serving. The resume runs
+	// under the hub's loops, so Shutdown cancels it and waits for it; once
+	// Shutdown has begun it has closed the socket, and no resume starts.
+	h.svc.Go(h.serving, func(ctx context.Context) { h.resume(ctx, s, after) })
 }
 
 // handshakeProblem checks what the upgrade would refuse, so that a refusal

@@ -2,12 +2,12 @@ package live
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/gobwas/ws"
 )
@@ -93,8 +93,8 @@ func (s *socket) enqueueLocked(f frame) {
 
 // resumed queues a resumed notification, waiting while the queue is over
 // half full so that a long resume never overflows it. False once the socket
-// is closing.
-func (s *socket) resumed(f frame) bool {
+// is closing or ctx ends.
+func (s *socket) resumed(ctx context.Context, f frame) bool {
 	for {
 		s.mu.Lock()
 		if s.closing {
@@ -110,11 +110,16 @@ func (s *socket) resumed(f frame) bool {
 			return true
 		}
 		s.mu.Unlock()
+		t := s.hub.cfg.Clock.NewTimer(s.hub.cfg.WriteTimeout)
 		select {
 		case <-s.room:
-		case <-time.After(s.hub.cfg.WriteTimeout):
+		case <-t.C():
 			// The writer is stuck: its own timeout closes the socket.
+		case <-ctx.Done():
+			t.Stop()
+			return false
 		}
+		t.Stop()
 	}
 }
 
@@ -210,7 +215,7 @@ func (s *socket) write() {
 			bufs = append(bufs, f.bytes)
 			closed = closed || f.kind == kindClose
 		}
-		_ = s.conn.SetWriteDeadline(time.Now().Add(s.hub.cfg.WriteTimeout))
+		_ = s.conn.SetWriteDeadline(s.hub.deadline(s.hub.cfg.WriteTimeout))
 		_, err := bufs.WriteTo(s.conn)
 		if err != nil {
 			var ne net.Error
@@ -224,7 +229,7 @@ func (s *socket) write() {
 			s.drop()
 			return
 		}
-		now := time.Now()
+		now := s.hub.cfg.Clock.Now()
 		for _, f := range batch {
 			switch f.kind {
 			case kindNotification, kindRead, kindReady:
@@ -270,7 +275,7 @@ func (s *socket) read(buffered []byte) {
 	}
 	var payload [125]byte
 	for {
-		_ = s.conn.SetReadDeadline(time.Now().Add(2 * s.hub.cfg.PingInterval))
+		_ = s.conn.SetReadDeadline(s.hub.deadline(2 * s.hub.cfg.PingInterval))
 		h, err := ws.ReadHeader(r)
 		if err != nil {
 			return

@@ -206,7 +206,7 @@ func TestAnEventPostedToARelayReachesEachDeviceAndIsDelivered(t *testing.T) {
 	if len(msgs) != 2 {
 		t.Fatalf("the fake Expo got %d messages, want one per device", len(msgs))
 	}
-	page, err := feed.NewStore(s.pool).Page(context.Background(), feed.Query{UserID: "u1"})
+	page, err := feed.NewStore(s.pool, nil).Page(context.Background(), feed.Query{UserID: "u1"})
 	if err != nil || len(page.Items) != 1 {
 		t.Fatalf("feed = %v, %v", page.Items, err)
 	}
@@ -356,7 +356,7 @@ func TestADisabledCategoryKeepsTheFeedRowAndSkipsThePush(t *testing.T) {
 	if n := len(s.fake.Messages()); n != 0 {
 		t.Errorf("%d pushes for a category turned off", n)
 	}
-	if page, _ := feed.NewStore(s.pool).Page(context.Background(), feed.Query{UserID: "u1"}); len(page.Items) != 1 {
+	if page, _ := feed.NewStore(s.pool, nil).Page(context.Background(), feed.Query{UserID: "u1"}); len(page.Items) != 1 {
 		t.Errorf("feed rows = %d, want the notification kept", len(page.Items))
 	}
 	if got := s.states(); got[push.StateSkipped] != 1 {
@@ -413,7 +413,7 @@ func TestExpoFailingEndsDispatchesFailedAndIngestGoesOn(t *testing.T) {
 		t.Errorf("sends = %d; want one try and two retries", n)
 	}
 	s.ingest("e2", "general", "u1") // ingest is unaffected
-	if page, _ := feed.NewStore(s.pool).Page(context.Background(), feed.Query{UserID: "u1"}); len(page.Items) != 2 {
+	if page, _ := feed.NewStore(s.pool, nil).Page(context.Background(), feed.Query{UserID: "u1"}); len(page.Items) != 2 {
 		t.Errorf("feed rows = %d, want 2", len(page.Items))
 	}
 }

@@ -134,7 +134,7 @@ func run(rows, weeks, iterations, offsetIters int, adminURL string) error {
 		}
 		// The store's reads alone on the partitioned table, and the one query
 		// a plain table needs for the same page, in turn.
-		store := feed.NewStore(pool)
+		store := feed.NewStore(pool, nil)
 		times := [2][]time.Duration{}
 		for i := range 2 * iterations {
 			t0 := time.Now()

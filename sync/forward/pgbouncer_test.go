@@ -57,7 +57,7 @@ func TestForwardingAndTheFeedWorkThroughPgBouncerInTransactionMode(t *testing.T)
 		t.Errorf("notifications = %d, want 1500", n)
 	}
 
-	store := feed.NewStore(pool)
+	store := feed.NewStore(pool, nil)
 	seen := 0
 	var after *feed.Cursor
 	for {

@@ -223,7 +223,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		prefs = builtin
 	}
 	direct := cmp.Or(o.directURL, o.databaseURL)
-	c.listener = pglisten.New(direct, ingest.NotifyChannel, logger)
+	c.listener = pglisten.New(direct, ingest.NotifyChannel, nil, logger)
 	if c.live, err = live.New(live.Config{
 		DB: c.pool, Wake: c.listener.Subscribe(), PollInterval: o.live.pollInterval, PingInterval: o.live.pingInterval,
 		QueueBytes: int(o.live.queueBytes), Metrics: live.NewMetrics(reg), Logger: logger,

@@ -10,13 +10,14 @@ package pglisten
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
 // Listener is one LISTEN connection and its subscribers.
@@ -25,17 +26,17 @@ type Listener struct {
 	channel string
 	log     *slog.Logger
 	failLog *lograte.Limiter
+	clock   clock.Clock
 	subs    []chan struct{}
-	cancel  context.CancelFunc
-	done    chan struct{}
-	start   sync.Once
+	svc     startstop.Service
 	mu      sync.Mutex
 }
 
-// New returns a listener on channel; Subscribe, then Start.
-func New(url, channel string, log *slog.Logger) *Listener {
-	return &Listener{url: url, channel: channel, log: log.With("component", "listen", "channel", channel),
-		failLog: lograte.New(30 * time.Second), done: make(chan struct{})}
+// New returns a listener on channel whose reconnections wait on clk (nil:
+// the wall clock); Subscribe, then Start.
+func New(url, channel string, clk clock.Clock, log *slog.Logger) *Listener {
+	return &Listener{url: url, channel: channel, clock: clock.Or(clk), log: log.With("component", "listen", "channel", channel),
+		failLog: lograte.New(30 * time.Second)}
 }
 
 // Subscribe returns a channel that receives after notifications: one value
@@ -49,28 +50,11 @@ func (l *Listener) Subscribe() <-chan struct{} {
 }
 
 // Start listens in the background; only the first call does.
-func (l *Listener) Start(ctx context.Context) {
-	l.start.Do(func() {
-		ctx, l.cancel = context.WithCancel(ctx)
-		go l.run(ctx)
-	})
-}
+func (l *Listener) Start(ctx context.Context) { l.svc.Start(ctx, l.run) }
 
 // Stop stops listening and closes the connection, until ctx ends. Safe to
 // call twice, and before Start.
-func (l *Listener) Stop(ctx context.Context) error {
-	l.start.Do(func() {})
-	if l.cancel == nil {
-		return nil
-	}
-	l.cancel()
-	select {
-	case <-l.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (l *Listener) Stop(ctx context.Context) error { return l.svc.Stop(ctx) }
 
 func (l *Listener) wake() {
 	l.mu.Lock()
@@ -84,8 +68,7 @@ func (l *Listener) wake() {
 }
 
 func (l *Listener) run(ctx context.Context) {
-	defer close(l.done)
-	for failures := 0; ctx.Err() == nil; failures++ {
+	for failures := 1; ctx.Err() == nil; failures++ {
 		err := l.listen(ctx)
 		if ctx.Err() != nil {
 			return
@@ -93,11 +76,8 @@ func (l *Listener) run(ctx context.Context) {
 		l.failLog.Do(func(suppressed int64) {
 			l.log.Warn("LISTEN connection lost; readers fall back to their intervals until it is back", "err", err, "suppressed", suppressed)
 		})
-		d := min(5*time.Second, 100*time.Millisecond<<min(failures, 6))
-		select {
-		case <-ctx.Done():
+		if !startstop.Sleep(ctx, l.clock, startstop.Backoff(failures, 100*time.Millisecond, 5*time.Second)) {
 			return
-		case <-time.After(d/2 + rand.N(d/2+1)):
 		}
 	}
 }

@@ -110,10 +110,10 @@ func (v *ServiceVerifier) Authorize(r *http.Request, scope string) (ServiceClaim
 	return claims, nil
 }
 
-// SignServiceToken mints an HS256 service token: what a sibling service sends
-// to /internal routes, and what central sends to the services it calls.
-func SignServiceToken(secret []byte, subject string, scopes []string, ttl time.Duration) (string, error) {
-	now := time.Now()
+// SignServiceToken mints an HS256 service token issued at now and valid for
+// ttl: what a sibling service sends to /internal routes, and what central
+// sends to the services it calls.
+func SignServiceToken(secret []byte, subject string, scopes []string, now time.Time, ttl time.Duration) (string, error) {
 	claims := serviceClaims{
 		Scope: strings.Join(scopes, " "),
 		RegisteredClaims: jwt.RegisteredClaims{

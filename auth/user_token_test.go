@@ -180,7 +180,7 @@ func TestServiceTokensNeedTheirScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, _ := auth.SignServiceToken(secret, "billing", []string{"prefs:read", "push:emit"}, time.Minute)
+	tok, _ := auth.SignServiceToken(secret, "billing", []string{"prefs:read", "push:emit"}, time.Now(), time.Minute)
 	c, err := v.Verify(tok)
 	if err != nil || c.Subject != "billing" || !c.HasScope("push:emit") || c.HasScope("admin") {
 		t.Errorf("claims = %+v, %v", c, err)
@@ -189,8 +189,8 @@ func TestServiceTokensNeedTheirScope(t *testing.T) {
 		t.Error("a 5-byte secret was accepted")
 	}
 	forever, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "billing", "scope": "push:emit"}).SignedString(secret)
-	expired, _ := auth.SignServiceToken(secret, "billing", []string{"push:emit"}, -time.Hour)
-	otherSecret, _ := auth.SignServiceToken([]byte("another-service-secret-of-32-bytes!!"), "billing", []string{"push:emit"}, time.Minute)
+	expired, _ := auth.SignServiceToken(secret, "billing", []string{"push:emit"}, time.Now(), -time.Hour)
+	otherSecret, _ := auth.SignServiceToken([]byte("another-service-secret-of-32-bytes!!"), "billing", []string{"push:emit"}, time.Now(), time.Minute)
 	for _, tc := range []struct{ name, token, reason string }{
 		{"without exp", forever, "lacks a required claim"},
 		{"expired", expired, "has expired"},

@@ -385,8 +385,8 @@ func TestTokenAttacksAre401AndAdminNeedsTheRole(t *testing.T) {
 func TestInternalIngressAnswersLikeTheRelay(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, options{})
-	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Minute)
-	readOnly, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"prefs:read"}, time.Minute)
+	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Now(), time.Minute)
+	readOnly, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"prefs:read"}, time.Now(), time.Minute)
 	userToken := h.iss.Token("alice")
 	body := `{"idempotency_key":"invoice:7","type":"invoice.paid","recipients":["alice","bob"],"title":"Invoice paid"}`
 
@@ -552,7 +552,7 @@ func TestAHungPostgresIsA503WithinSeconds(t *testing.T) {
 	t.Cleanup(pool.Close)
 	h := newHarness(t, options{pool: pool, dbTimeout: time.Second})
 	token := h.iss.Token("alice")
-	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Minute)
+	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Now(), time.Minute)
 	if r := h.request(http.MethodGet, "/v1/notifications", token, ""); r.status != http.StatusOK {
 		t.Fatalf("feed before the freeze = %d", r.status)
 	}
@@ -623,7 +623,7 @@ func TestAHungPostgresIsA503WithinSeconds(t *testing.T) {
 func TestInternalIngressAnswersAHalfClosedRequest(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, options{})
-	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Minute)
+	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Now(), time.Minute)
 	const n = 50
 	statuses := make(chan int, n)
 	for i := range n {

@@ -206,7 +206,7 @@ func TestInternalIngressWakesListenersButNotOncePerRequest(t *testing.T) {
 	if _, err := conn.Exec(ctx, "LISTEN "+ingest.NotifyChannel); err != nil {
 		t.Fatal(err)
 	}
-	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Minute)
+	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Now(), time.Minute)
 	// 20 events at once: they commit within a few wake-up intervals, and
 	// wake listeners a few times, not 20.
 	var wg sync.WaitGroup

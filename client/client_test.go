@@ -562,11 +562,11 @@ func TestCancellingTheContextStopsRetrying(t *testing.T) {
 func TestServiceTokensAreSentAndRefusalsAreTyped(t *testing.T) {
 	t.Parallel()
 	r := startRelay(t, relayOpts{serviceTokens: true})
-	emit, err := auth.SignServiceToken(testSecret, "billing", []string{"push:emit"}, time.Hour)
+	emit, err := auth.SignServiceToken(testSecret, "billing", []string{"push:emit"}, time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readOnly, err := auth.SignServiceToken(testSecret, "billing", []string{"prefs:read"}, time.Hour)
+	readOnly, err := auth.SignServiceToken(testSecret, "billing", []string{"prefs:read"}, time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/startstop"
 	"golang.org/x/time/rate"
 )
 
@@ -139,6 +141,8 @@ type Config struct {
 	// OnRequest, when set, is called after every HTTP request with its
 	// endpoint ("send" or "getReceipts"), its duration and its outcome.
 	OnRequest func(endpoint string, took time.Duration, err error)
+	// Clock times backoffs, Retry-After dates and requests. Default the wall clock.
+	Clock clock.Clock
 }
 
 // Client talks to Expo's push API. It is safe for concurrent use.
@@ -155,6 +159,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("expo: concurrency, retries and backoff must not be negative")
 	}
 	cfg.URL = strings.TrimSuffix(cmp.Or(cfg.URL, DefaultURL), "/")
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.HTTP == nil {
 		cfg.HTTP = &http.Client{Timeout: 10 * time.Second}
 	}
@@ -248,12 +253,8 @@ func (c *Client) post(ctx context.Context, endpoint string, body, out any) error
 			d := c.cfg.MinBackoff << attempt
 			wait = d/2 + rand.N(d/2+1)
 		}
-		t := time.NewTimer(min(wait, c.cfg.MaxBackoff))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !startstop.Sleep(ctx, c.cfg.Clock, min(wait, c.cfg.MaxBackoff)) {
 			return err
-		case <-t.C:
 		}
 	}
 }
@@ -266,10 +267,10 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	start := time.Now()
+	start := c.cfg.Clock.Now()
 	defer func() {
 		if c.cfg.OnRequest != nil {
-			c.cfg.OnRequest(endpoint, time.Since(start), err)
+			c.cfg.OnRequest(endpoint, clock.Since(c.cfg.Clock, start), err)
 		}
 	}()
 	var reqBody io.Reader = bytes.NewReader(raw)
@@ -316,7 +317,7 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 		if json.Unmarshal(payload, &body) == nil && len(body.Errors) > 0 {
 			re.Code, re.Msg = body.Errors[0].Code, body.Errors[0].Message
 		}
-		return retryAfter(resp.Header.Get("Retry-After")), re
+		return retryAfter(resp.Header.Get("Retry-After"), c.cfg.Clock.Now()), re
 	}
 	if err := json.Unmarshal(payload, out); err != nil {
 		return 0, &RequestError{Status: resp.StatusCode, Msg: "undecodable answer: " + err.Error()}
@@ -324,8 +325,8 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 	return 0, nil
 }
 
-// retryAfter reads a Retry-After header: seconds, or an HTTP date.
-func retryAfter(v string) time.Duration {
+// retryAfter reads a Retry-After header: seconds, or an HTTP date after now.
+func retryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
@@ -333,7 +334,7 @@ func retryAfter(v string) time.Duration {
 		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return max(0, time.Until(t))
+		return max(0, t.Sub(now))
 	}
 	return 0
 }

@@ -21,15 +21,15 @@ const (
 	resultError        = "error" // the spool could not be written
 )
 
-// Metrics are the relay's request metrics.
-type Metrics struct {
+// metrics are the relay's request metrics.
+type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 }
 
-// NewMetrics registers the relay's request metrics with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
+// newMetrics registers the relay's request metrics with reg.
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spoolcast_relay_requests_total",
 			Help: "Ingest requests by outcome: accepted, duplicate, conflict, invalid, unauthorized, overloaded (503: spool at its limit, shutting down or slow), disk_full (503), error (spool write failed).",
@@ -48,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) observe(outcome string, took time.Duration) {
+func (m *metrics) observe(outcome string, took time.Duration) {
 	m.requests.WithLabelValues(outcome).Inc()
 	m.duration.WithLabelValues(outcome).Observe(took.Seconds())
 }

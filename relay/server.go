@@ -19,10 +19,12 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/eventhttp"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/lograte"
@@ -61,6 +63,8 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Clock times requests. Default the wall clock.
+	Clock clock.Clock
 }
 
 // Validate reports the first setting a user must fix.
@@ -84,7 +88,7 @@ func (c Config) Validate() error {
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
-	metrics  *Metrics
+	metrics  *metrics
 	handler  http.Handler
 	ops      http.Handler
 	draining atomic.Bool
@@ -95,7 +99,7 @@ type Server struct {
 // NewRegistry returns a registry with the Go and process collectors.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 
@@ -107,6 +111,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.MaxBody = cmp.Or(cfg.MaxBody, 64<<10)
 	cfg.RetryAfter = cmp.Or(cfg.RetryAfter, 5*time.Second)
 	cfg.ClaimTimeout = cmp.Or(cfg.ClaimTimeout, 10*time.Second)
+	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Registry == nil {
 		cfg.Registry = NewRegistry()
 	}
@@ -115,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	log := cfg.Logger.With("component", "relay")
 	s := &Server{
-		cfg: cfg, log: log, metrics: NewMetrics(cfg.Registry),
+		cfg: cfg, log: log, metrics: newMetrics(cfg.Registry),
 		diskFullLog: lograte.New(10 * time.Second), spoolErrLog: lograte.New(10 * time.Second),
 	}
 	router := httpapi.NewRouter(log)
@@ -146,9 +151,9 @@ func (s *Server) routeOps(router *httprouter.Router) {
 }
 
 func (s *Server) postEvent(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
+	start := s.cfg.Clock.Now()
 	outcome := s.ingest(w, r)
-	s.metrics.observe(outcome, time.Since(start))
+	s.metrics.observe(outcome, clock.Since(s.cfg.Clock, start))
 }
 
 // ingest answers one POST /v1/events and returns its outcome label: the

@@ -292,10 +292,10 @@ func TestFullSpoolAnswers503AndKeepsWhatItAccepted(t *testing.T) {
 func TestServiceTokenIsRequiredWhenConfigured(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpts{auth: true})
-	emit, _ := auth.SignServiceToken(testSecret, "billing", []string{"push:emit"}, time.Minute)
-	readOnly, _ := auth.SignServiceToken(testSecret, "billing", []string{"prefs:read"}, time.Minute)
-	expired, _ := auth.SignServiceToken(testSecret, "billing", []string{"push:emit"}, -time.Hour)
-	otherKey, _ := auth.SignServiceToken([]byte("another-secret-another-secret-another"), "billing", []string{"push:emit"}, time.Minute)
+	emit, _ := auth.SignServiceToken(testSecret, "billing", []string{"push:emit"}, time.Now(), time.Minute)
+	readOnly, _ := auth.SignServiceToken(testSecret, "billing", []string{"prefs:read"}, time.Now(), time.Minute)
+	expired, _ := auth.SignServiceToken(testSecret, "billing", []string{"push:emit"}, time.Now(), -time.Hour)
+	otherKey, _ := auth.SignServiceToken([]byte("another-secret-another-secret-another"), "billing", []string{"push:emit"}, time.Now(), time.Minute)
 	for _, tc := range []struct {
 		name   string
 		auth   string

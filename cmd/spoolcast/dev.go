@@ -237,7 +237,7 @@ func printDevToken(keyPath, secretPath, user, service string, admin bool, ttl ti
 		if err != nil {
 			return err
 		}
-		tok, err := auth.SignServiceToken(secret, service, []string{auth.ScopeEmit}, ttl)
+		tok, err := auth.SignServiceToken(secret, service, []string{auth.ScopeEmit}, time.Now(), ttl)
 		if err != nil {
 			return err
 		}

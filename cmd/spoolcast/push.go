@@ -126,7 +126,7 @@ func externalPreferences(o centralOptions, metrics *push.Metrics, logger *slog.L
 		if time.Until(expires) > time.Minute {
 			return token, nil
 		}
-		t, err := auth.SignServiceToken(secret, "spoolcast-central", []string{auth.ScopePrefsRead}, 10*time.Minute)
+		t, err := auth.SignServiceToken(secret, "spoolcast-central", []string{auth.ScopePrefsRead}, time.Now(), 10*time.Minute)
 		if err != nil {
 			return "", err
 		}

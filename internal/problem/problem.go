@@ -22,12 +22,12 @@ type Problem struct {
 	Field string `json:"field,omitempty"`
 }
 
-// TypeURI returns the problem type URI for a short slug such as "invalid-event".
-func TypeURI(slug string) string { return "urn:spoolcast:problem:" + slug }
+// typeURI returns the problem type URI for a short slug such as "invalid-event".
+func typeURI(slug string) string { return "urn:spoolcast:problem:" + slug }
 
 // New returns a problem of the given slug and status.
 func New(status int, slug, title, detail string) Problem {
-	return Problem{Type: TypeURI(slug), Title: title, Status: status, Detail: detail}
+	return Problem{Type: typeURI(slug), Title: title, Status: status, Detail: detail}
 }
 
 // Write sends p with its status. The request path becomes the instance when none is set.

@@ -392,7 +392,7 @@ func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *bat
 	for _, rec := range batch {
 		ev, err := event.Parse(rec.Payload)
 		if err != nil {
-			if err := f.bury(ctx, rec, DeadInvalid, err); err != nil {
+			if err := f.bury(ctx, rec, deadInvalid, err); err != nil {
 				return handled, err
 			}
 			handled[rec.Seq] = true
@@ -419,7 +419,7 @@ func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *bat
 				unproven = cmp.Or(unproven, r.err)
 				continue
 			}
-			if err := f.bury(ctx, r.rec, DeadRefused, r.err); err != nil {
+			if err := f.bury(ctx, r.rec, deadRefused, r.err); err != nil {
 				return handled, err
 			}
 			handled[r.rec.Seq] = true

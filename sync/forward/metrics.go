@@ -56,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
 		}),
 	}
-	for _, reason := range []string{DeadInvalid, DeadRefused, DeadConflict} {
+	for _, reason := range []string{deadInvalid, deadRefused, deadConflict} {
 		m.dead.WithLabelValues(reason)
 	}
 	if reg != nil {

@@ -25,9 +25,9 @@ var errTooSlow = errors.New("the ingest statement ran too long")
 
 // Reasons a row is set aside as dead, the values of the metric's reason label.
 const (
-	DeadInvalid  = "invalid"  // the spooled payload no longer parses or breaks a rule
-	DeadRefused  = "refused"  // Postgres refuses the row for good
-	DeadConflict = "conflict" // Postgres holds the key for a different request
+	deadInvalid  = "invalid"  // the spooled payload no longer parses or breaks a rule
+	deadRefused  = "refused"  // Postgres refuses the row for good
+	deadConflict = "conflict" // Postgres holds the key for a different request
 )
 
 // refusal is a row Postgres refused on its own.
@@ -133,7 +133,7 @@ func (f *Forwarder) send(ctx context.Context, rows []spool.Record, items []inges
 			f.log.Warn("acknowledge forwarded batch; it will be sent again", "err", err)
 		}
 		for _, rec := range conflicts {
-			if err := f.bury(ctx, rec, DeadConflict, errConflict); err != nil {
+			if err := f.bury(ctx, rec, deadConflict, errConflict); err != nil {
 				f.log.Warn("set aside a conflicting event; it will be sent again", "err", err)
 			}
 		}

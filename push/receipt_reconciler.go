@@ -122,7 +122,13 @@ func (r *ReceiptReconciler) Pass(ctx context.Context) error {
 		WHERE state = 'queued' AND created_at < $1`, r.cfg.Clock.Now().Add(-r.cfg.Interrupted)); err != nil {
 		return fmt.Errorf("end interrupted dispatches: %w", err)
 	}
-	passStart := r.cfg.Clock.Now()
+	// receipt_checked_at is Postgres's time: the pass starts on the same
+	// clock, or a clock ahead of Postgres's would take the same tickets again
+	// and again within one pass.
+	var passStart time.Time
+	if err := r.cfg.DB.QueryRow(ctx, `SELECT now()`).Scan(&passStart); err != nil {
+		return fmt.Errorf("read the pass's start: %w", err)
+	}
 	for ctx.Err() == nil {
 		n, err := r.checkBatch(ctx, cutoff, passStart)
 		if err != nil {

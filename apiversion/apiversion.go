@@ -118,7 +118,7 @@ func (r *Registry) Wrap(route string, h http.Handler) http.Handler {
 		}
 		i, ok := r.index[asked]
 		if !ok {
-			p := problem.New(http.StatusBadRequest, "unknown-api-version", "Unknown API version",
+			p := problem.New(http.StatusBadRequest, problem.UnknownAPIVersion,
 				fmt.Sprintf("%s %q is not a version of this API; the newest is %s", Header, asked, r.Latest()))
 			w.Header().Set(Header, r.Latest())
 			problem.Write(w, req, p)
@@ -137,7 +137,7 @@ func (r *Registry) Wrap(route string, h http.Handler) http.Handler {
 					continue
 				}
 				if err := c.Request(req); err != nil {
-					problem.Write(w, req, problem.New(http.StatusBadRequest, "invalid-request", "Invalid request", err.Error()))
+					problem.Write(w, req, problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error()))
 					return
 				}
 			}

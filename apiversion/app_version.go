@@ -71,11 +71,11 @@ func RequireApp(minimum AppVersion, h http.Handler) http.Handler {
 		}
 		v, err := ParseAppVersion(sent)
 		if err != nil {
-			problem.Write(w, r, problem.New(http.StatusBadRequest, "invalid-app-version", "Invalid app version", AppHeader+": "+err.Error()))
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidAppVersion, AppHeader+": "+err.Error()))
 			return
 		}
 		if v.Less(minimum) {
-			problem.Write(w, r, problem.New(http.StatusUpgradeRequired, "app-update-required", "App update required",
+			problem.Write(w, r, problem.New(http.StatusUpgradeRequired, problem.AppUpdateRequired,
 				fmt.Sprintf("this app version (%s) is no longer supported; update the app to %s or later", v, minimum)))
 			return
 		}

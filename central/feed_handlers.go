@@ -33,7 +33,7 @@ func pageQuery(r *http.Request, userID string) (feed.Query, *problem.Problem) {
 	q := r.URL.Query()
 	out := feed.Query{UserID: userID, Limit: feed.DefaultLimit}
 	bad := func(field, detail string) (feed.Query, *problem.Problem) {
-		p := problem.New(http.StatusBadRequest, "invalid-query", "Invalid query", detail)
+		p := problem.New(http.StatusBadRequest, problem.InvalidQuery, detail)
 		p.Field = field
 		return feed.Query{}, &p
 	}
@@ -47,7 +47,7 @@ func pageQuery(r *http.Request, userID string) (feed.Query, *problem.Problem) {
 	if v, ok := q["cursor"]; ok {
 		c, err := feed.DecodeCursor(v[0])
 		if err != nil {
-			p := problem.New(http.StatusBadRequest, "invalid-cursor", "Invalid cursor", "cursor is not one this server issued; start again without it")
+			p := problem.New(http.StatusBadRequest, problem.InvalidCursor, "cursor is not one this server issued; start again without it")
 			p.Field = "cursor"
 			return feed.Query{}, &p
 		}
@@ -101,7 +101,7 @@ func (s *Server) writePageWithRefresh(w http.ResponseWriter, r *http.Request, us
 func (s *Server) writeChanges(w http.ResponseWriter, r *http.Request, userID, since string) {
 	q := r.URL.Query()
 	bad := func(field, detail string) {
-		p := problem.New(http.StatusBadRequest, "invalid-query", "Invalid query", detail)
+		p := problem.New(http.StatusBadRequest, problem.InvalidQuery, detail)
 		p.Field = field
 		problem.Write(w, r, p)
 	}
@@ -120,7 +120,7 @@ func (s *Server) writeChanges(w http.ResponseWriter, r *http.Request, userID, si
 	}
 	after, err := live.ParseCursor(since)
 	if err != nil {
-		p := problem.New(http.StatusBadRequest, "invalid-cursor", "Invalid cursor", "since is not a refresh cursor this server issued; load the first page again")
+		p := problem.New(http.StatusBadRequest, problem.InvalidCursor, "since is not a refresh cursor this server issued; load the first page again")
 		p.Field = "since"
 		problem.Write(w, r, p)
 		return
@@ -196,7 +196,7 @@ func (s *Server) markRead(w http.ResponseWriter, r *http.Request, ps httprouter.
 	}
 	switch {
 	case errors.Is(err, feed.ErrNotFound):
-		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no such notification"))
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no such notification"))
 	case err != nil:
 		s.dbError(w, r, "mark read", err)
 	default:
@@ -206,7 +206,7 @@ func (s *Server) markRead(w http.ResponseWriter, r *http.Request, ps httprouter.
 
 func (s *Server) readAll(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User) {
 	if ps.ByName("id") != "read-all" {
-		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no route for "+r.URL.Path))
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no route for "+r.URL.Path))
 		return
 	}
 	ctx, cancel := s.dbContext(r)
@@ -245,5 +245,5 @@ func (s *Server) dbError(w http.ResponseWriter, r *http.Request, what string, er
 		})
 	}
 	w.Header().Set("Retry-After", "2")
-	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "database-unavailable", "Service unavailable", "the notification store is unavailable; retry shortly"))
+	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.DatabaseUnavailable, "the notification store is unavailable; retry shortly"))
 }

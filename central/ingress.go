@@ -17,7 +17,7 @@ import (
 func (s *Server) ingestEvent(w http.ResponseWriter, r *http.Request, c auth.ServiceClaims) {
 	if c.Subject == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope"`)
-		problem.Write(w, r, problem.New(http.StatusForbidden, "forbidden", "Forbidden", "the service token has no subject to scope its keys"))
+		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "the service token has no subject to scope its keys"))
 		return
 	}
 	ev, p := eventhttp.Decode(r, s.cfg.MaxBody)

@@ -19,13 +19,13 @@ import (
 // readJSON decodes a small JSON body strictly into v, or answers 400/415.
 func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" && ct != "application/json; charset=utf-8" {
-		problem.Write(w, r, problem.New(http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type", "send Content-Type: application/json"))
+		problem.Write(w, r, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType, "send Content-Type: application/json"))
 		return false
 	}
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		problem.Write(w, r, problem.New(http.StatusBadRequest, "invalid-request", "Invalid request", "the body is not the JSON this route takes: "+err.Error()))
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "the body is not the JSON this route takes: "+err.Error()))
 		return false
 	}
 	return true
@@ -49,11 +49,11 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, _ httprouter.
 	dev, err := s.cfg.Devices.Register(ctx, u.ID, body.Token, body.Platform)
 	switch {
 	case errors.Is(err, push.ErrInvalidToken):
-		p := problem.New(http.StatusBadRequest, "invalid-token", "Invalid push token", err.Error())
+		p := problem.New(http.StatusBadRequest, problem.InvalidPushToken, err.Error())
 		p.Field = "token"
 		problem.Write(w, r, p)
 	case err != nil && body.Platform != push.IOS && body.Platform != push.Android:
-		p := problem.New(http.StatusBadRequest, "invalid-request", "Invalid request", "platform must be ios or android")
+		p := problem.New(http.StatusBadRequest, problem.InvalidRequest, "platform must be ios or android")
 		p.Field = "platform"
 		problem.Write(w, r, p)
 	case err != nil:
@@ -68,7 +68,7 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, ps httprou
 	defer cancel()
 	switch err := s.cfg.Devices.Disable(ctx, u.ID, ps.ByName("token")); {
 	case errors.Is(err, push.ErrNoDevice):
-		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no such device"))
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no such device"))
 	case err != nil:
 		s.dbError(w, r, "disable device", err)
 	default:
@@ -96,7 +96,7 @@ func (s *Server) preferencesElsewhere(w http.ResponseWriter, r *http.Request) bo
 	if !s.cfg.PreferencesExternal {
 		return false
 	}
-	problem.Write(w, r, problem.New(http.StatusNotFound, "preferences-external", "Preferences are kept elsewhere",
+	problem.Write(w, r, problem.New(http.StatusNotFound, problem.PreferencesExternal,
 		"this deployment reads push preferences from the product's own API; change them there"))
 	return true
 }
@@ -125,7 +125,7 @@ func (s *Server) putPreferences(w http.ResponseWriter, r *http.Request, _ httpro
 	}
 	for c := range doc.Categories {
 		if c == "" || len(c) > 128 {
-			p := problem.New(http.StatusBadRequest, "invalid-request", "Invalid request", "a category is 1 to 128 bytes")
+			p := problem.New(http.StatusBadRequest, problem.InvalidRequest, "a category is 1 to 128 bytes")
 			p.Field = "categories"
 			problem.Write(w, r, p)
 			return
@@ -146,7 +146,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, _ httpro
 	query := r.URL.Query()
 	q := push.DeliveryQuery{UserID: query.Get("user"), State: query.Get("state"), Cursor: query.Get("cursor")}
 	bad := func(field, detail string) {
-		p := problem.New(http.StatusBadRequest, "invalid-query", "Invalid query", detail)
+		p := problem.New(http.StatusBadRequest, problem.InvalidQuery, detail)
 		p.Field = field
 		problem.Write(w, r, p)
 	}
@@ -167,7 +167,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, _ httpro
 	page, err := push.Deliveries(ctx, s.cfg.DB, q)
 	switch {
 	case errors.Is(err, push.ErrBadCursor):
-		p := problem.New(http.StatusBadRequest, "invalid-cursor", "Invalid cursor", "cursor is not one this server issued; start again without it")
+		p := problem.New(http.StatusBadRequest, problem.InvalidCursor, "cursor is not one this server issued; start again without it")
 		p.Field = "cursor"
 		problem.Write(w, r, p)
 	case err != nil:

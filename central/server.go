@@ -311,7 +311,7 @@ func (s *Server) handleService(method, path, scope string, h serviceHandler) {
 func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
 	w.Header().Set("WWW-Authenticate", auth.Challenge(err))
 	if errors.Is(err, auth.ErrForbidden) || errors.Is(err, auth.ErrNoRole) {
-		problem.Write(w, r, problem.New(http.StatusForbidden, "forbidden", "Forbidden", err.Error()))
+		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, err.Error()))
 		return
 	}
 	reason := auth.Reason(err)
@@ -320,7 +320,7 @@ func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, auth.ErrNoToken) {
 		detail = "send Authorization: Bearer <token>"
 	}
-	problem.Write(w, r, problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", detail))
+	problem.Write(w, r, problem.New(http.StatusUnauthorized, problem.Unauthorized, detail))
 }
 
 // refused logs why a token was refused, at most one line per interval (a
@@ -355,7 +355,7 @@ func (s *Server) dbContext(r *http.Request) (context.Context, context.CancelFunc
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 	if len(s.cfg.OpenAPI) == 0 {
-		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no API description is configured"))
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no API description is configured"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/yaml")

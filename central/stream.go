@@ -16,12 +16,12 @@ import (
 // answer nor the log ever repeats the token.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Live == nil {
-		problem.Write(w, r, problem.New(http.StatusNotFound, "stream-disabled", "Not found", "this deployment serves no live stream"))
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.StreamDisabled, "this deployment serves no live stream"))
 		return
 	}
 	if !s.originAllowed(r) {
 		w.Header().Set("Connection", "close")
-		problem.Write(w, r, problem.New(http.StatusForbidden, "origin-not-allowed", "Origin not allowed",
+		problem.Write(w, r, problem.New(http.StatusForbidden, problem.OriginNotAllowed,
 			"this origin may not open the stream; the server's --allowed-origins lists those that may"))
 		return
 	}
@@ -36,7 +36,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, auth.ErrNoToken) {
 			detail = "send the token as Sec-WebSocket-Protocol: " + auth.WebSocketProtocol + ", <token>"
 		}
-		problem.Write(w, r, problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", detail))
+		problem.Write(w, r, problem.New(http.StatusUnauthorized, problem.Unauthorized, detail))
 		return
 	}
 	s.cfg.Live.Serve(w, r, u.ID)

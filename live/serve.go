@@ -21,7 +21,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 	if v, ok := r.URL.Query()["after"]; ok {
 		c, err := ParseCursor(v[0])
 		if err != nil {
-			p := problem.New(http.StatusBadRequest, "invalid-cursor", "Invalid cursor", "after is not a stream cursor this server issued; connect without it and load the feed")
+			p := problem.New(http.StatusBadRequest, problem.InvalidCursor, "after is not a stream cursor this server issued; connect without it and load the feed")
 			p.Field = "after"
 			problem.Write(w, r, p)
 			return
@@ -38,7 +38,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 	}
 	if !h.Ready() {
 		w.Header().Set("Retry-After", "1")
-		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "stream-unavailable", "Stream unavailable", "this replica is not serving the stream right now; reconnect"))
+		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "this replica is not serving the stream right now; reconnect"))
 		return
 	}
 	upgrader := ws.HTTPUpgrader{
@@ -78,7 +78,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 // is a problem document like every other error of the API.
 func handshakeProblem(r *http.Request) *problem.Problem {
 	bad := func(status int, detail string) *problem.Problem {
-		p := problem.New(status, "not-a-websocket", "Not a WebSocket handshake", detail)
+		p := problem.New(status, problem.NotAWebSocket, detail)
 		return &p
 	}
 	switch {

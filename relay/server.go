@@ -163,9 +163,9 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 		if _, err := s.cfg.Verifier.Authorize(r, auth.ScopeEmit); err != nil {
 			w.Header().Set("WWW-Authenticate", auth.Challenge(err))
 			if errors.Is(err, auth.ErrForbidden) {
-				problem.Write(w, r, problem.New(http.StatusForbidden, "forbidden", "Forbidden", "the token lacks the push:emit scope"))
+				problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "the token lacks the push:emit scope"))
 			} else {
-				problem.Write(w, r, problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", "a valid service bearer token with scope push:emit is required"))
+				problem.Write(w, r, problem.New(http.StatusUnauthorized, problem.Unauthorized, "a valid service bearer token with scope push:emit is required"))
 			}
 			return resultUnauthorized
 		}
@@ -190,40 +190,36 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 	})
 	switch {
 	case errors.Is(err, spool.ErrFull):
-		s.retryLater(w, r, "overloaded", "the spool holds its limit of events awaiting Postgres; retry later with the same key")
+		s.retryLater(w, r, problem.Overloaded, "the spool holds its limit of events awaiting Postgres; retry later with the same key")
 		return resultOverloaded
 	case errors.Is(err, spool.ErrDiskFull):
 		s.diskFullLog.Do(func(suppressed int64) {
 			s.log.Error("the spool's disk is full: new events get 503", "err", err, "suppressed", suppressed)
 		})
-		s.retryLater(w, r, "disk-full", "the relay's disk is full; retry later with the same key")
+		s.retryLater(w, r, problem.DiskFull, "the relay's disk is full; retry later with the same key")
 		return resultDiskFull
 	case errors.Is(err, spool.ErrClosed):
-		s.retryLater(w, r, "overloaded", "the relay is shutting down; retry later with the same key")
+		s.retryLater(w, r, problem.Overloaded, "the relay is shutting down; retry later with the same key")
 		return resultOverloaded
 	case errors.Is(err, context.DeadlineExceeded):
 		s.spoolErrLog.Do(func(suppressed int64) {
 			s.log.Error("spool claim timed out", "timeout", s.cfg.ClaimTimeout, "suppressed", suppressed)
 		})
-		s.retryLater(w, r, "overloaded", "the spool did not commit in time; retry with the same key (if it committed meanwhile, the retry is answered as a duplicate)")
+		s.retryLater(w, r, problem.Overloaded, "the spool did not commit in time; retry with the same key (if it committed meanwhile, the retry is answered as a duplicate)")
 		return resultOverloaded
 	case err != nil:
 		s.spoolErrLog.Do(func(suppressed int64) {
 			s.log.Error("spool claim failed", "err", err, "suppressed", suppressed)
 		})
-		problem.Write(w, r, problem.New(http.StatusInternalServerError, "spool-error", "Spool error", "the event could not be written to the spool; retry with the same key"))
+		problem.Write(w, r, problem.New(http.StatusInternalServerError, problem.SpoolError, "the event could not be written to the spool; retry with the same key"))
 		return resultError
 	}
 	eventhttp.WriteAnswer(w, r, eventhttp.Answer{Outcome: res.Outcome, IdempotencyKey: ev.IdempotencyKey, ReceivedAt: res.ReceivedAt})
 	return res.Outcome.String()
 }
 
-func (s *Server) retryLater(w http.ResponseWriter, r *http.Request, slug, detail string) {
-	title := "Service unavailable"
-	if slug == "disk-full" {
-		title = "Disk full"
-	}
-	eventhttp.WriteUnavailable(w, r, s.cfg.RetryAfter, slug, title, detail)
+func (s *Server) retryLater(w http.ResponseWriter, r *http.Request, t problem.Type, detail string) {
+	eventhttp.WriteUnavailable(w, r, s.cfg.RetryAfter, t, detail)
 }
 
 // ready is nil while a new event of the largest legal size would be taken:

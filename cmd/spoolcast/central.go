@@ -177,7 +177,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 			return
 		}
 		w.Header().Set("Retry-After", "1")
-		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "starting", "Starting", "central is starting; retry in a moment"))
+		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.Starting, "central is starting; retry in a moment"))
 	})
 	c := &runningCentral{
 		addr:            ln.Addr().String(),

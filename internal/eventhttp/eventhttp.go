@@ -23,38 +23,38 @@ import (
 // Idempotency-Key header and the event body. A nil problem means ev is valid and
 // canonical. Central's internal ingress answers with the same rules.
 func Decode(r *http.Request, maxBody int64) (ev event.Event, p *problem.Problem) {
-	fail := func(status int, slug, title, detail, field string) (event.Event, *problem.Problem) {
-		pr := problem.New(status, slug, title, detail)
+	fail := func(status int, t problem.Type, detail, field string) (event.Event, *problem.Problem) {
+		pr := problem.New(status, t, detail)
 		pr.Field = field
 		return event.Event{}, &pr
 	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-		return fail(http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type", "send the event as Content-Type: application/json", "")
+		return fail(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType, "send the event as Content-Type: application/json", "")
 	}
 	if r.ContentLength > maxBody {
-		return fail(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large", fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, maxBody), "")
+		return fail(http.StatusRequestEntityTooLarge, problem.BodyTooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, maxBody), "")
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return fail(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large", fmt.Sprintf("the body exceeds the limit of %d bytes", maxBody), "")
+			return fail(http.StatusRequestEntityTooLarge, problem.BodyTooLarge, fmt.Sprintf("the body exceeds the limit of %d bytes", maxBody), "")
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			// The server's read deadline passed mid-body: the client was slow,
 			// the request is fine. Retryable, unlike a malformed body.
-			return fail(http.StatusRequestTimeout, "request-timeout", "Request timeout", "the body did not arrive in time; retry with the same key", "")
+			return fail(http.StatusRequestTimeout, problem.RequestTimeout, "the body did not arrive in time; retry with the same key", "")
 		}
-		return fail(http.StatusBadRequest, "malformed-event", "Malformed event", "reading the body: "+err.Error(), "")
+		return fail(http.StatusBadRequest, problem.MalformedEvent, "reading the body: "+err.Error(), "")
 	}
 	var headerKey string
 	if values := r.Header.Values("Idempotency-Key"); len(values) > 0 {
 		if len(values) > 1 {
-			return fail(http.StatusBadRequest, "invalid-event", "Invalid event", "send one Idempotency-Key header", "Idempotency-Key")
+			return fail(http.StatusBadRequest, problem.InvalidEvent, "send one Idempotency-Key header", "Idempotency-Key")
 		}
 		if headerKey, err = event.ParseKeyHeader(values[0]); err != nil {
-			return fail(http.StatusBadRequest, "invalid-event", "Invalid event", err.Error(), "Idempotency-Key")
+			return fail(http.StatusBadRequest, problem.InvalidEvent, err.Error(), "Idempotency-Key")
 		}
 	}
 	ev, err = event.Decode(body, headerKey)
@@ -65,9 +65,9 @@ func Decode(r *http.Request, maxBody int64) (ev event.Event, p *problem.Problem)
 			field = evErr.Field
 		}
 		if errors.Is(err, event.ErrMalformed) {
-			return fail(http.StatusBadRequest, "malformed-event", "Malformed event", err.Error(), field)
+			return fail(http.StatusBadRequest, problem.MalformedEvent, err.Error(), field)
 		}
-		return fail(http.StatusBadRequest, "invalid-event", "Invalid event", err.Error(), field)
+		return fail(http.StatusBadRequest, problem.InvalidEvent, err.Error(), field)
 	}
 	return ev, nil
 }
@@ -99,7 +99,7 @@ func WriteAnswer(w http.ResponseWriter, r *http.Request, a Answer) {
 			detail = fmt.Sprintf("key %q was first used at %s for a different request; use a new key for a new event",
 				a.IdempotencyKey, a.ReceivedAt.UTC().Format(time.RFC3339Nano))
 		}
-		problem.Write(w, r, problem.New(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency key reused", detail))
+		problem.Write(w, r, problem.New(http.StatusUnprocessableEntity, problem.IdempotencyKeyReused, detail))
 		return
 	}
 	w.Header()["Content-Type"] = contentTypeJSON
@@ -118,9 +118,9 @@ func WriteAnswer(w http.ResponseWriter, r *http.Request, a Answer) {
 // WriteUnavailable sends 503 with Retry-After (whole seconds, at least 1):
 // the ingress point cannot store the event now, and a retry with the same key
 // is safe.
-func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, slug, title, detail string) {
+func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, t problem.Type, detail string) {
 	w.Header().Set("Retry-After", strconv.Itoa(int(max(1, retryAfter.Round(time.Second).Seconds()))))
-	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, slug, title, detail))
+	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, t, detail))
 }
 
 var (

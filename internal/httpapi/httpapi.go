@@ -26,14 +26,14 @@ import (
 func NewRouter(log *slog.Logger) *httprouter.Router {
 	router := httprouter.New()
 	router.NotFound = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, r, problem.New(http.StatusNotFound, "not-found", "Not found", "no route for "+r.URL.Path))
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no route for "+r.URL.Path))
 	})
 	router.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, r, problem.New(http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", r.Method+" is not allowed on "+r.URL.Path))
+		problem.Write(w, r, problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path))
 	})
 	router.PanicHandler = func(w http.ResponseWriter, r *http.Request, v any) {
 		log.Error("handler panic", "path", r.URL.Path, "panic", v)
-		problem.Write(w, r, problem.New(http.StatusInternalServerError, "internal-error", "Internal error", "the server failed to answer this request"))
+		problem.Write(w, r, problem.New(http.StatusInternalServerError, problem.InternalError, "the server failed to answer this request"))
 	}
 	return router
 }
@@ -58,7 +58,7 @@ func Readyz(timeout time.Duration, check func(ctx context.Context) error) http.H
 		defer cancel()
 		if err := check(ctx); err != nil {
 			w.Header().Set("Retry-After", "1")
-			problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "not-ready", "Not ready", err.Error()))
+			problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.NotReady, err.Error()))
 			return
 		}
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -112,7 +112,7 @@ func Answered(h http.Handler, log *slog.Logger) http.Handler {
 		h.ServeHTTP(rec, r)
 		if rec.Status == 0 {
 			log.Error("handler returned without an answer", "method", r.Method, "path", r.URL.Path)
-			problem.Write(rec, r, problem.New(http.StatusInternalServerError, "internal-error", "Internal error", "the server failed to answer this request"))
+			problem.Write(rec, r, problem.New(http.StatusInternalServerError, problem.InternalError, "the server failed to answer this request"))
 		}
 	})
 }

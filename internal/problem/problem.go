@@ -25,9 +25,9 @@ type Problem struct {
 // typeURI returns the problem type URI for a short slug such as "invalid-event".
 func typeURI(slug string) string { return "urn:spoolcast:problem:" + slug }
 
-// New returns a problem of the given slug and status.
-func New(status int, slug, title, detail string) Problem {
-	return Problem{Type: typeURI(slug), Title: title, Status: status, Detail: detail}
+// New returns a problem of type t with status and detail.
+func New(status int, t Type, detail string) Problem {
+	return Problem{Type: t.URI(), Title: t.Title, Status: status, Detail: detail}
 }
 
 // Write sends p with its status. The request path becomes the instance when none is set.

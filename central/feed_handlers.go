@@ -15,14 +15,11 @@ import (
 	"github.com/spoolcast/spoolcast/live"
 )
 
-// NotificationJSON is a notification as the API shows it.
-type NotificationJSON = feed.Item
-
-// PageJSON is a page of the feed.
-type PageJSON struct {
-	Data       []NotificationJSON `json:"data"`
-	HasMore    bool               `json:"has_more"`
-	NextCursor *string            `json:"next_cursor"`
+// pageJSON is a page of the feed.
+type pageJSON struct {
+	Data       []feed.Item `json:"data"`
+	HasMore    bool        `json:"has_more"`
+	NextCursor *string     `json:"next_cursor"`
 	// RefreshCursor, on the first page and on a since read, is what to pass
 	// as since to get what commits after this answer.
 	RefreshCursor *string `json:"refresh_cursor,omitempty"`
@@ -133,7 +130,7 @@ func (s *Server) writeChanges(w http.ResponseWriter, r *http.Request, userID, si
 		return
 	}
 	end := changes.End.String()
-	out := PageJSON{Data: make([]NotificationJSON, 0, len(changes.Items)), HasMore: changes.More, RefreshCursor: &end}
+	out := pageJSON{Data: make([]feed.Item, 0, len(changes.Items)), HasMore: changes.More, RefreshCursor: &end}
 	for _, n := range changes.Items {
 		out.Data = append(out.Data, n.Item())
 	}
@@ -166,7 +163,7 @@ func (s *Server) writePageAt(w http.ResponseWriter, r *http.Request, userID stri
 		s.dbError(w, r, "read feed", err)
 		return
 	}
-	out := PageJSON{Data: make([]NotificationJSON, 0, len(page.Items)), HasMore: page.HasMore}
+	out := pageJSON{Data: make([]feed.Item, 0, len(page.Items)), HasMore: page.HasMore}
 	if refresh != nil {
 		c := refresh.String()
 		out.RefreshCursor = &c
@@ -234,16 +231,4 @@ func (s *Server) unreadCount(w http.ResponseWriter, r *http.Request, _ httproute
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"count": n, "capped": capped})
-}
-
-// dbError answers 503 for a Postgres failure or timeout: the client should
-// retry. It answers even a client that has gone: no request ends unanswered.
-func (s *Server) dbError(w http.ResponseWriter, r *http.Request, what string, err error) {
-	if r.Context().Err() == nil {
-		s.dbLog.Do(func(suppressed int64) {
-			s.log.Error("Postgres failed: "+what, "err", err, "suppressed", suppressed)
-		})
-	}
-	w.Header().Set("Retry-After", "2")
-	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.DatabaseUnavailable, "the notification store is unavailable; retry shortly"))
 }

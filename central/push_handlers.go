@@ -1,9 +1,7 @@
 package central
 
 import (
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -16,23 +14,8 @@ import (
 	"github.com/spoolcast/spoolcast/push"
 )
 
-// readJSON decodes a small JSON body strictly into v, or answers 400/415.
-func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	if ct := r.Header.Get("Content-Type"); ct != "application/json" && ct != "application/json; charset=utf-8" {
-		problem.Write(w, r, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType, "send Content-Type: application/json"))
-		return false
-	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "the body is not the JSON this route takes: "+err.Error()))
-		return false
-	}
-	return true
-}
-
-// DevicesJSON is the caller's devices.
-type DevicesJSON struct {
+// devicesJSON is the caller's devices.
+type devicesJSON struct {
 	Data []push.Device `json:"data"`
 }
 
@@ -87,7 +70,7 @@ func (s *Server) listDevices(w http.ResponseWriter, r *http.Request, _ httproute
 	if devs == nil {
 		devs = []push.Device{}
 	}
-	httpapi.WriteJSON(w, http.StatusOK, DevicesJSON{Data: devs})
+	httpapi.WriteJSON(w, http.StatusOK, devicesJSON{Data: devs})
 }
 
 // preferencesElsewhere answers the preference routes of a deployment whose

@@ -10,7 +10,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -215,18 +214,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // Routes lists every registered route.
 func (s *Server) Routes() []Route { return s.routes }
 
-// access says which end users may call a route.
-type access int
-
-const (
-	user  access = iota // any end user, on their own rows
-	admin               // an end user with the admin role
-)
-
-type userHandler func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User)
-
-type serviceHandler func(w http.ResponseWriter, r *http.Request, c auth.ServiceClaims)
-
 func (s *Server) routeAll() {
 	s.handle(http.MethodGet, "/healthz", httpapi.Healthz)
 	s.handle(http.MethodGet, "/readyz", httpapi.Readyz(2*time.Second, s.ready))
@@ -263,74 +250,6 @@ func (s *Server) routeAll() {
 	s.router.Handler(http.MethodGet, "/v1/stream", s.metrics.instrument(stream, apiversion.RequireApp(s.cfg.MinAppVersion, http.HandlerFunc(s.stream))))
 }
 
-// handle registers a route anyone may call: health, metrics, the API description.
-func (s *Server) handle(method, path string, h http.HandlerFunc) {
-	s.routes = append(s.routes, Route{Method: method, Path: path})
-	s.router.Handler(method, path, s.metrics.instrument(method+" "+path, h))
-}
-
-func (s *Server) handleUser(method, path string, a access, h userHandler) {
-	role := ""
-	if a == admin {
-		role = s.cfg.AdminRole
-	}
-	name := method + " " + path
-	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u, err := s.cfg.Users.Authorize(r, role)
-		if err != nil {
-			s.denied(w, r, err)
-			return
-		}
-		h(w, r, httprouter.ParamsFromContext(r.Context()), u)
-	})
-	versioned := s.cfg.Versions.Wrap(name, apiversion.RequireApp(s.cfg.MinAppVersion, inner))
-	s.routes = append(s.routes, Route{Method: method, Path: path})
-	s.router.Handler(method, path, s.metrics.instrumentVersioned(name, s.cfg.Versions, versioned))
-}
-
-func (s *Server) handleService(method, path, scope string, h serviceHandler) {
-	name := method + " " + path
-	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Services == nil {
-			s.denied(w, r, fmt.Errorf("%w: service tokens are not configured on this server", auth.ErrBadToken))
-			return
-		}
-		c, err := s.cfg.Services.Authorize(r, scope)
-		if err != nil {
-			s.denied(w, r, err)
-			return
-		}
-		h(w, r, c)
-	})
-	s.routes = append(s.routes, Route{Method: method, Path: path})
-	s.router.Handler(method, path, s.metrics.instrumentVersioned(name, s.cfg.Versions, s.cfg.Versions.Wrap(name, inner)))
-}
-
-// denied answers 401 for a missing or bad token and 403 for a valid one that
-// lacks the role or scope, with a Bearer challenge either way.
-func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
-	w.Header().Set("WWW-Authenticate", auth.Challenge(err))
-	if errors.Is(err, auth.ErrForbidden) || errors.Is(err, auth.ErrNoRole) {
-		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, err.Error()))
-		return
-	}
-	reason := auth.Reason(err)
-	s.refused(r, reason)
-	detail := reason
-	if errors.Is(err, auth.ErrNoToken) {
-		detail = "send Authorization: Bearer <token>"
-	}
-	problem.Write(w, r, problem.New(http.StatusUnauthorized, problem.Unauthorized, detail))
-}
-
-// refused logs why a token was refused, at most one line per interval (a
-// client retrying a stale token must not flood the log), never the token.
-func (s *Server) refused(r *http.Request, reason string) {
-	s.authLog.Do(func(suppressed int64) {
-		s.log.Info("refused a token", "path", r.URL.Path, "reason", reason, "suppressed", suppressed)
-	})
-}
-
 // ready is nil while Postgres answers.
 func (s *Server) ready(ctx context.Context) error {
 	if err := s.cfg.DB.Ping(ctx); err != nil {
@@ -346,11 +265,6 @@ func (s *Server) ready(ctx context.Context) error {
 		return errors.New("the live stream is not serving: its reader has not read Postgres yet, or the replica is shutting down")
 	}
 	return nil
-}
-
-// dbContext bounds a request's Postgres work by DBTimeout.
-func (s *Server) dbContext(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), s.cfg.DBTimeout)
 }
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,132 @@
+package central
+
+// This file holds how every route of central is wrapped: authentication and
+// its refusals, instrumentation, JSON request bodies, and the answer to a
+// database failure.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/spoolcast/spoolcast/apiversion"
+	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/internal/problem"
+)
+
+// access says which end users may call a route.
+type access int
+
+const (
+	user  access = iota // any end user, on their own rows
+	admin               // an end user with the admin role
+)
+
+type userHandler func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User)
+
+type serviceHandler func(w http.ResponseWriter, r *http.Request, c auth.ServiceClaims)
+
+// handle registers a route anyone may call: health, metrics, the API description.
+func (s *Server) handle(method, path string, h http.HandlerFunc) {
+	s.routes = append(s.routes, Route{Method: method, Path: path})
+	s.router.Handler(method, path, s.metrics.instrument(method+" "+path, h))
+}
+
+func (s *Server) handleUser(method, path string, a access, h userHandler) {
+	role := ""
+	if a == admin {
+		role = s.cfg.AdminRole
+	}
+	name := method + " " + path
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, err := s.cfg.Users.Authorize(r, role)
+		if err != nil {
+			s.denied(w, r, err)
+			return
+		}
+		h(w, r, httprouter.ParamsFromContext(r.Context()), u)
+	})
+	versioned := s.cfg.Versions.Wrap(name, apiversion.RequireApp(s.cfg.MinAppVersion, inner))
+	s.routes = append(s.routes, Route{Method: method, Path: path})
+	s.router.Handler(method, path, s.metrics.instrumentVersioned(name, s.cfg.Versions, versioned))
+}
+
+func (s *Server) handleService(method, path, scope string, h serviceHandler) {
+	name := method + " " + path
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Services == nil {
+			s.denied(w, r, fmt.Errorf("%w: service tokens are not configured on this server", auth.ErrBadToken))
+			return
+		}
+		c, err := s.cfg.Services.Authorize(r, scope)
+		if err != nil {
+			s.denied(w, r, err)
+			return
+		}
+		h(w, r, c)
+	})
+	s.routes = append(s.routes, Route{Method: method, Path: path})
+	s.router.Handler(method, path, s.metrics.instrumentVersioned(name, s.cfg.Versions, s.cfg.Versions.Wrap(name, inner)))
+}
+
+// denied answers 401 for a missing or bad token and 403 for a valid one that
+// lacks the role or scope, with a Bearer challenge either way.
+func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
+	w.Header().Set("WWW-Authenticate", auth.Challenge(err))
+	if errors.Is(err, auth.ErrForbidden) || errors.Is(err, auth.ErrNoRole) {
+		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, err.Error()))
+		return
+	}
+	reason := auth.Reason(err)
+	s.refused(r, reason)
+	detail := reason
+	if errors.Is(err, auth.ErrNoToken) {
+		detail = "send Authorization: Bearer <token>"
+	}
+	problem.Write(w, r, problem.New(http.StatusUnauthorized, problem.Unauthorized, detail))
+}
+
+// refused logs why a token was refused, at most one line per interval (a
+// client retrying a stale token must not flood the log), never the token.
+func (s *Server) refused(r *http.Request, reason string) {
+	s.authLog.Do(func(suppressed int64) {
+		s.log.Info("refused a token", "path", r.URL.Path, "reason", reason, "suppressed", suppressed)
+	})
+}
+
+// dbContext bounds a request's Postgres work by DBTimeout.
+func (s *Server) dbContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.cfg.DBTimeout)
+}
+
+// readJSON decodes a small JSON body strictly into v, or answers 400/415.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" && ct != "application/json; charset=utf-8" {
+		problem.Write(w, r, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType, "send Content-Type: application/json"))
+		return false
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "the body is not the JSON this route takes: "+err.Error()))
+		return false
+	}
+	return true
+}
+
+// dbError answers 503 for a Postgres failure or timeout: the client should
+// retry. It answers even a client that has gone: no request ends unanswered.
+func (s *Server) dbError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	if r.Context().Err() == nil {
+		s.dbLog.Do(func(suppressed int64) {
+			s.log.Error("Postgres failed: "+what, "err", err, "suppressed", suppressed)
+		})
+	}
+	w.Header().Set("Retry-After", "2")
+	problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.DatabaseUnavailable, "the notification store is unavailable; retry shortly"))
+}

@@ -21,16 +21,6 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func newPool(t testing.TB) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), pgtest.DB(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
 // seed ingests n events for user in transactions of batch events each, so rows
 // of one transaction share created_at.
 func seed(t testing.TB, pool *pgxpool.Pool, user, prefix string, n, batch int) {
@@ -58,7 +48,7 @@ func trySeed(pool *pgxpool.Pool, user, prefix string, n int) error {
 
 func TestPagingSeesEveryRowOnceWhileNewRowsArrive(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	seed(t, pool, "alice", "old", 5000, 500) // ten transactions of 500 equal created_at
 	seed(t, pool, "bob", "bob", 300, 300)
@@ -125,7 +115,7 @@ func TestPagingSeesEveryRowOnceWhileNewRowsArrive(t *testing.T) {
 
 func TestAUserSeesAndMarksOnlyTheirOwnRows(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	seed(t, pool, "alice", "a", 3, 3)
 	seed(t, pool, "bob", "b", 2, 2)
@@ -171,7 +161,7 @@ func TestAUserSeesAndMarksOnlyTheirOwnRows(t *testing.T) {
 
 func TestUnreadCountIsCapped(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	seed(t, pool, "carol", "c", 150, 150)
 	n, capped, err := feed.NewStore(pool, nil).UnreadCount(context.Background(), "carol")
 	if err != nil || n != feed.UnreadCap || !capped {
@@ -181,7 +171,7 @@ func TestUnreadCountIsCapped(t *testing.T) {
 
 func TestReadAllIsAWatermarkThatLaterRowsStayAbove(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	store := feed.NewStore(pool, nil)
 	seed(t, pool, "dave", "before", 500, 100)
@@ -228,7 +218,7 @@ func TestIDsAreOpaqueAndStrict(t *testing.T) {
 
 func TestPagesAndCountsReachPastTheRecentWindow(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	for _, daysAgo := range []int{60, 30, 20, 1} {
 		at := time.Now().AddDate(0, 0, -daysAgo)
@@ -318,7 +308,7 @@ func (row recordedRow) Scan(dest ...any) error {
 // asked for a partition that does not exist, which it would log as an ERROR.
 func TestWeeksWithoutAPartitionAreReadWithoutAnError(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	// Only the weeks of 60 and 1 days ago, and whatever ingest creates now.
 	for _, daysAgo := range []int{60, 1} {

@@ -18,16 +18,6 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func newPool(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), pgtest.DB(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
 func ingestEvents(t *testing.T, pool *pgxpool.Pool, prefix string, n int) []ingest.Result {
 	t.Helper()
 	var items []ingest.Item
@@ -45,15 +35,6 @@ func ingestEvents(t *testing.T, pool *pgxpool.Pool, prefix string, n int) []inge
 	return res
 }
 
-func count(t *testing.T, pool *pgxpool.Pool, query string) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), query).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func pass(t *testing.T, pool *pgxpool.Pool, at time.Time) lifecycle.Report {
 	t.Helper()
 	rep, err := lifecycle.Run(context.Background(), lifecycle.Config{DB: pool, Retention: 90 * 24 * time.Hour, Clock: clock.Frozen(at)})
@@ -68,7 +49,7 @@ func pass(t *testing.T, pool *pgxpool.Pool, at time.Time) lifecycle.Report {
 
 func TestAPassDropsWhatIsPastRetentionAndNothingElse(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	ingestEvents(t, pool, "today", 10)
 	now := time.Now()
 
@@ -76,7 +57,7 @@ func TestAPassDropsWhatIsPastRetentionAndNothingElse(t *testing.T) {
 	if len(soon.Dropped) != 0 || soon.KeysExpired != 0 {
 		t.Errorf("a pass 3 days on dropped %v and expired %d keys; want nothing", soon.Dropped, soon.KeysExpired)
 	}
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
 		t.Errorf("notifications after a pass 3 days on = %d, want 20", n)
 	}
 	// Inside the key window a re-sent batch is still a duplicate.
@@ -85,7 +66,7 @@ func TestAPassDropsWhatIsPastRetentionAndNothingElse(t *testing.T) {
 			t.Fatalf("re-sent event = %v, want duplicate", r.Outcome)
 		}
 	}
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
 		t.Errorf("notifications after the re-send = %d, want 20", n)
 	}
 
@@ -94,13 +75,13 @@ func TestAPassDropsWhatIsPastRetentionAndNothingElse(t *testing.T) {
 	if !contains(later.Dropped, thisWeek) || later.RowsDropped < 0 {
 		t.Errorf("a pass 100 days on dropped %v; want this week's %s", later.Dropped, thisWeek)
 	}
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 0 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 0 {
 		t.Errorf("notifications after a pass 100 days on = %d, want 0", n)
 	}
 	if later.KeysExpired != 30 { // 10 event keys and 20 recipient keys
 		t.Errorf("keys expired = %d, want 30", later.KeysExpired)
 	}
-	if n := count(t, pool, "SELECT count(*) FROM idempotency_keys"); n != 0 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM idempotency_keys"); n != 0 {
 		t.Errorf("keys left = %d, want 0", n)
 	}
 	ahead := weekStart(now.AddDate(0, 0, 100+28))
@@ -115,7 +96,7 @@ func TestAPassDropsWhatIsPastRetentionAndNothingElse(t *testing.T) {
 
 func TestIngestNeverFailsForLackOfAPartition(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	// As if maintenance had not run for weeks: no partition holds today.
 	parts, err := lifecycle.Partitions(context.Background(), pool)
 	if err != nil {
@@ -132,7 +113,7 @@ func TestIngestNeverFailsForLackOfAPartition(t *testing.T) {
 	start = time.Now()
 	ingestEvents(t, pool, "next", 5)
 	t.Logf("ingest that created its partition: %s; the next: %s", first.Round(time.Microsecond), time.Since(start).Round(time.Microsecond))
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
 		t.Errorf("notifications = %d, want 20", n)
 	}
 	if parts, _ := lifecycle.Partitions(context.Background(), pool); len(parts) != 1 || parts[0].Table != "notifications" {
@@ -142,7 +123,7 @@ func TestIngestNeverFailsForLackOfAPartition(t *testing.T) {
 
 func TestReplicasPassingAtOnceMakeOnePass(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	ingestEvents(t, pool, "k", 5)
 	at := time.Now().AddDate(0, 0, 100)
 	var wg sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/lifecycle"
 )
 
@@ -16,7 +17,7 @@ import (
 // no pass itself.
 func TestAWatcherExportsThePartitionsAndRunsNoPass(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	pass(t, pool, time.Now()) // this week and four ahead, as a CronJob's pass would
 	reg := prometheus.NewRegistry()
 	w, err := lifecycle.NewWatcher(lifecycle.Config{DB: pool, Metrics: lifecycle.NewMetrics(reg)}, time.Hour)

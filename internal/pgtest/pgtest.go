@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
@@ -278,4 +279,32 @@ pidfile = %s/pgbouncer.pid
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Pool returns a pool on a new migrated database (see DB), closed when the
+// test ends.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return Connect(t, DB(t))
+}
+
+// Connect returns a pool on url, closed when the test ends.
+func Connect(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Count runs a query that answers one number, such as a count(*).
+func Count(t testing.TB, pool *pgxpool.Pool, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
 }

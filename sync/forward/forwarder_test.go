@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/eventtest"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
@@ -25,6 +26,8 @@ import (
 	"github.com/spoolcast/spoolcast/spool"
 	"github.com/spoolcast/spoolcast/sync/forward"
 )
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // relayProc is a relay subprocess with its forwarder.
 type relayProc struct {
@@ -93,32 +96,22 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 	}
 }
 
-func connect(t *testing.T, url string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
 func TestRelayForwardsEveryRecipientExactlyOnce(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.DB(t)
-	pool := connect(t, dbURL)
+	pool := pgtest.Connect(t, dbURL)
 	r := startRelay(t, dbURL, filepath.Join(t.TempDir(), "spool.db"))
 	for i := range 200 {
 		r.mustPost(t, eventBody(fmt.Sprintf("job:%d", i), "u1", fmt.Sprintf("u%d", i+2)))
 	}
 	waitFor(t, "400 notifications", 30*time.Second, func() bool {
-		return count(t, pool, "SELECT count(*) FROM notifications") >= 400
+		return pgtest.Count(t, pool, "SELECT count(*) FROM notifications") >= 400
 	})
 	waitFor(t, "the spool to drain", 10*time.Second, func() bool { return pendingIn(t, r.spool) == 0 })
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 400 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 400 {
 		t.Errorf("notifications = %d, want exactly 400", n)
 	}
-	if n := count(t, pool, "SELECT count(DISTINCT notification_key) FROM notifications"); n != 400 {
+	if n := pgtest.Count(t, pool, "SELECT count(DISTINCT notification_key) FROM notifications"); n != 400 {
 		t.Errorf("distinct keys = %d, want 400", n)
 	}
 	resp, err := http.Get(r.base + "/metrics")
@@ -144,7 +137,7 @@ func readAll(resp *http.Response) string {
 func TestSameKeyThroughTwoRelaysMakesOneNotificationPerRecipient(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.DB(t)
-	pool := connect(t, dbURL)
+	pool := pgtest.Connect(t, dbURL)
 	a := startRelay(t, dbURL, filepath.Join(t.TempDir(), "a.db"))
 	b := startRelay(t, dbURL, filepath.Join(t.TempDir(), "b.db"))
 	for i := range 50 {
@@ -155,7 +148,7 @@ func TestSameKeyThroughTwoRelaysMakesOneNotificationPerRecipient(t *testing.T) {
 	waitFor(t, "both spools to drain", 30*time.Second, func() bool {
 		return pendingIn(t, a.spool) == 0 && pendingIn(t, b.spool) == 0
 	})
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 100 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 100 {
 		t.Errorf("notifications = %d, want 100 (50 events × 2 recipients, once)", n)
 	}
 }
@@ -163,7 +156,7 @@ func TestSameKeyThroughTwoRelaysMakesOneNotificationPerRecipient(t *testing.T) {
 func TestCrashAfterCommitBeforeAckResendsWithoutDuplicates(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.DB(t)
-	pool := connect(t, dbURL)
+	pool := pgtest.Connect(t, dbURL)
 	spoolPath := filepath.Join(t.TempDir(), "spool.db")
 
 	// The first relay exits right after its first Postgres commit, before it
@@ -179,7 +172,7 @@ func TestCrashAfterCommitBeforeAckResendsWithoutDuplicates(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the relay did not exit at the injected fault")
 	}
-	committed := count(t, pool, "SELECT count(*) FROM notifications")
+	committed := pgtest.Count(t, pool, "SELECT count(*) FROM notifications")
 	pending := pendingIn(t, spoolPath)
 	if committed == 0 || pending == 0 {
 		t.Fatalf("after the fault: %d notifications committed, %d spool rows pending; want both > 0", committed, pending)
@@ -188,7 +181,7 @@ func TestCrashAfterCommitBeforeAckResendsWithoutDuplicates(t *testing.T) {
 	second := startRelay(t, dbURL, spoolPath)
 	waitFor(t, "the spool to drain", 30*time.Second, func() bool { return pendingIn(t, spoolPath) == 0 })
 	accepted := acceptedKeys(t, spoolPath)
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 2*accepted {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 2*accepted {
 		t.Errorf("notifications = %d, want %d (each spooled event × 2 recipients, once)", n, 2*accepted)
 	}
 	resp, err := http.Get(second.base + "/metrics")
@@ -224,7 +217,7 @@ func migratedCluster(t *testing.T) (*pgcluster.Cluster, *pgxpool.Pool) {
 	if _, err := migrations.Up(context.Background(), cluster.URL, nil); err != nil {
 		t.Fatal(err)
 	}
-	return cluster, connect(t, cluster.URL)
+	return cluster, pgtest.Connect(t, cluster.URL)
 }
 
 func TestPostgresOutageDelaysButLosesNothing(t *testing.T) {
@@ -252,10 +245,10 @@ func TestPostgresOutageDelaysButLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the spool to drain after the outage", 60*time.Second, func() bool { return pendingIn(t, r.spool) == 0 })
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 50+600 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 50+600 {
 		t.Errorf("notifications = %d, want 650", n)
 	}
-	if n := count(t, pool, "SELECT count(*) FROM notifications WHERE received_at < created_at - interval '1 millisecond'"); n < 600 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications WHERE received_at < created_at - interval '1 millisecond'"); n < 600 {
 		t.Errorf("%d delayed notifications kept their relay receipt time; want 600", n)
 	}
 	r.Stop()
@@ -267,7 +260,7 @@ func TestKill9WhileForwardingLandsEveryEventOnce(t *testing.T) {
 	}
 	t.Parallel()
 	dbURL := pgtest.DB(t)
-	pool := connect(t, dbURL)
+	pool := pgtest.Connect(t, dbURL)
 	spoolPath := filepath.Join(t.TempDir(), "spool.db")
 
 	var mu sync.Mutex
@@ -319,7 +312,7 @@ func TestKill9WhileForwardingLandsEveryEventOnce(t *testing.T) {
 	}
 	waitFor(t, "the spool to drain", 60*time.Second, func() bool { return pendingIn(t, spoolPath) == 0 })
 	want := len(answered) * recipients
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != want {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != want {
 		t.Errorf("notifications = %d, want %d (%d accepted events × %d recipients)", n, want, len(answered), recipients)
 	}
 	t.Logf("5 kills, %d events accepted, %d notifications", len(answered), want)
@@ -341,7 +334,7 @@ func newInProcess(t *testing.T) *inProcess {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Close(context.Background()) })
-	return &inProcess{t: t, sp: sp, pool: connect(t, pgtest.DB(t)), reg: prometheus.NewRegistry()}
+	return &inProcess{t: t, sp: sp, pool: pgtest.Connect(t, pgtest.DB(t)), reg: prometheus.NewRegistry()}
 }
 
 // claim spools payload as is, as a relay of another version might have.
@@ -385,7 +378,7 @@ func TestRowsPostgresRefusesAreSetAsideWithoutHoldingUpTheRest(t *testing.T) {
 		case 17: // an old relay's payload that breaks today's rules: no recipients
 			h.claim("nobody", []byte(`{"idempotency_key":"nobody","type":"t","category":"c","recipients":[]}`))
 		default:
-			ev := mustEvent(t, fmt.Sprintf("good-%d", i), "u1")
+			ev := eventtest.Event(t, fmt.Sprintf("good-%d", i), "u1")
 			h.claim(ev.IdempotencyKey, ev.Canonical())
 		}
 	}
@@ -394,7 +387,7 @@ func TestRowsPostgresRefusesAreSetAsideWithoutHoldingUpTheRest(t *testing.T) {
 	if err := f.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, h.pool, "SELECT count(*) FROM notifications"); n != 17 {
+	if n := pgtest.Count(t, h.pool, "SELECT count(*) FROM notifications"); n != 17 {
 		t.Errorf("notifications = %d, want the 17 good events", n)
 	}
 	dead, err := h.sp.List(context.Background(), spool.DeadRows, 0)
@@ -451,7 +444,7 @@ func TestShutdownForwardsTheBacklog(t *testing.T) {
 	if p := pendingIn(t, r.spool); p != 0 {
 		t.Errorf("%d events still pending after a clean shutdown with Postgres up", p)
 	}
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 200 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 200 {
 		t.Errorf("notifications = %d, want 200", n)
 	}
 }
@@ -466,8 +459,8 @@ func TestAConflictFoundInPostgresAfterA202IsADeadRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { second.sp.Close(context.Background()) })
-	a := mustEvent(t, "invoice:7", "u1")
-	b := mustEvent(t, "invoice:7", "u2") // the same key, another request
+	a := eventtest.Event(t, "invoice:7", "u1")
+	b := eventtest.Event(t, "invoice:7", "u2") // the same key, another request
 	first.claim(a.IdempotencyKey, a.Canonical())
 	second.claim(b.IdempotencyKey, b.Canonical())
 	first.start(forward.Config{})
@@ -482,7 +475,7 @@ func TestAConflictFoundInPostgresAfterA202IsADeadRow(t *testing.T) {
 	if !strings.HasPrefix(dead[0].DeadReason, "conflict: ") || string(dead[0].Payload) != string(b.Canonical()) {
 		t.Errorf("dead row = %q with payload %s; want a conflict keeping the second request", dead[0].DeadReason, dead[0].Payload)
 	}
-	if n := count(t, first.pool, "SELECT count(*) FROM notifications WHERE user_id = 'u2'"); n != 0 {
+	if n := pgtest.Count(t, first.pool, "SELECT count(*) FROM notifications WHERE user_id = 'u2'"); n != 0 {
 		t.Errorf("the conflicting request wrote %d notifications", n)
 	}
 	if got := metricValue(t, second.reg, "spoolcast_sync_dead_total"); got != 1 {
@@ -502,7 +495,7 @@ func TestTheWorstLegalInputLandsInBoundedMemory(t *testing.T) {
 	}
 	t.Parallel()
 	dbURL := pgtest.DB(t)
-	pool := connect(t, dbURL)
+	pool := pgtest.Connect(t, dbURL)
 	r := startRelay(t, dbURL, filepath.Join(t.TempDir(), "spool.db"))
 	const events, recipients = 24, 1000
 	bodies := make(chan string, events)
@@ -520,7 +513,7 @@ func TestTheWorstLegalInputLandsInBoundedMemory(t *testing.T) {
 	}
 	wg.Wait()
 	waitFor(t, "every notification to land", 120*time.Second, func() bool {
-		return count(t, pool, "SELECT count(*) FROM notifications") == events*recipients
+		return pgtest.Count(t, pool, "SELECT count(*) FROM notifications") == events*recipients
 	})
 	peak, err := r.PeakRSS()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/eventtest"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/spool"
@@ -28,7 +29,7 @@ func TestForwardingAndTheFeedWorkThroughPgBouncerInTransactionMode(t *testing.T)
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	direct := connect(t, dbURL)
+	direct := pgtest.Connect(t, dbURL)
 
 	sp, err := spool.Open(ctx, spool.Config{Path: filepath.Join(t.TempDir(), "spool.db"), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -36,7 +37,7 @@ func TestForwardingAndTheFeedWorkThroughPgBouncerInTransactionMode(t *testing.T)
 	}
 	defer sp.Close(ctx)
 	for i := range 1500 {
-		ev := mustEvent(t, fmt.Sprintf("bounced-%d", i), "alice")
+		ev := eventtest.Event(t, fmt.Sprintf("bounced-%d", i), "alice")
 		if _, err := sp.Claim(ctx, spool.Entry{Producer: "p", Key: ev.IdempotencyKey, Hash: ev.Hash(), Payload: ev.Canonical()}); err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +54,7 @@ func TestForwardingAndTheFeedWorkThroughPgBouncerInTransactionMode(t *testing.T)
 	if err := f.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, direct, "SELECT count(*) FROM notifications"); n != 1500 {
+	if n := pgtest.Count(t, direct, "SELECT count(*) FROM notifications"); n != 1500 {
 		t.Errorf("notifications = %d, want 1500", n)
 	}
 

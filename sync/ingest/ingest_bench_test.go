@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/spoolcast/spoolcast/internal/eventtest"
+	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // BenchmarkIngest measures Ingest of 500-event batches (one recipient each)
 // against the test Postgres.
 func BenchmarkIngest(b *testing.B) {
-	pool := newPoolTB(b)
+	pool := pgtest.Pool(b)
 	const batch = 500
 	items := make([]ingest.Item, batch)
 	n := 0
@@ -19,7 +21,7 @@ func BenchmarkIngest(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		for i := range items {
-			items[i] = ingest.Item{Producer: "bench", Event: mustEvent(b, fmt.Sprintf("k%d", n), fmt.Sprintf("u%d", n%1000))}
+			items[i] = ingest.Item{Producer: "bench", Event: eventtest.Event(b, fmt.Sprintf("k%d", n), fmt.Sprintf("u%d", n%1000))}
 			n++
 		}
 		b.StartTimer()

@@ -2,63 +2,30 @@ package ingest_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/eventtest"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func newPool(t *testing.T) *pgxpool.Pool { return newPoolTB(t) }
-
-func newPoolTB(t testing.TB) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), pgtest.DB(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
-func mustEvent(t testing.TB, key string, recipients ...string) event.Event {
-	t.Helper()
-	to, _ := json.Marshal(recipients)
-	body := fmt.Sprintf(`{"idempotency_key":%q,"type":"job.finished","category":"jobs","recipients":%s,"title":"Export ready","data":{"rows":12345}}`, key, to)
-	ev, err := event.Decode([]byte(body), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ev
-}
-
-func count(t testing.TB, pool *pgxpool.Pool, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func TestIngestPersistsOneNotificationPerRecipientOnce(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	received := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
 	items := []ingest.Item{
-		{Producer: "billing", Event: mustEvent(t, "inv:1", "u1", "u2"), ReceivedAt: received},
-		{Producer: "billing", Event: mustEvent(t, "inv:2", "u1")},
-		{Producer: "search", Event: mustEvent(t, "inv:1", "u1")}, // same key, other producer: its own notification
+		{Producer: "billing", Event: eventtest.Event(t, "inv:1", "u1", "u2"), ReceivedAt: received},
+		{Producer: "billing", Event: eventtest.Event(t, "inv:2", "u1")},
+		{Producer: "search", Event: eventtest.Event(t, "inv:1", "u1")}, // same key, other producer: its own notification
 	}
 	res, err := ingest.Ingest(ctx, pool, items)
 	if err != nil {
@@ -79,10 +46,10 @@ func TestIngestPersistsOneNotificationPerRecipientOnce(t *testing.T) {
 			t.Errorf("re-sent event %d = %+v, want duplicate", i, r)
 		}
 	}
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 4 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 4 {
 		t.Errorf("notifications = %d, want 4", n)
 	}
-	if n := count(t, pool, "SELECT count(*) FROM push_queue"); n != 4 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM push_queue"); n != 4 {
 		t.Errorf("push_queue = %d, want 4", n)
 	}
 	var title, category, producer, key string
@@ -100,46 +67,46 @@ func TestIngestPersistsOneNotificationPerRecipientOnce(t *testing.T) {
 
 func TestIngestOfAReusedKeyWithAnotherRequestWritesNothing(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	if _, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: mustEvent(t, "k", "u1")}}); err != nil {
+	if _, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: eventtest.Event(t, "k", "u1")}}); err != nil {
 		t.Fatal(err)
 	}
-	other := mustEvent(t, "k", "u1", "u2") // same key, another request (one more recipient)
-	res, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: other}, {Producer: "p", Event: mustEvent(t, "k2", "u1")}})
+	other := eventtest.Event(t, "k", "u1", "u2") // same key, another request (one more recipient)
+	res, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: other}, {Producer: "p", Event: eventtest.Event(t, "k2", "u1")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res[0].Outcome != event.Conflict || res[1].Outcome != event.Accepted {
 		t.Fatalf("results = %+v; want conflict, then new", res)
 	}
-	if n := count(t, pool, "SELECT count(*) FROM notifications WHERE user_id = 'u2'"); n != 0 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications WHERE user_id = 'u2'"); n != 0 {
 		t.Errorf("the conflicting event wrote %d notifications for its new recipient", n)
 	}
 }
 
 func TestAReusedKeyIsAConflictWhateverItsRecipients(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	if _, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: mustEvent(t, "k", "u1")}}); err != nil {
+	if _, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: eventtest.Event(t, "k", "u1")}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: mustEvent(t, "k", "u2")}})
+	res, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: eventtest.Event(t, "k", "u2")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res[0].Outcome != event.Conflict {
 		t.Errorf("same key, disjoint recipients = %v; want conflict", res[0].Outcome)
 	}
-	if n := count(t, pool, "SELECT count(*) FROM notifications WHERE user_id = 'u2'"); n != 0 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications WHERE user_id = 'u2'"); n != 0 {
 		t.Errorf("the conflicting event wrote %d notifications", n)
 	}
 }
 
 func TestRacingRequestsForOneKeyMakeOneWinnerAndConflicts(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	for round := range 20 {
 		key := fmt.Sprintf("race-%d", round)
 		results := make([]event.Outcome, 4)
@@ -147,7 +114,7 @@ func TestRacingRequestsForOneKeyMakeOneWinnerAndConflicts(t *testing.T) {
 		for i := range results {
 			wg.Go(func() {
 				// Four different requests under one key, each to its own recipient.
-				res, err := ingest.Ingest(context.Background(), pool, []ingest.Item{{Producer: "p", Event: mustEvent(t, key, fmt.Sprintf("u%d", i))}})
+				res, err := ingest.Ingest(context.Background(), pool, []ingest.Item{{Producer: "p", Event: eventtest.Event(t, key, fmt.Sprintf("u%d", i))}})
 				if err != nil {
 					t.Error(err)
 					return
@@ -169,16 +136,16 @@ func TestRacingRequestsForOneKeyMakeOneWinnerAndConflicts(t *testing.T) {
 			t.Fatalf("round %d: outcomes %v; want one new and three conflicts", round, results)
 		}
 	}
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 20 {
 		t.Errorf("notifications = %d, want one per key", n)
 	}
 }
 
 func TestAKeyTwiceInOneBatchIsAnsweredAgainstItsFirstRequest(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
-	same := mustEvent(t, "twice", "u1", "u2")
-	other := mustEvent(t, "twice", "u2", "u3")
+	pool := pgtest.Pool(t)
+	same := eventtest.Event(t, "twice", "u1", "u2")
+	other := eventtest.Event(t, "twice", "u2", "u3")
 	res, err := ingest.Ingest(context.Background(), pool, []ingest.Item{{Producer: "p", Event: same}, {Producer: "p", Event: same}, {Producer: "p", Event: other}})
 	if err != nil {
 		t.Fatal(err)
@@ -189,14 +156,14 @@ func TestAKeyTwiceInOneBatchIsAnsweredAgainstItsFirstRequest(t *testing.T) {
 			t.Errorf("item %d = %v, want %v", i, res[i].Outcome, want[i])
 		}
 	}
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != 2 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 2 {
 		t.Errorf("notifications = %d, want the first request's 2", n)
 	}
 }
 
 func TestConcurrentOverlappingBatchesMakeOneRowPerKey(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t)
+	pool := pgtest.Pool(t)
 	const events = 300
 	var wg sync.WaitGroup
 	for w := range 6 {
@@ -205,7 +172,7 @@ func TestConcurrentOverlappingBatchesMakeOneRowPerKey(t *testing.T) {
 			for i := range events {
 				// Each worker sends every event, in its own order.
 				j := (i*7 + w*53) % events
-				items = append(items, ingest.Item{Producer: "p", Event: mustEvent(t, fmt.Sprintf("k%d", j), "u1", fmt.Sprintf("u%d", j%5+2))})
+				items = append(items, ingest.Item{Producer: "p", Event: eventtest.Event(t, fmt.Sprintf("k%d", j), "u1", fmt.Sprintf("u%d", j%5+2))})
 				if len(items) == 50 {
 					if _, err := ingest.Ingest(context.Background(), pool, items); err != nil {
 						t.Error(err)
@@ -217,7 +184,7 @@ func TestConcurrentOverlappingBatchesMakeOneRowPerKey(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := count(t, pool, "SELECT count(*) FROM notifications"); n != events*2 {
+	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != events*2 {
 		t.Errorf("notifications = %d, want %d", n, events*2)
 	}
 }

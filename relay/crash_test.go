@@ -35,35 +35,24 @@ func TestKill9NeverLosesAnAcceptedEvent(t *testing.T) {
 		base := "http://" + addr
 		p.WaitHealthy(base)
 
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for g := range 16 {
-			wg.Go(func() {
-				for n := 0; ; n++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					key := fmt.Sprintf("r%d-g%d-n%d", round, g, n)
-					body := event(key, "crash "+key)
-					resp, err := client.Post(base+"/v1/events", "application/json", strings.NewReader(body))
-					if err != nil {
-						return // the relay is gone; the outcome of this request is unknown
-					}
-					resp.Body.Close()
-					if resp.StatusCode == http.StatusAccepted {
-						mu.Lock()
-						accepted[key] = body
-						mu.Unlock()
-					}
-				}
-			})
-		}
+		stop := proctest.Load(16, func(g, n int) bool {
+			key := fmt.Sprintf("r%d-g%d-n%d", round, g, n)
+			body := event(key, "crash "+key)
+			resp, err := client.Post(base+"/v1/events", "application/json", strings.NewReader(body))
+			if err != nil {
+				return false // the relay is gone; the outcome of this request is unknown
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusAccepted {
+				mu.Lock()
+				accepted[key] = body
+				mu.Unlock()
+			}
+			return true
+		})
 		time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
 		p.Kill()
-		close(stop)
-		wg.Wait()
+		stop()
 	}
 	if len(accepted) < kills {
 		t.Fatalf("only %d events accepted across %d runs; the load did not reach the relay", len(accepted), kills)

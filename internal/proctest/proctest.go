@@ -191,3 +191,26 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// Load runs workers goroutines, each calling fn(worker, n) for n = 0, 1, …
+// until fn returns false or stop is called: producers sending while a
+// process is killed under them. stop waits for every worker to return.
+func Load(workers int, fn func(worker, n int) bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if !fn(w, n) {
+					return
+				}
+			}
+		})
+	}
+	return func() { close(done); wg.Wait() }
+}

@@ -275,35 +275,21 @@ func TestKill9WhileForwardingLandsEveryEventOnce(t *testing.T) {
 			answered[key] = true
 			delete(unknown, key)
 		}
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for g := range 8 {
-			wg.Go(func() {
-				for n := 0; ; n++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					key := fmt.Sprintf("r%d-g%d-n%d", round, g, n)
-					s := r.post(eventBody(key, "u1", "u2", "u3"))
-					mu.Lock()
-					if s == http.StatusAccepted || s == http.StatusOK {
-						answered[key] = true
-					} else {
-						unknown[key] = true
-					}
-					mu.Unlock()
-					if s == 0 {
-						return
-					}
-				}
-			})
-		}
+		stop := proctest.Load(8, func(g, n int) bool {
+			key := fmt.Sprintf("r%d-g%d-n%d", round, g, n)
+			s := r.post(eventBody(key, "u1", "u2", "u3"))
+			mu.Lock()
+			if s == http.StatusAccepted || s == http.StatusOK {
+				answered[key] = true
+			} else {
+				unknown[key] = true
+			}
+			mu.Unlock()
+			return s != 0
+		})
 		time.Sleep(time.Duration(150+rand.IntN(400)) * time.Millisecond)
 		r.Kill()
-		close(stop)
-		wg.Wait()
+		stop()
 	}
 	r := startRelay(t, dbURL, spoolPath)
 	for key := range unknown {

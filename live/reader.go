@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
@@ -178,9 +179,21 @@ func (r *reader) read(ctx context.Context) (more, held bool, err error) {
 	return moreN || moreR, heldN || heldR, nil
 }
 
-func (r *reader) readNotifications(ctx context.Context) (more, held bool, err error) {
-	now := r.now()
-	rows, err := r.hub.cfg.DB.Query(ctx, readNotifications, r.notes.Tx, r.notes.ID, readPage, now.Add(-txSlack), now.Add(feed.FutureSlack))
+// committedRow is one row of a commit-order read: where it stands, whose it
+// is, the read's horizon, and the frame it becomes (built only for a user
+// with a socket here).
+type committedRow struct {
+	pos     Position
+	user    string
+	horizon uint64
+	frame   func() (frame, error)
+}
+
+// readCommitted reads one page of query in commit order after *at and
+// delivers each row below the read's horizon, moving *at past it. It stops
+// at the first row at or above the horizon: held, a later read returns it.
+func (r *reader) readCommitted(ctx context.Context, at *Position, query string, args []any, scan func(pgx.Rows) (committedRow, error)) (more, held bool, err error) {
+	rows, err := r.hub.cfg.DB.Query(ctx, query, append([]any{at.Tx, at.ID, readPage}, args...)...)
 	if err != nil {
 		return false, false, err
 	}
@@ -188,28 +201,23 @@ func (r *reader) readNotifications(ctx context.Context) (more, held bool, err er
 	n := 0
 	for rows.Next() {
 		n++
-		var tx uint64
-		var user string
-		var note feed.Notification
-		var h uint64
-		dest := append([]any{&tx, &user}, note.ScanTargets()...)
-		if err := rows.Scan(append(dest, &h)...); err != nil {
-			return false, false, err
-		}
-		pos := Position{Tx: tx, ID: note.ID}
-		if pos.Tx >= h {
-			held = true
-			break
-		}
-		r.notes = pos
-		if !r.hub.connected(user) {
-			continue
-		}
-		f, err := notificationFrame(note, Cursor{Position: pos, At: note.CreatedAt}, true)
+		row, err := scan(rows)
 		if err != nil {
 			return false, false, err
 		}
-		r.hub.deliver(user, f)
+		if row.pos.Tx >= row.horizon {
+			held = true
+			break
+		}
+		*at = row.pos
+		if !r.hub.connected(row.user) {
+			continue
+		}
+		f, err := row.frame()
+		if err != nil {
+			return false, false, err
+		}
+		r.hub.deliver(row.user, f)
 	}
 	if err := rows.Err(); err != nil {
 		return false, false, err
@@ -217,39 +225,34 @@ func (r *reader) readNotifications(ctx context.Context) (more, held bool, err er
 	return n == readPage && !held, held, nil
 }
 
+func (r *reader) readNotifications(ctx context.Context) (more, held bool, err error) {
+	now := r.now()
+	return r.readCommitted(ctx, &r.notes, readNotifications, []any{now.Add(-txSlack), now.Add(feed.FutureSlack)}, func(rows pgx.Rows) (committedRow, error) {
+		var row committedRow
+		var note feed.Notification
+		dest := append([]any{&row.pos.Tx, &row.user}, note.ScanTargets()...)
+		if err := rows.Scan(append(dest, &row.horizon)...); err != nil {
+			return row, err
+		}
+		row.pos.ID = note.ID
+		row.frame = func() (frame, error) {
+			return notificationFrame(note, Cursor{Position: row.pos, At: note.CreatedAt}, true)
+		}
+		return row, nil
+	})
+}
+
 func (r *reader) readReadEvents(ctx context.Context) (more, held bool, err error) {
-	rows, err := r.hub.cfg.DB.Query(ctx, readReadEvents, r.reads.Tx, r.reads.ID, readPage)
-	if err != nil {
-		return false, false, err
-	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		n++
-		var pos Position
-		var user string
-		var msg readMessage
-		var h uint64
-		if err := rows.Scan(&pos.Tx, &pos.ID, &user, &msg.ID, &msg.Through, &h); err != nil {
-			return false, false, err
+	return r.readCommitted(ctx, &r.reads, readReadEvents, nil, func(rows pgx.Rows) (committedRow, error) {
+		var row committedRow
+		msg := readMessage{Type: "read"}
+		if err := rows.Scan(&row.pos.Tx, &row.pos.ID, &row.user, &msg.ID, &msg.Through, &row.horizon); err != nil {
+			return row, err
 		}
-		if pos.Tx >= h {
-			held = true
-			break
+		row.frame = func() (frame, error) {
+			b, err := textFrame(msg)
+			return frame{kind: kindRead, bytes: b}, err
 		}
-		r.reads = pos
-		if !r.hub.connected(user) {
-			continue
-		}
-		msg.Type = "read"
-		b, err := textFrame(msg)
-		if err != nil {
-			return false, false, err
-		}
-		r.hub.deliver(user, frame{kind: kindRead, bytes: b})
-	}
-	if err := rows.Err(); err != nil {
-		return false, false, err
-	}
-	return n == readPage && !held, held, nil
+		return row, nil
+	})
 }

@@ -30,8 +30,7 @@ func pageQuery(r *http.Request, userID string) (feed.Query, *problem.Problem) {
 	q := r.URL.Query()
 	out := feed.Query{UserID: userID, Limit: feed.DefaultLimit}
 	bad := func(field, detail string) (feed.Query, *problem.Problem) {
-		p := problem.New(http.StatusBadRequest, problem.InvalidQuery, detail)
-		p.Field = field
+		p := problem.New(http.StatusBadRequest, problem.InvalidQuery, detail).On(field)
 		return feed.Query{}, &p
 	}
 	if v := q.Get("limit"); v != "" {
@@ -44,8 +43,7 @@ func pageQuery(r *http.Request, userID string) (feed.Query, *problem.Problem) {
 	if v, ok := q["cursor"]; ok {
 		c, err := feed.DecodeCursor(v[0])
 		if err != nil {
-			p := problem.New(http.StatusBadRequest, problem.InvalidCursor, "cursor is not one this server issued; start again without it")
-			p.Field = "cursor"
+			p := problem.New(http.StatusBadRequest, problem.InvalidCursor, "cursor is not one this server issued; start again without it").On("cursor")
 			return feed.Query{}, &p
 		}
 		out.After = &c
@@ -98,9 +96,7 @@ func (s *Server) writePageWithRefresh(w http.ResponseWriter, r *http.Request, us
 func (s *Server) writeChanges(w http.ResponseWriter, r *http.Request, userID, since string) {
 	q := r.URL.Query()
 	bad := func(field, detail string) {
-		p := problem.New(http.StatusBadRequest, problem.InvalidQuery, detail)
-		p.Field = field
-		problem.Write(w, r, p)
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidQuery, detail).On(field))
 	}
 	limit := feed.DefaultLimit
 	if v := q.Get("limit"); v != "" {
@@ -117,9 +113,7 @@ func (s *Server) writeChanges(w http.ResponseWriter, r *http.Request, userID, si
 	}
 	after, err := live.ParseCursor(since)
 	if err != nil {
-		p := problem.New(http.StatusBadRequest, problem.InvalidCursor, "since is not a refresh cursor this server issued; load the first page again")
-		p.Field = "since"
-		problem.Write(w, r, p)
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor, "since is not a refresh cursor this server issued; load the first page again").On("since"))
 		return
 	}
 	ctx, cancel := s.dbContext(r)

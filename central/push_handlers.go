@@ -32,13 +32,9 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, _ httprouter.
 	dev, err := s.cfg.Devices.Register(ctx, u.ID, body.Token, body.Platform)
 	switch {
 	case errors.Is(err, push.ErrInvalidToken):
-		p := problem.New(http.StatusBadRequest, problem.InvalidPushToken, err.Error())
-		p.Field = "token"
-		problem.Write(w, r, p)
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidPushToken, err.Error()).On("token"))
 	case err != nil && body.Platform != push.IOS && body.Platform != push.Android:
-		p := problem.New(http.StatusBadRequest, problem.InvalidRequest, "platform must be ios or android")
-		p.Field = "platform"
-		problem.Write(w, r, p)
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "platform must be ios or android").On("platform"))
 	case err != nil:
 		s.dbError(w, r, "register device", err)
 	default:
@@ -108,9 +104,7 @@ func (s *Server) putPreferences(w http.ResponseWriter, r *http.Request, _ httpro
 	}
 	for c := range doc.Categories {
 		if c == "" || len(c) > 128 {
-			p := problem.New(http.StatusBadRequest, problem.InvalidRequest, "a category is 1 to 128 bytes")
-			p.Field = "categories"
-			problem.Write(w, r, p)
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "a category is 1 to 128 bytes").On("categories"))
 			return
 		}
 	}
@@ -129,9 +123,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, _ httpro
 	query := r.URL.Query()
 	q := push.DeliveryQuery{UserID: query.Get("user"), State: query.Get("state"), Cursor: query.Get("cursor")}
 	bad := func(field, detail string) {
-		p := problem.New(http.StatusBadRequest, problem.InvalidQuery, detail)
-		p.Field = field
-		problem.Write(w, r, p)
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidQuery, detail).On(field))
 	}
 	if v := query.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -150,9 +142,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, _ httpro
 	page, err := push.Deliveries(ctx, s.cfg.DB, q)
 	switch {
 	case errors.Is(err, push.ErrBadCursor):
-		p := problem.New(http.StatusBadRequest, problem.InvalidCursor, "cursor is not one this server issued; start again without it")
-		p.Field = "cursor"
-		problem.Write(w, r, p)
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor, "cursor is not one this server issued; start again without it").On("cursor"))
 	case err != nil:
 		s.dbError(w, r, "read deliveries", err)
 	default:

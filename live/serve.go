@@ -21,9 +21,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 	if v, ok := r.URL.Query()["after"]; ok {
 		c, err := ParseCursor(v[0])
 		if err != nil {
-			p := problem.New(http.StatusBadRequest, problem.InvalidCursor, "after is not a stream cursor this server issued; connect without it and load the feed")
-			p.Field = "after"
-			problem.Write(w, r, p)
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor, "after is not a stream cursor this server issued; connect without it and load the feed").On("after"))
 			return
 		}
 		after = &c

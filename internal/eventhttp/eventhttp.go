@@ -24,8 +24,7 @@ import (
 // canonical. Central's internal ingress answers with the same rules.
 func Decode(r *http.Request, maxBody int64) (ev event.Event, p *problem.Problem) {
 	fail := func(status int, t problem.Type, detail, field string) (event.Event, *problem.Problem) {
-		pr := problem.New(status, t, detail)
-		pr.Field = field
+		pr := problem.New(status, t, detail).On(field)
 		return event.Event{}, &pr
 	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))

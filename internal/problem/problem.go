@@ -30,6 +30,12 @@ func New(status int, t Type, detail string) Problem {
 	return Problem{Type: t.URI(), Title: t.Title, Status: status, Detail: detail}
 }
 
+// On returns p naming field as the request field at fault.
+func (p Problem) On(field string) Problem {
+	p.Field = field
+	return p
+}
+
 // Write sends p with its status. The request path becomes the instance when none is set.
 func Write(w http.ResponseWriter, r *http.Request, p Problem) {
 	if p.Instance == "" && r != nil {

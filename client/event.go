@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/jsonenc"
 )
 
 // Event is one producer event, as the relay reads it from POST /v1/events.
@@ -56,7 +57,7 @@ func (ev Event) encode() ([]byte, error) {
 	if err := ev.check(); err != nil {
 		return nil, err
 	}
-	data, err := marshal(ev.Data)
+	data, err := jsonenc.Marshal(ev.Data)
 	if err != nil {
 		return nil, localInvalid("data", "cannot be encoded as JSON: "+err.Error())
 	}
@@ -68,7 +69,7 @@ func (ev Event) encode() ([]byte, error) {
 	case !utf8.Valid(data):
 		return nil, localInvalid("data", "is not valid UTF-8")
 	}
-	body, err := marshal(wireEvent{
+	body, err := jsonenc.Marshal(wireEvent{
 		IdempotencyKey: ev.IdempotencyKey, Type: ev.Type, Category: ev.Category, Recipients: ev.Recipients,
 		Title: ev.Title, Body: ev.Body, Data: data, RunID: ev.RunID,
 	})
@@ -76,18 +77,6 @@ func (ev Event) encode() ([]byte, error) {
 		return nil, localInvalid("", "cannot be encoded as JSON: "+err.Error())
 	}
 	return body, nil
-}
-
-// marshal is json.Marshal without HTML escaping: "<" stays "<", as the
-// relay's canonical form writes it.
-func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSpace(buf.Bytes()), nil
 }
 
 func (ev Event) check() error {

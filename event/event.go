@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/spoolcast/spoolcast/internal/jsonenc"
 )
 
 // Limits on an event's fields. They keep a notification small enough for a push
@@ -279,7 +281,7 @@ func canonicalDataJSON(trimmed []byte) (json.RawMessage, error) {
 	if err := storable(v); err != nil {
 		return nil, err
 	}
-	out, err := marshal(v)
+	out, err := jsonenc.Marshal(v)
 	if err != nil {
 		return nil, invalid("data", err.Error())
 	}
@@ -402,14 +404,4 @@ func Parse(canonical []byte) (Event, error) {
 		return Event{}, invalid("data", "must be a JSON object")
 	}
 	return ev, nil
-}
-
-func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

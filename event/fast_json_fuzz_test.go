@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/spoolcast/spoolcast/internal/jsonenc"
 )
 
 // FuzzFastPathsAgree holds the hand-written decoder and encoders to
@@ -50,7 +52,7 @@ func FuzzFastPathsAgree(f *testing.F) {
 		if err := ev.canonicalize(); err != nil {
 			return
 		}
-		want, err := marshal(ev)
+		want, err := jsonenc.Marshal(ev)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,11 @@
 // their JSON without reflection.
 package jsonenc
 
-import "unicode/utf8"
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+)
 
 // AppendString appends s as a JSON string exactly as encoding/json does with
 // HTML escaping off.
@@ -57,4 +61,16 @@ func AppendString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// Marshal is json.Marshal without HTML escaping: "<" stays "<", as the
+// relay's canonical form writes it.
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

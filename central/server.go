@@ -20,7 +20,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spoolcast/spoolcast/apiversion"
@@ -134,13 +133,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// NewRegistry returns a registry with the Go and process collectors.
-func NewRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
-}
-
 // Server is central's HTTP API.
 type Server struct {
 	cfg     Config
@@ -182,7 +174,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Versions = apiversion.Default()
 	}
 	if cfg.Registry == nil {
-		cfg.Registry = NewRegistry()
+		cfg.Registry = httpapi.NewRegistry()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

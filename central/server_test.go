@@ -28,6 +28,7 @@ import (
 	"github.com/spoolcast/spoolcast/central"
 	"github.com/spoolcast/spoolcast/docs"
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/oidctest"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
@@ -82,7 +83,7 @@ func newHarness(t *testing.T, o options) *harness {
 		logger = slog.New(slog.NewTextHandler(o.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	cfg := central.Config{DB: pool, DBTimeout: o.dbTimeout, Users: users, Services: services, Versions: o.versions, OpenAPI: docs.OpenAPI,
-		Logger: logger, AllowedOrigins: o.origins, Registry: central.NewRegistry()}
+		Logger: logger, AllowedOrigins: o.origins, Registry: httpapi.NewRegistry()}
 	if o.live {
 		hub, err := live.New(live.Config{DB: pool, Metrics: live.NewMetrics(cfg.Registry), Logger: logger})
 		if err != nil {

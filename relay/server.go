@@ -19,7 +19,6 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spoolcast/spoolcast/auth"
@@ -96,13 +95,6 @@ type Server struct {
 	diskFullLog, spoolErrLog *lograte.Limiter
 }
 
-// NewRegistry returns a registry with the Go and process collectors.
-func NewRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
-}
-
 // New returns the relay's HTTP API.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
@@ -113,7 +105,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.ClaimTimeout = cmp.Or(cfg.ClaimTimeout, 10*time.Second)
 	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Registry == nil {
-		cfg.Registry = NewRegistry()
+		cfg.Registry = httpapi.NewRegistry()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

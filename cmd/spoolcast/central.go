@@ -19,6 +19,7 @@ import (
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/central"
 	"github.com/spoolcast/spoolcast/docs"
+	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/pglisten"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/problem"
@@ -209,7 +210,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	if c.pool, err = pgpool.New(ctx, pgpool.Config{URL: o.databaseURL, MaxConns: o.dbMaxConns, ConnectTimeout: o.dbConnectTimeout}); err != nil {
 		return fail(fmt.Errorf("--database-url: %w", err))
 	}
-	reg := central.NewRegistry()
+	reg := httpapi.NewRegistry()
 	pushMetrics := push.NewMetrics(reg)
 	devices := push.NewDevices(c.pool, pushMetrics)
 	var prefs push.Preferences

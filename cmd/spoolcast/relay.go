@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/relay"
 	"github.com/spoolcast/spoolcast/spool"
@@ -143,7 +144,7 @@ func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runn
 	} else if !isLoopback(o.listen) {
 		return nil, fmt.Errorf("--listen %s is not a loopback address: set --service-jwt-secret-file so that callers must authenticate, or listen on 127.0.0.1", o.listen)
 	}
-	reg := relay.NewRegistry()
+	reg := httpapi.NewRegistry()
 	spoolMetrics := relay.NewSpoolMetrics(reg, logger)
 	sp, err := spool.Open(ctx, spool.Config{
 		Path:     o.spoolPath,

@@ -16,6 +16,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/spoolcast/spoolcast/internal/problem"
@@ -115,4 +118,12 @@ func Answered(h http.Handler, log *slog.Logger) http.Handler {
 			problem.Write(rec, r, problem.New(http.StatusInternalServerError, problem.InternalError, "the server failed to answer this request"))
 		}
 	})
+}
+
+// NewRegistry returns a metrics registry with the Go and process collectors:
+// what /metrics serves by default.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }

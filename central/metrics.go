@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/spoolcast/spoolcast/internal/metric"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/apiversion"
@@ -22,19 +24,12 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, clk clock.Clock) *metrics {
 	m := &metrics{
 		clock: clk,
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spoolcast_central_requests_total",
-			Help: "Central API requests by route and status code.",
-		}, []string{"route", "code"}),
-		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spoolcast_api_requests_total",
-			Help: "Requests to versioned API routes by the API version served, route and status code: an old version's traffic, to watch before its sunset.",
-		}, []string{"version", "route", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "spoolcast_central_request_duration_seconds",
-			Help:    "Central API request time by route.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}, []string{"route"}),
+		requests: metric.CounterVec("spoolcast_central_requests_total",
+			"Central API requests by route and status code.", "route", "code"),
+		apiRequests: metric.CounterVec("spoolcast_api_requests_total",
+			"Requests to versioned API routes by the API version served, route and status code: an old version's traffic, to watch before its sunset.", "version", "route", "code"),
+		duration: metric.HistogramVec("spoolcast_central_request_duration_seconds",
+			"Central API request time by route.", []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, "route"),
 	}
 	reg.MustRegister(m.requests, m.apiRequests, m.duration)
 	return m

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spoolcast/spoolcast/internal/metric"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/internal/clock"
@@ -29,26 +31,16 @@ type Metrics struct {
 // NewMetrics creates maintenance's metrics and registers them with reg (nil: not exported).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spoolcast_maintenance_passes_total",
-			Help: "Maintenance passes by result: ran, skipped (another replica's pass held the lock), failed.",
-		}, []string{"result"}),
-		keysExpired: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "spoolcast_maintenance_keys_expired_total",
-			Help: "Claimed keys deleted past the key window.",
-		}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "spoolcast_maintenance_partitions_dropped_total",
-			Help: "Partitions dropped past retention.",
-		}),
-		lastPass: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "spoolcast_maintenance_last_pass_timestamp_seconds",
-			Help: "When this replica last ran a maintenance pass (unix seconds); 0 before the first.",
-		}),
-		lastTook: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "spoolcast_maintenance_last_pass_duration_seconds",
-			Help: "How long this replica's last maintenance pass took.",
-		}),
+		passes: metric.CounterVec("spoolcast_maintenance_passes_total",
+			"Maintenance passes by result: ran, skipped (another replica's pass held the lock), failed.", "result"),
+		keysExpired: metric.Counter("spoolcast_maintenance_keys_expired_total",
+			"Claimed keys deleted past the key window."),
+		dropped: metric.Counter("spoolcast_maintenance_partitions_dropped_total",
+			"Partitions dropped past retention."),
+		lastPass: metric.Gauge("spoolcast_maintenance_last_pass_timestamp_seconds",
+			"When this replica last ran a maintenance pass (unix seconds); 0 before the first."),
+		lastTook: metric.Gauge("spoolcast_maintenance_last_pass_duration_seconds",
+			"How long this replica's last maintenance pass took."),
 		count:     prometheus.NewDesc("spoolcast_partitions", "Weekly partitions present, by table.", []string{"table"}, nil),
 		oldestAge: prometheus.NewDesc("spoolcast_partition_oldest_age_seconds", "Age of the oldest partition's start, by table: about the retention kept.", []string{"table"}, nil),
 		ahead:     prometheus.NewDesc("spoolcast_partition_ahead_seconds", "Time until the end of the newest partition, by table; below a week, partitions are not being created ahead.", []string{"table"}, nil),

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spoolcast/spoolcast/internal/metric"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/internal/clock"
@@ -25,31 +27,18 @@ type Metrics struct {
 // NewMetrics registers the live stream's metrics with reg; nil registers nowhere.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		connections: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "spoolcast_ws_connections",
-			Help: "Open live stream WebSockets on this replica.",
-		}),
-		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spoolcast_ws_frames_sent_total",
-			Help: "Frames written to live stream sockets, by type (notification, read, ready).",
-		}, []string{"type"}),
-		slowClosed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "spoolcast_ws_slow_closed_total",
-			Help: "Sockets closed because they could not keep up (queue full or a write timed out); their apps resume from their cursor.",
-		}),
-		authFailed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "spoolcast_ws_auth_failures_total",
-			Help: "Stream handshakes refused 401 for a missing, bad or expired token.",
-		}),
-		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "spoolcast_live_notify_lag_seconds",
-			Help:    "From a notification's ingest transaction (its created_at) to its frame written to a socket; live frames only, not resumed ones.",
-			Buckets: []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}),
-		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spoolcast_live_reads_total",
-			Help: "Reads of newly committed rows by this replica's live reader, by result (ok, error).",
-		}, []string{"result"}),
+		connections: metric.Gauge("spoolcast_ws_connections",
+			"Open live stream WebSockets on this replica."),
+		frames: metric.CounterVec("spoolcast_ws_frames_sent_total",
+			"Frames written to live stream sockets, by type (notification, read, ready).", "type"),
+		slowClosed: metric.Counter("spoolcast_ws_slow_closed_total",
+			"Sockets closed because they could not keep up (queue full or a write timed out); their apps resume from their cursor."),
+		authFailed: metric.Counter("spoolcast_ws_auth_failures_total",
+			"Stream handshakes refused 401 for a missing, bad or expired token."),
+		lag: metric.Histogram("spoolcast_live_notify_lag_seconds",
+			"From a notification's ingest transaction (its created_at) to its frame written to a socket; live frames only, not resumed ones.", []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
+		reads: metric.CounterVec("spoolcast_live_reads_total",
+			"Reads of newly committed rows by this replica's live reader, by result (ok, error).", "result"),
 	}
 	for _, k := range []frameKind{kindNotification, kindRead, kindReady} {
 		m.frames.WithLabelValues(k.label())

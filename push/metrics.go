@@ -2,6 +2,8 @@ package push
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spoolcast/spoolcast/internal/metric"
 )
 
 // Metrics are push's metrics.
@@ -25,35 +27,20 @@ const (
 // NewMetrics creates push's metrics and registers them with reg (nil: not exported).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		dispatches: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "spoolcast_dispatches",
-			Help: "Dispatches in flight by state: queued (written, not yet answered by Expo) and sent (a ticket, awaiting its receipt, younger than 24 h). Final states are counted by spoolcast_push_sent_total and spoolcast_push_receipts_total.",
-		}, []string{"state"}),
-		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spoolcast_push_sent_total",
-			Help: "Push messages by result: ok (Expo gave a ticket), error (a ticket with an error), failed (the request failed after its retries).",
-		}, []string{"result"}),
-		receipts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spoolcast_push_receipts_total",
-			Help: "Receipts by status (ok, error, missing: none within 24 h) and Expo error code.",
-		}, []string{"status", "error"}),
-		requestTook: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "spoolcast_push_request_duration_seconds",
-			Help:    "Expo API request time by endpoint (send, getReceipts), retries counted apart.",
-			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"endpoint"}),
-		tokensDisabled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spoolcast_tokens_disabled_total",
-			Help: "Push tokens disabled, by reason: device_not_registered (Expo), invalid_token (not an Expo token), user_request.",
-		}, []string{"reason"}),
-		prefsLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spoolcast_prefs_lookups_total",
-			Help: "Preference lookups per user by result: hit, miss (the external service answered), fail_open (it failed: pushed anyway), builtin.",
-		}, []string{"result"}),
-		queueOldest: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "spoolcast_push_queue_oldest_seconds",
-			Help: "Age of the oldest notification waiting in the push queue; 0 when it is empty.",
-		}),
+		dispatches: metric.GaugeVec("spoolcast_dispatches",
+			"Dispatches in flight by state: queued (written, not yet answered by Expo) and sent (a ticket, awaiting its receipt, younger than 24 h). Final states are counted by spoolcast_push_sent_total and spoolcast_push_receipts_total.", "state"),
+		sent: metric.CounterVec("spoolcast_push_sent_total",
+			"Push messages by result: ok (Expo gave a ticket), error (a ticket with an error), failed (the request failed after its retries).", "result"),
+		receipts: metric.CounterVec("spoolcast_push_receipts_total",
+			"Receipts by status (ok, error, missing: none within 24 h) and Expo error code.", "status", "error"),
+		requestTook: metric.HistogramVec("spoolcast_push_request_duration_seconds",
+			"Expo API request time by endpoint (send, getReceipts), retries counted apart.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, "endpoint"),
+		tokensDisabled: metric.CounterVec("spoolcast_tokens_disabled_total",
+			"Push tokens disabled, by reason: device_not_registered (Expo), invalid_token (not an Expo token), user_request.", "reason"),
+		prefsLookups: metric.CounterVec("spoolcast_prefs_lookups_total",
+			"Preference lookups per user by result: hit, miss (the external service answered), fail_open (it failed: pushed anyway), builtin.", "result"),
+		queueOldest: metric.Gauge("spoolcast_push_queue_oldest_seconds",
+			"Age of the oldest notification waiting in the push queue; 0 when it is empty."),
 	}
 	for _, s := range []string{"queued", "sent"} {
 		m.dispatches.WithLabelValues(s)

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/spoolcast/spoolcast/internal/metric"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/event"
@@ -30,15 +32,10 @@ type metrics struct {
 // newMetrics registers the relay's request metrics with reg.
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spoolcast_relay_requests_total",
-			Help: "Ingest requests by outcome: accepted, duplicate, conflict, invalid, unauthorized, overloaded (503: spool at its limit, shutting down or slow), disk_full (503), error (spool write failed).",
-		}, []string{"outcome"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "spoolcast_relay_request_duration_seconds",
-			Help:    "Time from reading an ingest request to answering it, by outcome.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}, []string{"outcome"}),
+		requests: metric.CounterVec("spoolcast_relay_requests_total",
+			"Ingest requests by outcome: accepted, duplicate, conflict, invalid, unauthorized, overloaded (503: spool at its limit, shutting down or slow), disk_full (503), error (spool write failed).", "outcome"),
+		duration: metric.HistogramVec("spoolcast_relay_request_duration_seconds",
+			"Time from reading an ingest request to answering it, by outcome.", []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, "outcome"),
 	}
 	for _, o := range []string{event.Accepted.String(), event.Duplicate.String(), event.Conflict.String(), resultInvalid, resultUnauthorized, resultOverloaded, resultDiskFull, resultError} {
 		m.requests.WithLabelValues(o)
@@ -93,16 +90,10 @@ func NewSpoolMetrics(reg prometheus.Registerer, log *slog.Logger) *SpoolMetrics 
 		deadBytes:    prometheus.NewDesc("spoolcast_spool_dead_bytes", "Payload bytes of dead rows.", nil, nil),
 		fileBytes:    prometheus.NewDesc("spoolcast_spool_bytes", "Size of the spool's database file and WAL on disk.", nil, nil),
 		diskFull:     prometheus.NewDesc("spoolcast_spool_disk_full", "1 while the spool's last write found its disk full (new events get 503), else 0.", nil, nil),
-		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "spoolcast_spool_commit_batch_size",
-			Help:    "Writes carried by one spool transaction (group commit).",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
-		}),
-		commitTaken: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "spoolcast_spool_commit_duration_seconds",
-			Help:    "Time of one spool transaction, fsync included.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
-		}),
+		batchSize: metric.Histogram("spoolcast_spool_commit_batch_size",
+			"Writes carried by one spool transaction (group commit).", prometheus.ExponentialBuckets(1, 2, 11)),
+		commitTaken: metric.Histogram("spoolcast_spool_commit_duration_seconds",
+			"Time of one spool transaction, fsync included.", []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}),
 	}
 	reg.MustRegister(m, m.batchSize, m.commitTaken)
 	return m

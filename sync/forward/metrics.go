@@ -3,6 +3,8 @@ package forward
 import (
 	"time"
 
+	"github.com/spoolcast/spoolcast/internal/metric"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/event"
@@ -24,37 +26,20 @@ type Metrics struct {
 // NewMetrics creates the forwarder's metrics and registers them with reg (nil: not exported).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "spoolcast_sync_forwarded_total",
-			Help: "Spooled events committed to Postgres: new, or duplicates of events already there.",
-		}),
-		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "spoolcast_sync_duplicates_total",
-			Help: "Forwarded events whose keys Postgres already had (a re-sent batch, or the same key through another relay).",
-		}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "spoolcast_sync_errors_total",
-			Help: "Failed forwarding attempts; the batch stays in the spool and is retried with backoff.",
-		}),
-		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spoolcast_sync_dead_total",
-			Help: "Spooled events set aside as dead, by reason: invalid (the payload breaks a rule), refused (Postgres refuses it for good), conflict (Postgres holds the key for a different request). They stay in the spool for --dead-ttl.",
-		}, []string{"reason"}),
-		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "spoolcast_sync_batch_duration_seconds",
-			Help:    "Time to write one batch to Postgres, from reading its payloads to the commit.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}),
-		batchRows: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "spoolcast_sync_batch_rows",
-			Help:    "Notifications (recipient rows) sent in one ingest statement.",
-			Buckets: prometheus.ExponentialBuckets(1, 4, 8),
-		}),
-		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "spoolcast_sync_lag_seconds",
-			Help:    "Time from the relay receiving an event to its Postgres commit.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
-		}),
+		forwarded: metric.Counter("spoolcast_sync_forwarded_total",
+			"Spooled events committed to Postgres: new, or duplicates of events already there."),
+		duplicates: metric.Counter("spoolcast_sync_duplicates_total",
+			"Forwarded events whose keys Postgres already had (a re-sent batch, or the same key through another relay)."),
+		errors: metric.Counter("spoolcast_sync_errors_total",
+			"Failed forwarding attempts; the batch stays in the spool and is retried with backoff."),
+		dead: metric.CounterVec("spoolcast_sync_dead_total",
+			"Spooled events set aside as dead, by reason: invalid (the payload breaks a rule), refused (Postgres refuses it for good), conflict (Postgres holds the key for a different request). They stay in the spool for --dead-ttl.", "reason"),
+		batch: metric.Histogram("spoolcast_sync_batch_duration_seconds",
+			"Time to write one batch to Postgres, from reading its payloads to the commit.", []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
+		batchRows: metric.Histogram("spoolcast_sync_batch_rows",
+			"Notifications (recipient rows) sent in one ingest statement.", prometheus.ExponentialBuckets(1, 4, 8)),
+		lag: metric.Histogram("spoolcast_sync_lag_seconds",
+			"Time from the relay receiving an event to its Postgres commit.", []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}),
 	}
 	for _, reason := range []string{deadInvalid, deadRefused, deadConflict} {
 		m.dead.WithLabelValues(reason)

@@ -32,6 +32,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/oidctest"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/sync/ingest"
@@ -95,9 +96,7 @@ func newHarness(t *testing.T, o options) *harness {
 			defer cancel()
 			_ = hub.Shutdown(ctx)
 		})
-		for !hub.Ready() {
-			time.Sleep(5 * time.Millisecond)
-		}
+		testsignal.Eventually(t, "the hub to become ready", 10*time.Second, hub.Ready)
 		cfg.Live = hub
 	}
 	if o.minAppVersion != "" {
@@ -608,17 +607,9 @@ func TestAHungPostgresIsA503WithinSeconds(t *testing.T) {
 		}
 	}
 	thaw()
-	waitOK := time.Now().Add(30 * time.Second)
-	for {
-		r := h.request(http.MethodGet, "/v1/notifications", token, "")
-		if r.status == http.StatusOK {
-			break
-		}
-		if time.Now().After(waitOK) {
-			t.Fatalf("feed after the thaw = %d", r.status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testsignal.Eventually(t, "the feed to answer 200 after the thaw", 30*time.Second, func() bool {
+		return h.request(http.MethodGet, "/v1/notifications", token, "").status == http.StatusOK
+	})
 }
 
 func TestInternalIngressAnswersAHalfClosedRequest(t *testing.T) {

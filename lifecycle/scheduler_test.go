@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/lifecycle"
 )
 
@@ -26,18 +27,10 @@ func TestAWatcherExportsThePartitionsAndRunsNoPass(t *testing.T) {
 	}
 	w.Start(context.Background())
 	defer w.Stop(context.Background())
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testsignal.Eventually(t, "spoolcast_partition_ahead_seconds after the watcher's first look", 30*time.Second, func() bool {
 		n, err := testutil.GatherAndCount(reg, "spoolcast_partition_ahead_seconds")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no spoolcast_partition_ahead_seconds after the watcher's first look")
-		}
-	}
+		return err == nil && n > 0
+	})
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

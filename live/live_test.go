@@ -24,6 +24,7 @@ import (
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/pglisten"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/internal/wsclient"
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/sync/ingest"
@@ -80,13 +81,7 @@ func newStackOn(t *testing.T, url string, tweak func(*live.Config)) *stack {
 	}))
 	t.Cleanup(srv.Close)
 	s := &stack{t: t, url: url, pool: pool, hub: hub, metrics: cfg.Metrics, reg: reg, base: srv.URL}
-	deadline := time.Now().Add(10 * time.Second)
-	for !hub.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("the hub did not become ready")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsignal.Eventually(t, "the hub to become ready", 10*time.Second, hub.Ready)
 	return s
 }
 
@@ -381,13 +376,7 @@ func TestASlowReaderIsClosedAndCountedAndOthersKeepUp(t *testing.T) {
 	if got := next(t, fast, "notification", n); len(got) != n {
 		t.Fatalf("the fast socket got %d of %d", len(got), n)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(s.metrics.SlowClosed()) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("spoolcast_ws_slow_closed_total = %v, want 1", testutil.ToFloat64(s.metrics.SlowClosed()))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testsignal.Eventually(t, "spoolcast_ws_slow_closed_total to reach 1", 10*time.Second, func() bool { return testutil.ToFloat64(s.metrics.SlowClosed()) == 1 })
 	// The slow app reads what reached it, then finds the socket closed
 	// (1013 when the close frame got through), and resumes: nothing is lost.
 	var got []wsclient.Message
@@ -538,13 +527,7 @@ func TestASilentPeerIsDroppedAfterTwoPingIntervals(t *testing.T) {
 			}
 		}
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for testutil.ToFloat64(s.metrics.Connections()) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("spoolcast_ws_connections = %v, want the silent socket dropped", testutil.ToFloat64(s.metrics.Connections()))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testsignal.Eventually(t, "the silent socket dropped (spoolcast_ws_connections 1)", 5*time.Second, func() bool { return testutil.ToFloat64(s.metrics.Connections()) == 1 })
 	time.Sleep(time.Second) // five more intervals: the answering socket stays
 	if n := testutil.ToFloat64(s.metrics.Connections()); n != 1 {
 		t.Errorf("spoolcast_ws_connections = %v, want the answering socket kept", n)

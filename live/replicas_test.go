@@ -14,6 +14,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/oidctest"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/internal/wsclient"
 )
 
@@ -26,18 +27,15 @@ func replica(t *testing.T, dbURL string, iss *oidctest.Issuer) (*proctest.Proces
 		"--push=false", "--maintenance-interval", "0", "--log-level", "warn")
 	base := "http://" + addr
 	p.WaitHealthy(base)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testsignal.Eventually(t, "central at "+base+" to be ready", 30*time.Second, func() bool {
 		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, base
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("central at %s never ready", base)
-		}
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return p, base
 }
 
 func TestAnEventPostedToARelayReachesTheUsersSocketOnEachReplicaOnce(t *testing.T) {

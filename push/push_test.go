@@ -23,6 +23,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/expofake"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
@@ -194,14 +195,10 @@ func TestAnEventPostedToARelayReachesEachDeviceAndIsDelivered(t *testing.T) {
 		t.Fatalf("post to the relay: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if n, _ := s.dispatcher.Pass(context.Background()); n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the event never reached the push queue")
-		}
-	}
+	testsignal.Eventually(t, "the event to reach the push queue", 30*time.Second, func() bool {
+		n, _ := s.dispatcher.Pass(context.Background())
+		return n > 0
+	})
 	msgs := s.fake.Messages()
 	if len(msgs) != 2 {
 		t.Fatalf("the fake Expo got %d messages, want one per device", len(msgs))
@@ -267,10 +264,7 @@ func TestTwoReplicasPushEveryNotificationExactlyOnce(t *testing.T) {
 	for i := range events {
 		s.ingest(fmt.Sprintf("e%d", i), "general", fmt.Sprintf("u%d", i%users))
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for len(s.fake.Messages()) < 2*events && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testsignal.Eventually(t, "every push sent", 60*time.Second, func() bool { return len(s.fake.Messages()) >= 2*events })
 	_ = a.Stop(ctx)
 	_ = b.Stop(ctx)
 	seen := map[string]int{}

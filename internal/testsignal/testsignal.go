@@ -5,6 +5,7 @@ package testsignal
 
 import (
 	"fmt"
+	"testing"
 	"time"
 )
 
@@ -35,5 +36,20 @@ func (s *Signal[T]) Wait(timeout time.Duration) (T, error) {
 	case <-time.After(timeout):
 		var zero T
 		return zero, fmt.Errorf("no signal within %s", timeout)
+	}
+}
+
+// Eventually waits until cond holds, checking it every few milliseconds,
+// and fails the test after timeout, naming what it waited for. It is how a
+// test waits for a condition it cannot be signalled about (a metric, a row,
+// another process), instead of sleeping a guessed time.
+func Eventually(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for wait := time.Millisecond; !cond(); wait = min(2*wait, 25*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(wait)
 	}
 }

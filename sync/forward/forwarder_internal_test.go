@@ -15,6 +15,7 @@ import (
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/spool"
 )
 
@@ -122,21 +123,10 @@ func TestARepeatedWholeRefusalBacksOffToTheMaximum(t *testing.T) {
 		}
 		clk.Advance(maxWait) // the worker may be waiting out a backoff or its poll
 	}
-	waitUntil(t, "the refused rows to be set aside", func() bool {
+	testsignal.Eventually(t, "the refused rows to be set aside", 30*time.Second, func() bool {
 		dead, _ := h.sp.List(context.Background(), spool.DeadRows, 0)
 		return len(dead) == 3
 	})
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestAStatementThatRunsTooLongIsSentInHalves(t *testing.T) {

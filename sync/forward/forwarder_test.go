@@ -22,6 +22,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/spool"
 	"github.com/spoolcast/spoolcast/sync/forward"
@@ -84,18 +85,6 @@ func pendingIn(t *testing.T, spoolPath string) int64 {
 	return st.Pending
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
 func TestRelayForwardsEveryRecipientExactlyOnce(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.DB(t)
@@ -104,10 +93,10 @@ func TestRelayForwardsEveryRecipientExactlyOnce(t *testing.T) {
 	for i := range 200 {
 		r.mustPost(t, eventBody(fmt.Sprintf("job:%d", i), "u1", fmt.Sprintf("u%d", i+2)))
 	}
-	waitFor(t, "400 notifications", 30*time.Second, func() bool {
+	testsignal.Eventually(t, "400 notifications", 30*time.Second, func() bool {
 		return pgtest.Count(t, pool, "SELECT count(*) FROM notifications") >= 400
 	})
-	waitFor(t, "the spool to drain", 10*time.Second, func() bool { return pendingIn(t, r.spool) == 0 })
+	testsignal.Eventually(t, "the spool to drain", 10*time.Second, func() bool { return pendingIn(t, r.spool) == 0 })
 	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 400 {
 		t.Errorf("notifications = %d, want exactly 400", n)
 	}
@@ -145,7 +134,7 @@ func TestSameKeyThroughTwoRelaysMakesOneNotificationPerRecipient(t *testing.T) {
 		a.mustPost(t, body)
 		b.mustPost(t, body)
 	}
-	waitFor(t, "both spools to drain", 30*time.Second, func() bool {
+	testsignal.Eventually(t, "both spools to drain", 30*time.Second, func() bool {
 		return pendingIn(t, a.spool) == 0 && pendingIn(t, b.spool) == 0
 	})
 	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 100 {
@@ -179,7 +168,7 @@ func TestCrashAfterCommitBeforeAckResendsWithoutDuplicates(t *testing.T) {
 	}
 
 	second := startRelay(t, dbURL, spoolPath)
-	waitFor(t, "the spool to drain", 30*time.Second, func() bool { return pendingIn(t, spoolPath) == 0 })
+	testsignal.Eventually(t, "the spool to drain", 30*time.Second, func() bool { return pendingIn(t, spoolPath) == 0 })
 	accepted := acceptedKeys(t, spoolPath)
 	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 2*accepted {
 		t.Errorf("notifications = %d, want %d (each spooled event × 2 recipients, once)", n, 2*accepted)
@@ -228,7 +217,7 @@ func TestPostgresOutageDelaysButLosesNothing(t *testing.T) {
 	for i := range 50 {
 		r.mustPost(t, eventBody(fmt.Sprintf("before:%d", i), "u1"))
 	}
-	waitFor(t, "the first events to land", 30*time.Second, func() bool { return pendingIn(t, r.spool) == 0 })
+	testsignal.Eventually(t, "the first events to land", 30*time.Second, func() bool { return pendingIn(t, r.spool) == 0 })
 
 	if err := cluster.Stop(); err != nil {
 		t.Fatal(err)
@@ -244,7 +233,7 @@ func TestPostgresOutageDelaysButLosesNothing(t *testing.T) {
 	if err := cluster.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the spool to drain after the outage", 60*time.Second, func() bool { return pendingIn(t, r.spool) == 0 })
+	testsignal.Eventually(t, "the spool to drain after the outage", 60*time.Second, func() bool { return pendingIn(t, r.spool) == 0 })
 	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != 50+600 {
 		t.Errorf("notifications = %d, want 650", n)
 	}
@@ -296,7 +285,7 @@ func TestKill9WhileForwardingLandsEveryEventOnce(t *testing.T) {
 		r.mustPost(t, eventBody(key, "u1", "u2", "u3"))
 		answered[key] = true
 	}
-	waitFor(t, "the spool to drain", 60*time.Second, func() bool { return pendingIn(t, spoolPath) == 0 })
+	testsignal.Eventually(t, "the spool to drain", 60*time.Second, func() bool { return pendingIn(t, spoolPath) == 0 })
 	want := len(answered) * recipients
 	if n := pgtest.Count(t, pool, "SELECT count(*) FROM notifications"); n != want {
 		t.Errorf("notifications = %d, want %d (%d accepted events × %d recipients)", n, want, len(answered), recipients)
@@ -346,7 +335,7 @@ func (h *inProcess) start(cfg forward.Config) *forward.Forwarder {
 
 func (h *inProcess) waitDrained(timeout time.Duration) {
 	h.t.Helper()
-	waitFor(h.t, "the spool to drain", timeout, func() bool {
+	testsignal.Eventually(h.t, "the spool to drain", timeout, func() bool {
 		next, err := h.sp.NextBatch(context.Background(), 0, spool.BatchLimit{Rows: 1})
 		return err == nil && len(next) == 0
 	})
@@ -453,7 +442,7 @@ func TestAConflictFoundInPostgresAfterA202IsADeadRow(t *testing.T) {
 	first.waitDrained(30 * time.Second)
 	second.start(forward.Config{})
 	second.waitDrained(30 * time.Second)
-	waitFor(t, "the conflict to be set aside", 30*time.Second, func() bool {
+	testsignal.Eventually(t, "the conflict to be set aside", 30*time.Second, func() bool {
 		dead, _ := second.sp.List(context.Background(), spool.DeadRows, 0)
 		return len(dead) == 1
 	})
@@ -498,7 +487,7 @@ func TestTheWorstLegalInputLandsInBoundedMemory(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	waitFor(t, "every notification to land", 120*time.Second, func() bool {
+	testsignal.Eventually(t, "every notification to land", 120*time.Second, func() bool {
 		return pgtest.Count(t, pool, "SELECT count(*) FROM notifications") == events*recipients
 	})
 	peak, err := r.PeakRSS()

@@ -12,6 +12,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/eventtest"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/spool"
 	"github.com/spoolcast/spoolcast/sync/forward"
 )
@@ -47,7 +48,7 @@ func TestForwardingAndTheFeedWorkThroughPgBouncerInTransactionMode(t *testing.T)
 		t.Fatal(err)
 	}
 	f.Start(ctx)
-	waitFor(t, "the spool to drain through PgBouncer", 60*time.Second, func() bool {
+	testsignal.Eventually(t, "the spool to drain through PgBouncer", 60*time.Second, func() bool {
 		next, err := sp.NextBatch(ctx, 0, spool.BatchLimit{Rows: 1})
 		return err == nil && len(next) == 0
 	})

@@ -21,6 +21,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/oidctest"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -81,15 +82,11 @@ func (s *stack) postFor(user, key, title string) {
 		s.t.Fatalf("post %s: %v %v", key, resp, err)
 	}
 	resp.Body.Close()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testsignal.Eventually(s.t, key+" to reach Postgres", 20*time.Second, func() bool {
 		var n int
-		if err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM notifications WHERE title = $1`, title).Scan(&n); err == nil && n == 1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s never reached Postgres", key)
-		}
-	}
+		err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM notifications WHERE title = $1`, title).Scan(&n)
+		return err == nil && n == 1
+	})
 }
 
 // startStack starts a relay and a central on a fresh database.

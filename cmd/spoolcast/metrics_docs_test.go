@@ -17,6 +17,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/internal/wsclient"
 )
 
@@ -85,14 +86,11 @@ func TestEveryMetricDashboardsAndAlertsUseIsExportedAndDocumented(t *testing.T) 
 	// Drive the path once, so that every labelled metric has its series:
 	// a device, an event pushed to it, the feed, a socket.
 	var token string
-	for deadline := time.Now().Add(10 * time.Second); token == ""; time.Sleep(50 * time.Millisecond) {
+	testsignal.Eventually(t, "spoolcast dev token to mint a token", 10*time.Second, func() bool {
 		out, err := exec.Command(proctest.Binary(t), "dev", "token", "--data-dir", dataDir, "--user", "u_123").Output()
-		if err == nil {
-			token = strings.TrimSpace(string(out))
-		} else if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-	}
+		token = strings.TrimSpace(string(out))
+		return err == nil && token != ""
+	})
 	call := func(method, url, body string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, url, strings.NewReader(body))

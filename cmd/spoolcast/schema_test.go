@@ -11,6 +11,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/oidctest"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 )
 
 // A central started before its migration has run is not ready, and says
@@ -42,13 +43,8 @@ func TestCentralIsNotReadyUntilItsSchemaIsMigrated(t *testing.T) {
 	if code := run([]string{"migrate", "up", "--database-url", dbURL}, &out, &out); code != 0 {
 		t.Fatalf("migrate up exited %d: %s", code, out.String())
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		code, body := readyz()
-		if code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz after the migration = %d %s; want 200", code, body)
-		}
-	}
+	testsignal.Eventually(t, "/readyz to answer 200 after the migration", 30*time.Second, func() bool {
+		code, _ := readyz()
+		return code == http.StatusOK
+	})
 }

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/julienschmidt/httprouter"
@@ -104,15 +103,30 @@ func (s *Server) dbContext(r *http.Request) (context.Context, context.CancelFunc
 	return context.WithTimeout(r.Context(), s.cfg.DBTimeout)
 }
 
-// readJSON decodes a small JSON body strictly into v, or answers 400/415.
+// maxJSONBody caps the body of a user route that takes JSON (a device, a
+// preferences document): far above any real one.
+const maxJSONBody = 64 << 10
+
+// readJSON decodes a small JSON body strictly into v, or answers 400, 413
+// (over maxJSONBody, the limit in the detail) or 415.
 func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" && ct != "application/json; charset=utf-8" {
 		problem.Write(w, r, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType, "send Content-Type: application/json"))
 		return false
 	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	if r.ContentLength > maxJSONBody {
+		problem.Write(w, r, problem.New(http.StatusRequestEntityTooLarge, problem.BodyTooLarge,
+			fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, maxJSONBody)))
+		return false
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+			problem.Write(w, r, problem.New(http.StatusRequestEntityTooLarge, problem.BodyTooLarge,
+				fmt.Sprintf("the body exceeds the limit of %d bytes", tooLarge.Limit)))
+			return false
+		}
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "the body is not the JSON this route takes: "+err.Error()))
 		return false
 	}

@@ -3,6 +3,7 @@ package central
 import (
 	"cmp"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/spoolcast/spoolcast/internal/metric"
@@ -35,13 +36,43 @@ func newMetrics(reg prometheus.Registerer, clk clock.Clock) *metrics {
 	return m
 }
 
+// initialCodes are the codes whose series every route has from the start, so
+// that a fresh deployment's panels and alerts read 0 rather than "no data":
+// success, and the 5xx that the error alert (deploy/prometheus/rules.yaml,
+// code=~"5..") selects and central answers: 500 (a handler that did not
+// answer, or panicked) and 503 (Postgres unavailable, not ready).
+var initialCodes = []string{"200", "500", "503"}
+
+// successCodes are the codes other than 200 that routes succeed with.
+var successCodes = map[string][]string{
+	"DELETE /v1/devices/:token":       {"204"},
+	"POST /v1/notifications/:id/read": {"204"},
+	"POST /internal/v1/events":        {"202"},
+	"GET /v1/stream":                  {"101"},
+}
+
+// initSeries creates the route's series at 0: its duration, and its request
+// counts for the initial codes, by every version when the route is versioned.
+func (m *metrics) initSeries(route string, versions *apiversion.Registry) {
+	m.duration.WithLabelValues(route)
+	for _, code := range slices.Concat(initialCodes, successCodes[route]) {
+		m.requests.WithLabelValues(route, code)
+		if versions != nil {
+			for _, v := range versions.Versions() {
+				m.apiRequests.WithLabelValues(v.Date, route, code)
+			}
+		}
+	}
+}
+
 func (m *metrics) instrument(route string, h http.Handler) http.Handler {
 	return m.instrumentVersioned(route, nil, h)
 }
 
 // instrumentVersioned counts the route's requests, and with versions, also
-// by the API version served.
+// by the API version served. The route's series exist from its registration.
 func (m *metrics) instrumentVersioned(route string, versions *apiversion.Registry, h http.Handler) http.Handler {
+	m.initSeries(route, versions)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := m.clock.Now()
 		rec := &httpapi.Recorder{ResponseWriter: w}

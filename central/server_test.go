@@ -734,3 +734,94 @@ func TestTheDeliveryLogIsForAdminsAndPaged(t *testing.T) {
 		t.Errorf("a bad cursor = %d, want 400", r.status)
 	}
 }
+
+func TestABodyOverTheLimitIs413NamingTheLimitOnEveryJSONRoute(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{})
+	user := h.iss.Token("alice")
+	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Now(), time.Minute)
+	const limit = 64 << 10
+	big := strings.Repeat("x", limit)
+	for _, tc := range []struct {
+		method, path, token, body string
+	}{
+		{http.MethodPut, "/v1/devices", user, `{"token":"ExponentPushToken[` + big + `]","platform":"ios"}`},
+		{http.MethodPut, "/v1/preferences", user, `{"categories":{"` + big + `":{"push":false}}}`},
+		{http.MethodPost, "/internal/v1/events", emit, `{"idempotency_key":"big","type":"t","recipients":["alice"],"title":"` + big + `"}`},
+	} {
+		for _, sized := range []bool{true, false} {
+			name := tc.method + " " + tc.path + " with Content-Length"
+			if !sized {
+				name = tc.method + " " + tc.path + " chunked"
+			}
+			t.Run(name, func(t *testing.T) {
+				var body io.Reader = strings.NewReader(tc.body)
+				if !sized {
+					body = io.MultiReader(body) // length unknown: sent chunked
+				}
+				req, err := http.NewRequest(tc.method, h.url+tc.path, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+				req.Header.Set("Content-Type", "application/json")
+				// Not h.do: it checks every answer against docs/openapi.yaml, and this loop sends one body to each route, documented or not.
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var p map[string]any
+				raw, _ := io.ReadAll(resp.Body)
+				_ = json.Unmarshal(raw, &p)
+				detail, _ := p["detail"].(string)
+				if resp.StatusCode != http.StatusRequestEntityTooLarge || p["type"] != "urn:spoolcast:problem:body-too-large" ||
+					!strings.Contains(detail, fmt.Sprint(limit)) {
+					t.Errorf("%d-byte body = %d %s; want 413 body-too-large naming the limit of %d bytes", len(tc.body), resp.StatusCode, raw, limit)
+				}
+			})
+		}
+	}
+	if r := h.request(http.MethodPut, "/v1/preferences", user, `{"categories":{"`+strings.Repeat("x", 128)+`":{"push":false}}}`); r.status != 200 {
+		t.Errorf("a body within the limit = %d %s", r.status, r.raw)
+	}
+}
+
+func TestAFreshServerListsEveryRoutesSeriesAtZero(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{live: true})
+	latest := apiversion.Default().Latest()
+	// The first scrape: no API request has been made, and /metrics counts
+	// itself only once it has answered.
+	r := h.request(http.MethodGet, "/metrics", "", "")
+	lines := map[string]bool{}
+	for line := range strings.SplitSeq(string(r.raw), "\n") {
+		lines[line] = true
+	}
+	want := func(series string) {
+		t.Helper()
+		if !lines[series+" 0"] {
+			t.Errorf("a fresh server's /metrics lacks %s 0", series)
+		}
+	}
+	for _, rt := range h.server.Routes() {
+		route := rt.Method + " " + rt.Path
+		// 200, and the 5xx the error alert in deploy/prometheus/rules.yaml selects.
+		for _, code := range []string{"200", "500", "503"} {
+			want(fmt.Sprintf(`spoolcast_central_requests_total{code=%q,route=%q}`, code, route))
+			if versioned := strings.HasPrefix(rt.Path, "/v1/") && rt.Path != "/v1/stream" || strings.HasPrefix(rt.Path, "/internal/"); versioned {
+				want(fmt.Sprintf(`spoolcast_api_requests_total{code=%q,route=%q,version=%q}`, code, route, latest))
+			}
+		}
+		want(fmt.Sprintf(`spoolcast_central_request_duration_seconds_count{route=%q}`, route))
+	}
+	// Routes that succeed with another code have that series too.
+	for route, code := range map[string]string{
+		"DELETE /v1/devices/:token":       "204",
+		"POST /v1/notifications/:id/read": "204",
+		"POST /internal/v1/events":        "202",
+		"GET /v1/stream":                  "101",
+	} {
+		want(fmt.Sprintf(`spoolcast_central_requests_total{code=%q,route=%q}`, code, route))
+	}
+}

@@ -55,8 +55,10 @@ func (s *Spool) Claim(ctx context.Context, e Entry) (ClaimResult, error) {
 }
 
 // writerStmts are the writer's statements, prepared once on its connection.
+// savepoint, release and undo wrap each op of a batch (see runBatch).
 type writerStmts struct {
 	insert, insertPayload, lookup, totals *sql.Stmt
+	savepoint, release, undo              *sql.Stmt
 }
 
 func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
@@ -69,6 +71,9 @@ func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
 		{&st.insertPayload, `INSERT INTO payloads (seq, payload) VALUES (?, ?)`},
 		{&st.lookup, `SELECT request_hash, received_at FROM events WHERE producer = ? AND key = ?`},
 		{&st.totals, `SELECT pending_bytes FROM totals WHERE id = 1`},
+		{&st.savepoint, `SAVEPOINT op`},
+		{&st.release, `RELEASE op`},
+		{&st.undo, `ROLLBACK TO op`},
 	} {
 		stmt, err := conn.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -81,7 +86,7 @@ func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
 }
 
 func (st *writerStmts) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.insertPayload, st.lookup, st.totals} {
+	for _, s := range []*sql.Stmt{st.insert, st.insertPayload, st.lookup, st.totals, st.savepoint, st.release, st.undo} {
 		if s != nil {
 			s.Close()
 		}
@@ -90,7 +95,9 @@ func (st *writerStmts) close() {
 
 // applyClaim runs one claim inside the writer's transaction. The loser of a race
 // (an earlier row, or an earlier claim in the same batch) reads the winner's
-// hash. A new key is inserted only if its payload fits under MaxBytes.
+// hash. A new key is inserted only if its payload fits under MaxBytes. It
+// advances nextSeq and pending only once both rows are in; on an error the
+// caller undoes what it wrote (runBatch's savepoint).
 func (s *Spool) applyClaim(ctx context.Context, c *claimOp) (isNew bool, err error) {
 	e, st := c.entry, s.stmts
 	size := int64(len(e.Payload))

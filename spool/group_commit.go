@@ -123,15 +123,24 @@ func (s *Spool) commit(batch []*op) {
 }
 
 // runBatch runs the batch's ops in one transaction. A failing op gets its own
-// error and the others still commit; a failing commit, or a full disk (after
-// which SQLite may have rolled back), fails them all. The transaction is opened
-// with BEGIN IMMEDIATE on the writer's own connection, so the statements
-// prepared once at Open run inside it.
+// error and leaves nothing behind: each op runs under a savepoint, rolled back
+// when it fails, so a claim whose payload insert fails cannot commit its events
+// row (whose seq the writer would hand out again). The others still commit. A
+// failing commit, a full disk (after which SQLite may have rolled back) or an
+// op that cannot be undone fails them all. The transaction is opened with
+// BEGIN IMMEDIATE on the writer's own connection, so the statements prepared
+// once at Open run inside it.
 func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added int, err error) {
+	nextSeq, pending := s.nextSeq, s.pending
 	defer func() {
 		if err != nil {
 			if _, rbErr := s.wconn.ExecContext(ctx, "ROLLBACK"); rbErr != nil {
+				// SQLite may have rolled back already; rows may also have
+				// committed (a failed COMMIT): keep the seqs handed out, a gap
+				// is harmless, a reused seq is not.
 				s.log.Debug("rollback after a failed batch", "err", rbErr)
+			} else {
+				s.nextSeq, s.pending = nextSeq, pending
 			}
 		}
 		s.diskFull.Store(err != nil && isDiskFull(err))
@@ -149,23 +158,47 @@ func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added 
 		return 0, fmt.Errorf("begin spool transaction: %w", err)
 	}
 	for i, o := range batch {
-		if o.claim != nil {
-			var isNew bool
-			isNew, errs[i] = s.applyClaim(ctx, o.claim)
-			if isNew {
-				added++
-			}
-		} else {
-			errs[i] = o.fn(ctx, s.wconn)
+		var isNew bool
+		if isNew, errs[i], err = s.apply(ctx, o); err != nil {
+			return 0, err
 		}
-		if errs[i] != nil && isDiskFull(errs[i]) {
-			return 0, errs[i]
+		if isNew {
+			added++
 		}
 	}
 	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
 		return 0, fmt.Errorf("commit spool transaction: %w", err)
 	}
 	return added, nil
+}
+
+// apply runs one op of the open transaction under a savepoint and rolls back
+// to it if the op fails. opErr is the op's own error; batchErr fails the whole
+// batch: a full disk, or a savepoint SQLite no longer has (it rolled the
+// transaction back itself), after which nothing more may run on the connection
+// outside a transaction.
+func (s *Spool) apply(ctx context.Context, o *op) (isNew bool, opErr, batchErr error) {
+	st := s.stmts
+	if _, err := st.savepoint.ExecContext(ctx); err != nil {
+		return false, nil, fmt.Errorf("spool savepoint: %w", err)
+	}
+	if o.claim != nil {
+		isNew, opErr = s.applyClaim(ctx, o.claim)
+	} else {
+		opErr = o.fn(ctx, s.wconn)
+	}
+	if opErr != nil {
+		if isDiskFull(opErr) {
+			return false, opErr, opErr
+		}
+		if _, err := st.undo.ExecContext(ctx); err != nil {
+			return false, opErr, fmt.Errorf("undo a failed spool write (%w): %w", opErr, err)
+		}
+	}
+	if _, err := st.release.ExecContext(ctx); err != nil {
+		return false, opErr, fmt.Errorf("release spool savepoint: %w", err)
+	}
+	return isNew, opErr, nil
 }
 
 func hasClaim(batch []*op) bool {

@@ -731,3 +731,93 @@ func TestTheWALStaysBoundedUnderSteadyClaims(t *testing.T) {
 	}
 	t.Logf("WAL after 25,000 claims of 1 KB: %d MB", fi.Size()>>20)
 }
+
+func TestAClaimWhosePayloadCannotBeStoredChangesNothing(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "spool.db")
+	s := openSpool(t, spool.Config{Path: path})
+	ctx := context.Background()
+	first, err := s.Claim(ctx, entry("before", "h"))
+	if err != nil || first.Outcome != event.Accepted {
+		t.Fatalf("first claim = %v, %v; want accepted", first.Outcome, err)
+	}
+	// Another connection makes the payload insert of one key fail, the way
+	// an I/O or constraint error would, short of a full disk.
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TRIGGER poison BEFORE INSERT ON payloads WHEN CAST(NEW.payload AS TEXT) = '{"k":"poison"}'
+		BEGIN SELECT RAISE(ABORT, 'poisoned payload'); END`); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	room := s.Room()
+	rows, err := s.List(ctx, spool.AllRows, 0)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("list = %d rows, %v; want the first row", len(rows), err)
+	}
+	firstSeq := rows[0].Seq
+
+	if res, err := s.Claim(ctx, entry("poison", "h")); err == nil || errors.Is(err, spool.ErrFull) || errors.Is(err, spool.ErrDiskFull) {
+		t.Fatalf("claim whose payload insert fails = %v, %v; want its own error", res.Outcome, err)
+	}
+	after, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Pending != before.Pending || after.PendingBytes != before.PendingBytes || s.Room() != room {
+		t.Errorf("after the failed claim stats = %+v, room %d; want them unchanged from %+v, room %d", after, s.Room(), before, room)
+	}
+	if rows, _ := s.List(ctx, spool.AllRows, 0); len(rows) != 1 || rows[0].Key != "before" {
+		t.Errorf("after the failed claim the spool holds %+v; want only the first row", rows)
+	}
+
+	// Later claims take the next seq, as if the failed one never happened.
+	for i, key := range []string{"after1", "after2"} {
+		if res, err := s.Claim(ctx, entry(key, "h")); err != nil || res.Outcome != event.Accepted {
+			t.Fatalf("claim %s after the failed one = %v, %v; want accepted", key, res.Outcome, err)
+		}
+		rows, _ := s.List(ctx, spool.AllRows, 0)
+		if got := rows[len(rows)-1]; got.Key != key || got.Seq != firstSeq+int64(i)+1 {
+			t.Errorf("last row = %s at seq %d; want %s right after the first row", got.Key, got.Seq, key)
+		}
+	}
+	if _, err := db.Exec(`DROP TRIGGER poison`); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Claim(ctx, entry("poison", "h")); err != nil || res.Outcome != event.Accepted {
+		t.Fatalf("retry of the failed claim = %v, %v; want accepted (its key was never claimed)", res.Outcome, err)
+	}
+
+	batch, err := s.NextBatch(ctx, 0, spool.BatchLimit{Rows: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var seqs []int64
+	for _, rec := range batch {
+		if want := `{"k":"` + rec.Key + `"}`; string(rec.Payload) != want {
+			t.Errorf("row %s carries payload %q, want %q", rec.Key, rec.Payload, want)
+		}
+		got = append(got, rec.Key)
+		seqs = append(seqs, rec.Seq)
+	}
+	if fmt.Sprint(got) != "[before after1 after2 poison]" {
+		t.Fatalf("pending rows = %v; want before, after1, after2, poison", got)
+	}
+	if err := s.MarkForwarded(ctx, seqs); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Stats(ctx)
+	if st.Pending != 0 || st.PendingBytes != 0 || st.KeptKeys != 4 {
+		t.Errorf("stats once forwarded = %+v; want 4 kept keys and nothing pending", st)
+	}
+	if s.Room() != room+int64(len(`{"k":"before"}`)) {
+		t.Errorf("room once forwarded = %d, want %d", s.Room(), room+int64(len(`{"k":"before"}`)))
+	}
+}

@@ -67,12 +67,19 @@ func (l *Listener) wake() {
 	}
 }
 
+// run keeps a connection listening. The backoff counts failures since the
+// last connection that listened: a drop after hours of service waits the
+// minimum again, not the cap reached by the failures of an earlier outage.
 func (l *Listener) run(ctx context.Context) {
-	for failures := 1; ctx.Err() == nil; failures++ {
-		err := l.listen(ctx)
+	for failures := 0; ctx.Err() == nil; {
+		listened, err := l.listen(ctx)
 		if ctx.Err() != nil {
 			return
 		}
+		if listened {
+			failures = 0
+		}
+		failures++
 		l.failLog.Do(func(suppressed int64) {
 			l.log.Warn("LISTEN connection lost; readers fall back to their intervals until it is back", "err", err, "suppressed", suppressed)
 		})
@@ -82,20 +89,21 @@ func (l *Listener) run(ctx context.Context) {
 	}
 }
 
-// listen holds one connection until it fails or ctx ends.
-func (l *Listener) listen(ctx context.Context) error {
+// listen holds one connection until it fails or ctx ends; listened reports
+// whether its LISTEN succeeded.
+func (l *Listener) listen(ctx context.Context) (listened bool, err error) {
 	conn, err := pgx.Connect(ctx, l.url)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
-		return err
+		return false, err
 	}
 	l.wake() // hints sent while no one listened are lost: read now
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
+			return true, err
 		}
 		l.wake()
 	}

@@ -2,7 +2,10 @@
 // receipts. It keeps to Expo's limits — at most 100 messages a send, 1,000
 // ids a receipt request, 4,096 bytes a message — compresses request bodies
 // over 1 KiB, caps its concurrent requests and its messages per second, and
-// retries 429 and 5xx answers with backoff, honouring Retry-After.
+// retries with backoff, honouring Retry-After: a receipt request after a 429,
+// a 5xx or no answer; a send only when it surely did not reach Expo (a 429, a
+// connection that never opened). Expo has no idempotency key, so a send it
+// may have accepted is never sent again: push is at most once.
 //
 // The rule it keeps: a ticket is not an outcome. Send returns tickets; only
 // a receipt says whether a message reached the device.
@@ -19,13 +22,16 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/startstop"
-	"golang.org/x/time/rate"
 )
 
 // DefaultURL is the base of Expo's production push API.
@@ -97,7 +103,16 @@ type RequestError struct {
 	Status int    // HTTP status; 0 when no answer came
 	Code   string // Expo's error code, e.g. InvalidCredentials
 	Msg    string
+	// Unknown: the request may have been processed. It was written, and then
+	// no usable answer came (a timeout, a broken connection, an answer cut
+	// short or unreadable), or Expo answered 5xx. A send's messages may have
+	// been accepted, so a send that is Unknown is never tried again.
+	Unknown bool
+	cause   error // the context's error, when it ended the request
 }
+
+// Unwrap returns the context's error when it ended the request.
+func (e *RequestError) Unwrap() error { return e.cause }
 
 func (e *RequestError) Error() string {
 	switch {
@@ -110,12 +125,29 @@ func (e *RequestError) Error() string {
 }
 
 // Retryable reports whether the request may pass later: no answer, 429, 5xx.
+// A send is tried again only if it is also not Unknown.
 func (e *RequestError) Retryable() bool {
 	return e.Status == 0 || e.Status == http.StatusTooManyRequests || e.Status >= 500
 }
 
+// retryable reports whether a request to endpoint that failed with e is
+// tried again: a send only when Expo surely did not take it (it has no
+// idempotency key: a retry of a send it took delivers twice).
+func retryable(endpoint string, e *RequestError) bool {
+	if endpoint == "send" && e.Unknown {
+		return false
+	}
+	return e.Retryable()
+}
+
 // ErrMessageTooBig: a message over MaxMessageBytes, refused before sending.
 var ErrMessageTooBig = errors.New("expo: " + MessageTooBig + ": a message is over 4096 bytes")
+
+// ErrNotSent wraps the error of a request that ended, because its context
+// did, before it reached Expo: while it waited for the rate limit, for a
+// connection slot, for a retry, or for the connection to open. Nothing of it
+// was delivered; its messages may be sent again.
+var ErrNotSent = errors.New("expo: not sent")
 
 // Config configures a client.
 type Config struct {
@@ -130,8 +162,10 @@ type Config struct {
 	// RatePerSecond caps messages sent per second; negative is no cap (for
 	// benchmarks against a fake). Default DefaultRatePerSecond.
 	RatePerSecond int
-	// Retries is how many times a 429, 5xx or failed request is tried again.
-	// Default 3.
+	// Retries is how many times a request that may pass later is tried
+	// again: a send after a 429 or a connection that never opened (only what
+	// surely did not reach Expo), a receipt request also after a 5xx or no
+	// answer. Default 3.
 	Retries int
 	// MinBackoff is the first wait before a retry, doubled each time, unless
 	// Retry-After says otherwise. Default 500ms.
@@ -179,7 +213,9 @@ func New(cfg Config) (*Client, error) {
 // their tickets in the same order. A message over MaxMessageBytes fails the
 // call with ErrMessageTooBig before anything is sent: check with Size first.
 // A request Expo refuses as a whole is a *RequestError, after the retries
-// when it is retryable.
+// when it is retryable; one whose outcome is unknown (Expo may have accepted
+// the messages) is never retried and has Unknown set. A send that ctx ended
+// before it reached Expo is ErrNotSent.
 func (c *Client) Send(ctx context.Context, msgs []Message) ([]Ticket, error) {
 	if len(msgs) == 0 {
 		return nil, nil
@@ -194,7 +230,7 @@ func (c *Client) Send(ctx context.Context, msgs []Message) ([]Ticket, error) {
 	}
 	if c.limiter != nil {
 		if err := c.limiter.WaitN(ctx, len(msgs)); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: waiting for the rate limit: %w", ErrNotSent, err)
 		}
 	}
 	var out struct {
@@ -204,7 +240,7 @@ func (c *Client) Send(ctx context.Context, msgs []Message) ([]Ticket, error) {
 		return nil, err
 	}
 	if len(out.Data) != len(msgs) {
-		return nil, &RequestError{Status: http.StatusOK, Msg: fmt.Sprintf("%d tickets for %d messages", len(out.Data), len(msgs))}
+		return nil, &RequestError{Status: http.StatusOK, Msg: fmt.Sprintf("%d tickets for %d messages", len(out.Data), len(msgs)), Unknown: true}
 	}
 	return out.Data, nil
 }
@@ -237,7 +273,7 @@ func Size(m Message) (int, error) {
 }
 
 // post sends body to endpoint and decodes the answer into out, retrying what
-// may pass later.
+// may pass later (see retryable).
 func (c *Client) post(ctx context.Context, endpoint string, body, out any) error {
 	raw, err := json.Marshal(body)
 	if err != nil {
@@ -246,17 +282,29 @@ func (c *Client) post(ctx context.Context, endpoint string, body, out any) error
 	for attempt := 0; ; attempt++ {
 		wait, err := c.postOnce(ctx, endpoint, raw, out)
 		var re *RequestError
-		if err == nil || !errors.As(err, &re) || !re.Retryable() || attempt >= c.cfg.Retries || ctx.Err() != nil {
+		if err == nil || !errors.As(err, &re) || !retryable(endpoint, re) || attempt >= c.cfg.Retries {
 			return err
+		}
+		if ctx.Err() != nil {
+			return notSent(ctx, re)
 		}
 		if wait == 0 {
 			d := c.cfg.MinBackoff << attempt
 			wait = d/2 + rand.N(d/2+1)
 		}
 		if !startstop.Sleep(ctx, c.cfg.Clock, min(wait, c.cfg.MaxBackoff)) {
-			return err
+			return notSent(ctx, re)
 		}
 	}
+}
+
+// notSent is the error of a request whose context ended while it waited to
+// retry after re: ErrNotSent, unless re's outcome is unknown.
+func notSent(ctx context.Context, re *RequestError) error {
+	if re.Unknown {
+		return re
+	}
+	return fmt.Errorf("%w: %w, after %w", ErrNotSent, ctx.Err(), re)
 }
 
 // postOnce makes one request. wait is what Retry-After asked for, if anything.
@@ -265,7 +313,7 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 	case c.slots <- struct{}{}:
 		defer func() { <-c.slots }()
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, fmt.Errorf("%w: waiting for a connection slot: %w", ErrNotSent, ctx.Err())
 	}
 	start := c.cfg.Clock.Now()
 	defer func() {
@@ -282,7 +330,11 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 		_ = zw.Close()
 		reqBody = &buf
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URL+"/"+endpoint, reqBody)
+	// Whether a connection was had tells a request that surely did not reach
+	// Expo (a dial that failed) from one that may have.
+	var connected atomic.Bool
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, c.cfg.URL+"/"+endpoint, reqBody)
 	if err != nil {
 		return 0, fmt.Errorf("expo: %w", err)
 	}
@@ -296,18 +348,22 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 	}
 	resp, err := c.cfg.HTTP.Do(req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
+		switch {
+		case connected.Load():
+			return 0, &RequestError{Msg: err.Error(), Unknown: true, cause: ctx.Err()}
+		case ctx.Err() != nil:
+			return 0, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
 		}
-		return 0, &RequestError{Msg: err.Error()}
+		return 0, &RequestError{Msg: err.Error()} // no connection: it never reached Expo
 	}
 	defer resp.Body.Close()
 	payload, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
 	if err != nil {
-		return 0, &RequestError{Status: resp.StatusCode, Msg: "reading the answer: " + err.Error()}
+		return 0, &RequestError{Status: resp.StatusCode, Msg: "reading the answer: " + err.Error(), Unknown: true, cause: ctx.Err()}
 	}
 	if resp.StatusCode != http.StatusOK {
-		re := &RequestError{Status: resp.StatusCode, Msg: strings.TrimSpace(string(payload))}
+		// Expo processes nothing it answers 429 or 4xx; after a 5xx it may have.
+		re := &RequestError{Status: resp.StatusCode, Msg: strings.TrimSpace(string(payload)), Unknown: resp.StatusCode >= 500}
 		var body struct {
 			Errors []struct {
 				Code    string `json:"code"`
@@ -320,7 +376,7 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 		return retryAfter(resp.Header.Get("Retry-After"), c.cfg.Clock.Now()), re
 	}
 	if err := json.Unmarshal(payload, out); err != nil {
-		return 0, &RequestError{Status: resp.StatusCode, Msg: "undecodable answer: " + err.Error()}
+		return 0, &RequestError{Status: resp.StatusCode, Msg: "undecodable answer: " + err.Error(), Unknown: true}
 	}
 	return 0, nil
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +18,16 @@ import (
 
 func newClient(t *testing.T, fake *expofake.Server) *expo.Client {
 	t.Helper()
+	return newClientWith(t, fake, expo.Config{MinBackoff: time.Millisecond, RatePerSecond: -1})
+}
+
+// newClientWith is a client of fake configured by cfg.
+func newClientWith(t *testing.T, fake *expofake.Server, cfg expo.Config) *expo.Client {
+	t.Helper()
 	ts := httptest.NewServer(fake)
 	t.Cleanup(ts.Close)
-	c, err := expo.New(expo.Config{URL: ts.URL + "/--/api/v2/push", MinBackoff: time.Millisecond, RatePerSecond: -1})
+	cfg.URL = ts.URL + "/--/api/v2/push"
+	c, err := expo.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +99,84 @@ func TestRetriesHonourRetryAfterAndEndAsARequestError(t *testing.T) {
 	_, err := c.Send(context.Background(), []expo.Message{{To: "ExponentPushToken[a]"}})
 	var re *expo.RequestError
 	if !errors.As(err, &re) || re.Status != 500 {
-		t.Fatalf("send with Expo failing = %v; want a RequestError 500 after the retries", err)
+		t.Fatalf("send with Expo failing = %v; want a RequestError 500", err)
 	}
-	if n := fake.Requests("send"); n != 3+4 {
-		t.Errorf("the fake got %d sends; want 3 (two 429s, then ok) + 4 (one try, three retries)", n)
+	if n := fake.Requests("send"); n != 3+1 {
+		t.Errorf("the fake got %d sends; want 3 (two 429s, then ok) + 1 (a 5xx may have been accepted: not retried)", n)
 	}
+}
+
+func TestASendIsRetriedOnlyWhenItSurelyDidNotReachExpo(t *testing.T) {
+	t.Parallel()
+	msgs := []expo.Message{{To: "ExponentPushToken[a]"}}
+	t.Run("a 5xx is not retried", func(t *testing.T) {
+		t.Parallel()
+		fake := expofake.New()
+		c := newClient(t, fake)
+		fake.Fail(10, http.StatusBadGateway, "")
+		_, err := c.Send(context.Background(), msgs)
+		var re *expo.RequestError
+		if !errors.As(err, &re) || re.Status != http.StatusBadGateway || !re.Unknown {
+			t.Errorf("send answered 502 = %v; want a RequestError 502 whose outcome is unknown", err)
+		}
+		if n := fake.Requests("send"); n != 1 {
+			t.Errorf("the fake got %d sends; want 1", n)
+		}
+	})
+	t.Run("an answer later than the client's timeout is not retried", func(t *testing.T) {
+		t.Parallel()
+		fake := expofake.New()
+		fake.SetAnswerDelay(time.Minute)
+		c := newClientWith(t, fake, expo.Config{HTTP: &http.Client{Timeout: 200 * time.Millisecond}, MinBackoff: time.Millisecond, RatePerSecond: -1})
+		_, err := c.Send(context.Background(), msgs)
+		var re *expo.RequestError
+		if !errors.As(err, &re) || !re.Unknown {
+			t.Errorf("send timed out after it was written = %v; want a RequestError whose outcome is unknown", err)
+		}
+		if n := fake.Accepted(); n != 1 {
+			t.Errorf("the fake accepted the message %d times; want once", n)
+		}
+	})
+	t.Run("a connection that never opened is retried", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := ln.Addr().String()
+		ln.Close() // connections are refused
+		var attempts atomic.Int32
+		c, err := expo.New(expo.Config{URL: "http://" + closed, MinBackoff: time.Millisecond, RatePerSecond: -1,
+			OnRequest: func(string, time.Duration, error) { attempts.Add(1) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Send(context.Background(), msgs)
+		var re *expo.RequestError
+		if !errors.As(err, &re) || re.Status != 0 || re.Unknown {
+			t.Errorf("send to a closed port = %v; want a RequestError without an answer, surely not sent", err)
+		}
+		if n := attempts.Load(); n != 4 {
+			t.Errorf("%d attempts; want 4 (one try, three retries)", n)
+		}
+	})
+	t.Run("receipts are retried after a 5xx and after a timeout", func(t *testing.T) {
+		t.Parallel()
+		fake := expofake.New()
+		c := newClientWith(t, fake, expo.Config{HTTP: &http.Client{Timeout: 200 * time.Millisecond}, MinBackoff: time.Millisecond, RatePerSecond: -1})
+		tickets, err := c.Send(context.Background(), msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake.Fail(1, http.StatusServiceUnavailable, "")
+		fake.SetAnswerDelay(time.Minute)
+		fake.SetOnAnswer(func(string) { fake.SetAnswerDelay(0) }) // only the first answer that gets that far is late
+		got, err := c.Receipts(context.Background(), []string{tickets[0].ID})
+		if err != nil || got[tickets[0].ID].Status != "ok" {
+			t.Errorf("receipts after a 503 and a timeout = %v, %v; want them retried through", got, err)
+		}
+		if n := fake.Requests("getReceipts"); n != 3 {
+			t.Errorf("the fake got %d receipt requests; want 3", n)
+		}
+	})
 }

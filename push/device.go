@@ -126,6 +126,26 @@ func (d *Devices) disableTokens(ctx context.Context, tokens []string, reason str
 	return nil
 }
 
+// disableUnreachable turns off the tokens Expo says are not registered
+// (DeviceNotRegistered), each as of the send the answer was about: a token
+// seen since — registered again, or by another user — is newer than the
+// answer and stays on. since[i] is the dispatch's created_at, compared in
+// Postgres with last_seen_at, both Postgres's time; the latest send counts
+// for a token named twice.
+func (d *Devices) disableUnreachable(ctx context.Context, tokens []string, since []time.Time) error {
+	if len(tokens) == 0 {
+		return nil
+	}
+	tag, err := d.db.Exec(ctx, `UPDATE devices d SET enabled = false, disabled_reason = $3, disabled_at = now()
+		FROM (SELECT token, max(since) AS since FROM unnest($1::text[], $2::timestamptz[]) AS u(token, since) GROUP BY token) u
+		WHERE d.token = u.token AND d.enabled AND d.last_seen_at < u.since`, tokens, since, DisabledUnreachable)
+	if err != nil {
+		return fmt.Errorf("disable tokens: %w", err)
+	}
+	d.metrics.tokensDisabled.WithLabelValues(DisabledUnreachable).Add(float64(tag.RowsAffected()))
+	return nil
+}
+
 // enabledTokens returns the enabled tokens of users, by user.
 func (d *Devices) enabledTokens(ctx context.Context, users []string) (map[string][]string, error) {
 	rows, err := d.db.Query(ctx, `SELECT user_id, token FROM devices WHERE user_id = ANY($1) AND enabled ORDER BY user_id, created_at, token`, users)

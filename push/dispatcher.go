@@ -62,7 +62,7 @@ type DispatcherConfig struct {
 	// Workers is how many passes run at once in this process. Default 2.
 	Workers int
 	// Lease is how long a pass holds the queue rows it took; past it another
-	// dispatcher may take them. Default 2m.
+	// dispatcher may take them (a stop gives them back at once). Default 2m.
 	Lease time.Duration
 	// MaxAge is the oldest notification still pushed: older ones (left by a
 	// long stop of every dispatcher) are recorded skipped. Default 1h.
@@ -85,10 +85,21 @@ type Dispatcher struct {
 	failLog *lograte.Limiter
 	kick    chan struct{} // a worker that took a full batch wakes another
 	svc     startstop.Service
+
+	// sends is the context of the passes' writes and requests to Expo once
+	// they have taken their notifications: Stop leaves it running, and ends
+	// it only when its own context is about to.
+	mu         sync.Mutex
+	sends      context.Context
+	abortSends context.CancelFunc
 }
 
 // gaugesInterval is how often the in-flight gauges are refreshed.
 const gaugesInterval = 15 * time.Second
+
+// finishReserve is the part of Stop's time kept, at most, for recording what
+// the sends it cut off came to and giving back what they had not sent.
+const finishReserve = 2 * time.Second
 
 // NewDispatcher returns a dispatcher; Start runs it.
 func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
@@ -123,18 +134,69 @@ func replicaName() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
 }
 
-// Start runs the dispatcher's workers in the background; only the first call does.
+// Start runs the dispatcher's workers in the background; only the first call
+// does. Ending ctx stops them at once, sends in flight included; Stop stops
+// them gracefully.
 func (d *Dispatcher) Start(ctx context.Context) {
+	d.mu.Lock()
+	if d.sends == nil {
+		d.sends, d.abortSends = context.WithCancel(ctx)
+	}
+	d.mu.Unlock()
 	loops := make([]func(context.Context), 0, d.cfg.Workers+1)
 	for range d.cfg.Workers {
 		loops = append(loops, d.loop)
 	}
-	d.svc.Start(ctx, append(loops, d.gauges)...)
+	if !d.svc.Start(ctx, append(loops, d.gauges)...) {
+		d.abort()
+	}
 }
 
-// Stop stops the workers and waits for passes in flight, until ctx ends.
-// Safe to call twice, and before Start.
-func (d *Dispatcher) Stop(ctx context.Context) error { return d.svc.Stop(ctx) }
+// Stop stops the dispatcher gracefully (a rolling deploy's SIGTERM): it
+// claims nothing more; a pass that has written its dispatches sends them and
+// records the tickets, until ctx is about to end; one that has not gives its
+// notifications back to the queue, for any replica to take at once. Shortly
+// before ctx ends (finishReserve, or half of what is left), the sends still
+// waiting for the rate limit or a connection are given up and given back the
+// same way, and requests Expo has not answered are cut off: their dispatches
+// end failed, outcome unknown. Safe to call twice, and before Start.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	actx, cancel := abortContext(ctx)
+	defer cancel()
+	defer context.AfterFunc(actx, d.abort)()
+	err := d.svc.Stop(ctx)
+	d.abort()
+	return err
+}
+
+// abort ends the sends' context.
+func (d *Dispatcher) abort() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.abortSends != nil {
+		d.abortSends()
+	}
+}
+
+// sendContext is the sends' context; the workers run after Start set it.
+func (d *Dispatcher) sendContext() context.Context {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sends
+}
+
+// abortContext ends when the sends of a stop with ctx must be cut off: a
+// reserve before ctx's deadline (on the wall clock, as deadlines are), so
+// that what they came to is recorded before ctx ends; without a deadline,
+// when ctx ends.
+func abortContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	reserve := min(finishReserve, time.Until(deadline)/2)
+	return context.WithDeadline(ctx, deadline.Add(-reserve))
+}
 
 // loop is one worker: a pass every Interval, on a wake-up from ingest or a
 // kick from another worker, and at once after a full batch.
@@ -142,9 +204,9 @@ func (d *Dispatcher) loop(ctx context.Context) {
 	startstop.Every(ctx, startstop.Schedule{Interval: d.cfg.Interval, Wake: d.cfg.Wake, Kick: d.kick, Clock: d.cfg.Clock}, d.workerPass)
 }
 
-// workerPass runs one Pass and reports whether it took a full batch.
+// workerPass runs one pass and reports whether it took a full batch.
 func (d *Dispatcher) workerPass(ctx context.Context) (again bool) {
-	n, err := d.Pass(ctx)
+	n, err := d.pass(ctx, d.sendContext())
 	if err != nil && ctx.Err() == nil {
 		d.failLog.Do(func(suppressed int64) {
 			d.log.Error("dispatch pass failed; its notifications are taken again after the lease", "err", err, "suppressed", suppressed)
@@ -181,12 +243,17 @@ func (d *Dispatcher) gauges(ctx context.Context) {
 
 // queued is a notification taken from the push queue.
 type queued struct {
-	id        int64
-	createdAt time.Time
-	user      string
-	category  string
-	title     string
-	body      string
+	id         int64
+	createdAt  time.Time
+	enqueuedAt time.Time
+	user       string
+	category   string
+	title      string
+	body       string
+	// retaken: the queue row had been claimed before, by a dispatcher whose
+	// lease ran out or that gave it back, and may have dispatched it to
+	// some of the devices already.
+	retaken bool
 }
 
 // dispatchRow is a dispatch to write.
@@ -199,12 +266,20 @@ type dispatchRow struct {
 
 // Pass takes up to BatchSize notifications from the queue and dispatches
 // them: it records one row per device (or one skipped row), sends, and
-// records the tickets. It returns how many notifications it took.
-func (d *Dispatcher) Pass(ctx context.Context) (int, error) {
-	claimed, err := d.claim(ctx)
+// records the tickets. It returns how many notifications it took. A ctx that
+// ends mid-pass gives back to the queue what was not sent.
+func (d *Dispatcher) Pass(ctx context.Context) (int, error) { return d.pass(ctx, ctx) }
+
+// pass is Pass with two contexts: stop ends the taking — a pass stopped
+// before it has written its dispatches gives its notifications back — and
+// sends is the context of everything after the claim: the lookups, the
+// writes and the requests to Expo.
+func (d *Dispatcher) pass(stop, sends context.Context) (int, error) {
+	claimed, err := d.claim(stop)
 	if err != nil || len(claimed) == 0 {
 		return 0, err
 	}
+	ctx := sends // from here on, a stop lets the pass finish
 	users := make([]string, 0, len(claimed))
 	seen := map[string]bool{}
 	for _, q := range claimed {
@@ -218,32 +293,48 @@ func (d *Dispatcher) Pass(ctx context.Context) (int, error) {
 	if err != nil {
 		return len(claimed), err
 	}
+	done, err := d.dispatched(ctx, claimed)
+	if err != nil {
+		return len(claimed), err
+	}
+	if stop.Err() != nil {
+		// Stopping, and nothing written yet: another replica may take them now.
+		if err := d.unclaim(context.WithoutCancel(ctx), claimed); err != nil {
+			d.log.Warn("give back the push queue's rows; they are taken again after the lease", "err", err)
+		}
+		return 0, stop.Err()
+	}
 	var rows []dispatchRow
 	var invalid []string
 	oldest := d.cfg.Clock.Now().Add(-d.cfg.MaxAge)
-	skip := func(q *queued, why string) {
-		rows = append(rows, dispatchRow{n: q, state: StateSkipped, err: &why})
-	}
 	for i := range claimed {
 		q := &claimed[i]
+		// A notification dispatched before, in part (see dispatched), goes
+		// only to the devices it has not been dispatched to.
+		before, dispatchedBefore := done[q.id]
+		var skipped string
 		switch {
 		case q.createdAt.Before(oldest):
-			skip(q, fmt.Sprintf("expired: created more than %s ago (--push-max-age)", d.cfg.MaxAge))
+			skipped = fmt.Sprintf("expired: created more than %s ago (--push-max-age)", d.cfg.MaxAge)
 		case off[q.user][q.category]:
-			skip(q, fmt.Sprintf("push is off for category %q", q.category))
+			skipped = fmt.Sprintf("push is off for category %q", q.category)
 		default:
 			n := 0
 			for _, t := range tokens[q.user] {
-				if !ValidToken(t) {
+				switch {
+				case !ValidToken(t):
 					invalid = append(invalid, t)
-					continue
+				case !before[t]:
+					rows = append(rows, dispatchRow{n: q, token: &t, state: StateQueued})
+					n++
 				}
-				rows = append(rows, dispatchRow{n: q, token: &t, state: StateQueued})
-				n++
 			}
 			if n == 0 {
-				skip(q, "no enabled device")
+				skipped = "no enabled device"
 			}
+		}
+		if skipped != "" && !dispatchedBefore { // no skipped row beside earlier dispatches
+			rows = append(rows, dispatchRow{n: q, state: StateSkipped, err: &skipped})
 		}
 	}
 	if err := d.cfg.Devices.disableTokens(ctx, invalid, DisabledInvalid); err != nil {
@@ -258,18 +349,21 @@ func (d *Dispatcher) Pass(ctx context.Context) (int, error) {
 }
 
 // claim leases up to BatchSize queue rows no one holds, oldest first, with
-// their notifications' text.
+// their notifications' text. A row claimed before keeps claimed_by when it is
+// given back or its lease runs out: that is how a dispatcher knows it was
+// retaken.
 func (d *Dispatcher) claim(ctx context.Context) ([]queued, error) {
 	rows, err := d.cfg.DB.Query(ctx, `WITH c AS (
 			UPDATE push_queue q SET claimed_until = now() + $3::interval, claimed_by = $2
-			FROM (SELECT notification_id FROM push_queue
+			FROM (SELECT notification_id, claimed_by FROM push_queue
 			      WHERE claimed_until IS NULL OR claimed_until < now()
 			      ORDER BY notification_id LIMIT $1 FOR UPDATE SKIP LOCKED) t
 			WHERE q.notification_id = t.notification_id
-			RETURNING q.notification_id, q.notification_created_at, q.user_id, q.category
+			RETURNING q.notification_id, q.notification_created_at, q.enqueued_at, q.user_id, q.category,
+			          t.claimed_by IS NOT NULL AS retaken
 		)
-		SELECT c.notification_id, coalesce(c.notification_created_at, '-infinity'), c.user_id, c.category,
-		       coalesce(n.title, ''), coalesce(n.body, '')
+		SELECT c.notification_id, coalesce(c.notification_created_at, '-infinity'), c.enqueued_at, c.user_id, c.category,
+		       coalesce(n.title, ''), coalesce(n.body, ''), c.retaken
 		FROM c LEFT JOIN notifications n ON n.id = c.notification_id AND n.created_at = c.notification_created_at
 		ORDER BY c.notification_id`, d.cfg.BatchSize, d.cfg.Replica, d.cfg.Lease)
 	if err != nil {
@@ -278,7 +372,7 @@ func (d *Dispatcher) claim(ctx context.Context) ([]queued, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queued, error) {
 		var q queued
 		var created pgtype.Timestamptz // -infinity for a row queued before notifications had partitions
-		err := r.Scan(&q.id, &created, &q.user, &q.category, &q.title, &q.body)
+		err := r.Scan(&q.id, &created, &q.enqueuedAt, &q.user, &q.category, &q.title, &q.body, &q.retaken)
 		if created.InfinityModifier == pgtype.Finite {
 			q.createdAt = created.Time
 		}
@@ -288,6 +382,66 @@ func (d *Dispatcher) claim(ctx context.Context) ([]queued, error) {
 		return nil, fmt.Errorf("claim the push queue: %w", err)
 	}
 	return out, nil
+}
+
+// dispatched returns, for the retaken notifications among claimed that
+// have dispatches already (a dispatcher stopped after sending to some of
+// their devices), the tokens they were dispatched to. Only retaken rows are
+// looked up: the others cannot have any.
+func (d *Dispatcher) dispatched(ctx context.Context, claimed []queued) (map[int64]map[string]bool, error) {
+	var ids []int64
+	var users []string
+	var since time.Time
+	for _, q := range claimed {
+		if q.retaken {
+			if len(ids) == 0 || q.createdAt.Before(since) {
+				since = q.createdAt
+			}
+			ids, users = append(ids, q.id), append(users, q.user)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	// A notification's dispatches are written after it: created_at bounds
+	// the partitions and the user index's range.
+	rows, err := d.cfg.DB.Query(ctx, `SELECT notification_id, coalesce(token, '') FROM push_dispatches
+		WHERE user_id = ANY($1) AND created_at >= $2 AND notification_id = ANY($3)`, users, since, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read earlier dispatches: %w", err)
+	}
+	defer rows.Close()
+	out := map[int64]map[string]bool{}
+	for rows.Next() {
+		var id int64
+		var token string
+		if err := rows.Scan(&id, &token); err != nil {
+			return nil, fmt.Errorf("read earlier dispatches: %w", err)
+		}
+		if out[id] == nil {
+			out[id] = map[string]bool{}
+		}
+		out[id][token] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read earlier dispatches: %w", err)
+	}
+	return out, nil
+}
+
+// unclaim gives claimed rows back to the queue, for any dispatcher to take at once.
+func (d *Dispatcher) unclaim(ctx context.Context, claimed []queued) error {
+	ids := make([]int64, len(claimed))
+	for i, q := range claimed {
+		ids[i] = q.id
+	}
+	tag, err := d.cfg.DB.Exec(ctx, `UPDATE push_queue SET claimed_until = NULL
+		WHERE notification_id = ANY($1) AND claimed_by = $2`, ids, d.cfg.Replica)
+	if err != nil {
+		return err
+	}
+	d.cfg.Metrics.released.Add(float64(tag.RowsAffected()))
+	return nil
 }
 
 // created is a queued dispatch, written.
@@ -376,10 +530,13 @@ type outcome struct {
 	ticket string
 	err    string
 	gone   bool // Expo says DeviceNotRegistered
+	unsent bool // ctx ended before its request reached Expo: given back
 }
 
 // send pushes the written dispatches in requests of at most 100 messages,
 // in parallel (the client caps requests in flight), and records the tickets.
+// A request ctx ended before it reached Expo is given back to the queue; one
+// Expo may have taken without answering is not retried: at most once.
 func (d *Dispatcher) send(ctx context.Context, items []created) {
 	if len(items) == 0 {
 		return
@@ -394,9 +551,15 @@ func (d *Dispatcher) send(ctx context.Context, items []created) {
 				msgs[i] = message(c)
 			}
 			tickets, err := d.cfg.Sender.Send(ctx, msgs)
+			var re *expo.RequestError
 			for i, c := range items[lo:hi] {
 				o := outcome{c: c}
 				switch {
+				case errors.Is(err, expo.ErrNotSent):
+					o.unsent = true
+				case errors.As(err, &re) && re.Unknown:
+					o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %v; not retried, a retry could deliver twice", err)
+					d.cfg.Metrics.sent.WithLabelValues(SentFailed).Inc()
 				case err != nil:
 					o.state, o.err = StateFailed, err.Error()
 					d.cfg.Metrics.sent.WithLabelValues(SentFailed).Inc()
@@ -413,22 +576,82 @@ func (d *Dispatcher) send(ctx context.Context, items []created) {
 		})
 	}
 	wg.Wait()
-	// The tickets are recorded even if the process is stopping: they were sent.
-	if err := d.record(context.WithoutCancel(ctx), outcomes); err != nil {
+	var answered []outcome
+	var unsent []created
+	for _, o := range outcomes {
+		if o.unsent {
+			unsent = append(unsent, o.c)
+		} else {
+			answered = append(answered, o)
+		}
+	}
+	// Even if the process is stopping: the tickets were sent, and what was
+	// not is given back (after the tickets, so that whoever takes it again
+	// sees which devices already have it).
+	bg := context.WithoutCancel(ctx)
+	if err := d.record(bg, answered); err != nil {
 		d.log.Error("record push tickets; the dispatches stay queued and end failed (interrupted)", "err", err)
+	}
+	if err := d.release(bg, unsent); err != nil {
+		d.log.Error("give back unsent dispatches; they stay queued and end failed (interrupted)", "err", err)
 	}
 }
 
-// record writes what became of dispatches and disables the tokens Expo no longer knows.
+// release gives back to the queue the notifications of dispatches whose
+// request never reached Expo, for any dispatcher to take at once: in one
+// statement, it deletes those dispatches (nothing was sent for them; whoever
+// takes the notification writes them again) and queues their notifications
+// unclaimed. The queue rows keep claimed_by, which marks them retaken: the
+// next dispatcher skips the devices the notification was already sent to.
+func (d *Dispatcher) release(ctx context.Context, items []created) error {
+	if len(items) == 0 {
+		return nil
+	}
+	var ids, nid []int64
+	var ncreated, enqueued []time.Time
+	var users, categories []string
+	seen := map[int64]bool{}
+	for _, c := range items {
+		ids = append(ids, c.id)
+		if !seen[c.n.id] {
+			seen[c.n.id] = true
+			nid, ncreated, enqueued = append(nid, c.n.id), append(ncreated, c.n.createdAt), append(enqueued, c.n.enqueuedAt)
+			users, categories = append(users, c.n.user), append(categories, c.n.category)
+		}
+	}
+	// The dispatches of one pass share created_at (see record).
+	tag, err := d.cfg.DB.Exec(ctx, `WITH dropped AS (
+			DELETE FROM push_dispatches WHERE id = ANY($1) AND created_at = $2 AND state = 'queued'
+			RETURNING notification_id
+		)
+		INSERT INTO push_queue (notification_id, notification_created_at, enqueued_at, user_id, category, claimed_by)
+		SELECT n.id, n.created_at, n.enqueued_at, n.user_id, n.category, $3
+		FROM unnest($4::int8[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[]) AS n(id, created_at, enqueued_at, user_id, category)
+		WHERE n.id IN (SELECT notification_id FROM dropped)
+		ON CONFLICT (notification_id) DO NOTHING`,
+		ids, items[0].createdAt, d.cfg.Replica, nid, ncreated, enqueued, users, categories)
+	if err != nil {
+		return err
+	}
+	d.cfg.Metrics.released.Add(float64(tag.RowsAffected()))
+	return nil
+}
+
+// record writes what became of dispatches and disables the tokens Expo no
+// longer knows, unless they were registered again since the send.
 func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
+	if len(outcomes) == 0 {
+		return nil
+	}
 	var ids []int64
 	var states, tickets, errs []string
 	var gone []string
+	var goneSince []time.Time
 	for _, o := range outcomes {
 		ids = append(ids, o.c.id)
 		states, tickets, errs = append(states, o.state), append(tickets, o.ticket), append(errs, o.err)
 		if o.gone {
-			gone = append(gone, o.c.token)
+			gone, goneSince = append(gone, o.c.token), append(goneSince, o.c.createdAt)
 		}
 	}
 	// The dispatches of one pass were written by one statement, so they share
@@ -444,7 +667,7 @@ func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
 	if err != nil {
 		return err
 	}
-	return d.cfg.Devices.disableTokens(ctx, gone, DisabledUnreachable)
+	return d.cfg.Devices.disableUnreachable(ctx, gone, goneSince)
 }
 
 // message is the push for one dispatch: the title and body, shortened to fit

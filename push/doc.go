@@ -9,5 +9,8 @@
 // anyway; a ticket is not an outcome (queued → sent → delivered |
 // receipt_error, or queued → failed, and a missing receipt leaves the row
 // sent for the next pass); a dead device is disabled, never deleted, and
-// registering it again turns it back on.
+// registering it again turns it back on (and outranks any answer about a send
+// made before). Push is at most once per device: a send Expo may have taken is
+// never sent again, and a dispatcher that stops gives back to the queue only
+// what surely did not reach Expo.
 package push

@@ -15,13 +15,14 @@ type Metrics struct {
 	tokensDisabled *prometheus.CounterVec
 	prefsLookups   *prometheus.CounterVec
 	queueOldest    prometheus.Gauge
+	released       prometheus.Counter
 }
 
 // Results of a message sent, the values of spoolcast_push_sent_total's result label.
 const (
 	SentOK     = "ok"     // a ticket: Expo took it (its receipt says the rest)
 	SentError  = "error"  // a ticket with an error (DeviceNotRegistered, …)
-	SentFailed = "failed" // the request failed after its retries, or the message was refused before sending
+	SentFailed = "failed" // the request failed (after its retries, if it surely did not reach Expo; its outcome unknown, if it may have), or the message was refused before sending
 )
 
 // NewMetrics creates push's metrics and registers them with reg (nil: not exported).
@@ -30,7 +31,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		dispatches: metric.GaugeVec("spoolcast_dispatches",
 			"Dispatches in flight by state: queued (written, not yet answered by Expo) and sent (a ticket, awaiting its receipt, younger than 24 h). Final states are counted by spoolcast_push_sent_total and spoolcast_push_receipts_total.", "state"),
 		sent: metric.CounterVec("spoolcast_push_sent_total",
-			"Push messages by result: ok (Expo gave a ticket), error (a ticket with an error), failed (the request failed after its retries).", "result"),
+			"Push messages by result: ok (Expo gave a ticket), error (a ticket with an error), failed (the request failed: after its retries, or at once when Expo may have taken it).", "result"),
 		receipts: metric.CounterVec("spoolcast_push_receipts_total",
 			"Receipts by status (ok, error, missing: none within 24 h) and Expo error code.", "status", "error"),
 		requestTook: metric.HistogramVec("spoolcast_push_request_duration_seconds",
@@ -41,6 +42,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Preference lookups per user by result: hit, miss (the external service answered), fail_open (it failed: pushed anyway), builtin.", "result"),
 		queueOldest: metric.Gauge("spoolcast_push_queue_oldest_seconds",
 			"Age of the oldest notification waiting in the push queue; 0 when it is empty."),
+		released: metric.Counter("spoolcast_push_released_total",
+			"Notifications a stopping dispatcher gave back to the push queue unsent, for another replica to take at once."),
 	}
 	for _, s := range []string{"queued", "sent"} {
 		m.dispatches.WithLabelValues(s)
@@ -59,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.requestTook.WithLabelValues(e)
 	}
 	if reg != nil {
-		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest)
+		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released)
 	}
 	return m
 }

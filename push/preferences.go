@@ -160,8 +160,9 @@ type ExternalConfig struct {
 // ExternalPreferences asks the product's own API for each user's
 // preferences: GET <URL>/<user id> with a service bearer token, answered 200
 // with a PreferencesDoc, or 404 for a user without preferences (push
-// everything). Answers are cached per user for CacheTTL; a failure (timeout,
-// 5xx, an answer it cannot read) is never cached and pushes anyway.
+// everything). Answers are cached per user for CacheTTL, for at most 100,000
+// users (past it the oldest answer is dropped); a failure (timeout, 5xx, an
+// answer it cannot read) is never cached and pushes anyway.
 type ExternalPreferences struct {
 	cfg     ExternalConfig
 	log     *slog.Logger
@@ -169,12 +170,7 @@ type ExternalPreferences struct {
 	slots   chan struct{}
 
 	mu    sync.Mutex
-	cache map[string]cachedPrefs
-}
-
-type cachedPrefs struct {
-	off     map[string]bool
-	expires time.Time
+	cache *prefsCache
 }
 
 // NewExternalPreferences returns the external source.
@@ -204,7 +200,7 @@ func NewExternalPreferences(cfg ExternalConfig) (*ExternalPreferences, error) {
 	cfg.Clock = clock.Or(cfg.Clock)
 	return &ExternalPreferences{
 		cfg: cfg, log: cfg.Logger.With("component", "preferences"), failLog: lograte.New(10 * time.Second),
-		slots: make(chan struct{}, cfg.Concurrency), cache: map[string]cachedPrefs{},
+		slots: make(chan struct{}, cfg.Concurrency), cache: newPrefsCache(prefsCacheSize, cfg.CacheTTL),
 	}, nil
 }
 
@@ -216,12 +212,12 @@ func (p *ExternalPreferences) PushOff(ctx context.Context, users []string) map[s
 	now := p.cfg.Clock.Now()
 	for _, user := range users {
 		p.mu.Lock()
-		c, ok := p.cache[user]
+		cached, ok := p.cache.get(user, now)
 		p.mu.Unlock()
-		if ok && now.Before(c.expires) {
+		if ok {
 			p.cfg.Metrics.prefsLookups.WithLabelValues(PrefsHit).Inc()
-			if len(c.off) > 0 {
-				out[user] = c.off
+			if len(cached) > 0 {
+				out[user] = cached
 			}
 			continue
 		}
@@ -236,10 +232,7 @@ func (p *ExternalPreferences) PushOff(ctx context.Context, users []string) map[s
 			}
 			p.cfg.Metrics.prefsLookups.WithLabelValues(PrefsMiss).Inc()
 			p.mu.Lock()
-			p.cache[user] = cachedPrefs{off: off, expires: p.cfg.Clock.Now().Add(p.cfg.CacheTTL)}
-			if len(p.cache) > 100_000 {
-				p.evictExpiredLocked()
-			}
+			p.cache.put(user, off, p.cfg.Clock.Now()) // the clock read under the lock: stores in time order
 			p.mu.Unlock()
 			if len(off) > 0 {
 				mu.Lock()
@@ -250,15 +243,6 @@ func (p *ExternalPreferences) PushOff(ctx context.Context, users []string) map[s
 	}
 	wg.Wait()
 	return out
-}
-
-func (p *ExternalPreferences) evictExpiredLocked() {
-	now := p.cfg.Clock.Now()
-	for u, c := range p.cache {
-		if !now.Before(c.expires) {
-			delete(p.cache, u)
-		}
-	}
 }
 
 func (p *ExternalPreferences) lookup(ctx context.Context, user string) (map[string]bool, error) {

@@ -180,6 +180,7 @@ func (r *ReceiptReconciler) checkBatch(ctx context.Context, cutoff, passStart ti
 	var updAt []time.Time
 	var states, errs []string
 	var gone []string
+	var goneSince []time.Time
 	for _, s := range sent {
 		rc, ok := receipts[s.ticket]
 		if !ok {
@@ -189,7 +190,9 @@ func (r *ReceiptReconciler) checkBatch(ctx context.Context, cutoff, passStart ti
 		if rc.Status != "ok" {
 			state, detail = StateReceiptError, strings.TrimSpace(rc.Code()+": "+rc.Message)
 			if rc.Code() == expo.DeviceNotRegistered {
-				gone = append(gone, s.token)
+				// As of the send, which may be hours old: a token registered
+				// again since stays on.
+				gone, goneSince = append(gone, s.token), append(goneSince, s.createdAt)
 			}
 		}
 		r.cfg.Metrics.receipts.WithLabelValues(rc.Status, rc.Code()).Inc()
@@ -202,7 +205,7 @@ func (r *ReceiptReconciler) checkBatch(ctx context.Context, cutoff, passStart ti
 			return 0, fmt.Errorf("record receipts: %w", err)
 		}
 	}
-	if err := r.cfg.Devices.disableTokens(ctx, gone, DisabledUnreachable); err != nil {
+	if err := r.cfg.Devices.disableUnreachable(ctx, gone, goneSince); err != nil {
 		return 0, err
 	}
 	return len(sent), nil

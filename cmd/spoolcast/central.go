@@ -279,6 +279,15 @@ func (c *runningCentral) wait(ctx context.Context, timeout time.Duration) error 
 func (c *runningCentral) shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	// Push stops claiming at once and finishes its sends in flight alongside
+	// the requests' drain, not after it: what it has not sent goes back to
+	// the queue for the other replicas (a rolling deploy fails no push).
+	pushStopped := make(chan error, 1)
+	if c.push != nil {
+		go func() { pushStopped <- c.push.stop(ctx) }()
+	} else {
+		pushStopped <- nil
+	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- c.http.stop(ctx) }()
 	// Stream sockets are not requests the HTTP server waits for: once it has
@@ -291,9 +300,7 @@ func (c *runningCentral) shutdown(timeout time.Duration) error {
 	err := c.live.Shutdown(ctx)
 	err = errors.Join(err, <-stopped)
 	c.api.Close()
-	if c.push != nil {
-		err = errors.Join(err, c.push.stop(ctx))
-	}
+	err = errors.Join(err, <-pushStopped) // before the listener that wakes it and the pool it writes with
 	err = errors.Join(err, c.listener.Stop(ctx))
 	if c.maintenance != nil {
 		err = errors.Join(err, c.maintenance.Stop(ctx))

@@ -102,8 +102,12 @@ func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <
 	return w, nil
 }
 
+// stop stops the dispatcher gracefully (see push.Dispatcher.Stop) and the
+// receipt reconciler, together.
 func (w *pushWorkers) stop(ctx context.Context) error {
-	return errors.Join(w.dispatcher.Stop(ctx), w.receipts.Stop(ctx))
+	receipts := make(chan error, 1)
+	go func() { receipts <- w.receipts.Stop(ctx) }()
+	return errors.Join(w.dispatcher.Stop(ctx), <-receipts)
 }
 
 // externalPreferences is the --prefs-url source, asking with central's own

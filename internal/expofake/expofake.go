@@ -1,8 +1,9 @@
 // Package expofake is an HTTP server that speaks Expo's push API — /send and
 // /getReceipts, gzip request bodies, tickets and receipts — for tests and the
 // local dev stack. It records what it got and can be told to fail the way the
-// real service does: 429 with Retry-After, 500, slow answers, tokens that are
-// no longer registered (in tickets or in receipts), receipts not ready yet.
+// real service does: 429 with Retry-After, 500, slow answers (before it reads
+// the request, or after it has accepted the messages), tokens that are no
+// longer registered (in tickets or in receipts), receipts not ready yet.
 package expofake
 
 import (
@@ -31,7 +32,9 @@ type Server struct {
 	goneAtReceipt map[string]bool // tokens whose receipts say DeviceNotRegistered
 	holdReceipts  int
 	failures      []failure
-	delay         time.Duration
+	delay         time.Duration // before reading a request
+	answerDelay   time.Duration // after processing it, before answering
+	onAnswer      func(endpoint string)
 	nextID        int
 }
 
@@ -67,8 +70,20 @@ func (s *Server) Fail(n, status int, retryAfter string) {
 	}
 }
 
-// SetDelay makes every answer wait d.
+// SetDelay makes every answer wait d before the request is read: a slow
+// Expo that has not taken the messages yet (a client that gives up first
+// leaves nothing accepted).
 func (s *Server) SetDelay(d time.Duration) { s.mu.Lock(); s.delay = d; s.mu.Unlock() }
+
+// SetAnswerDelay makes every answer wait d after the request was processed:
+// the messages are accepted, and the tickets come late (or never, to a client
+// that gives up first).
+func (s *Server) SetAnswerDelay(d time.Duration) { s.mu.Lock(); s.answerDelay = d; s.mu.Unlock() }
+
+// SetOnAnswer makes the fake call f with the endpoint ("send" or
+// "getReceipts") once a request has been processed — its messages accepted —
+// and before its answer is written: what happens while an answer is on its way.
+func (s *Server) SetOnAnswer(f func(endpoint string)) { s.mu.Lock(); s.onAnswer = f; s.mu.Unlock() }
 
 // Messages returns the messages accepted so far, in order.
 func (s *Server) Messages() []expo.Message {
@@ -130,24 +145,43 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Content-Encoding") == "gzip" {
 		zr, err := gzip.NewReader(r.Body)
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"errors": []map[string]string{{"code": "VALIDATION_ERROR", "message": err.Error()}}})
+			writeJSON(w, http.StatusBadRequest, validationError(err.Error()))
 			return
 		}
 		body = zr
 	}
 	raw, _ := io.ReadAll(body)
+	var status int
+	var answer any
 	if endpoint == "send" {
-		s.send(w, raw)
+		status, answer = s.send(raw)
 	} else {
-		s.receipts(w, raw)
+		status, answer = s.receipts(raw)
 	}
+	s.mu.Lock()
+	onAnswer, answerDelay := s.onAnswer, s.answerDelay
+	s.mu.Unlock()
+	if onAnswer != nil {
+		onAnswer(endpoint)
+	}
+	if answerDelay > 0 {
+		select {
+		case <-time.After(answerDelay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	writeJSON(w, status, answer)
 }
 
-func (s *Server) send(w http.ResponseWriter, raw []byte) {
+func validationError(msg string) any {
+	return map[string]any{"errors": []map[string]string{{"code": "VALIDATION_ERROR", "message": msg}}}
+}
+
+func (s *Server) send(raw []byte) (int, any) {
 	var msgs []expo.Message
 	if err := json.Unmarshal(raw, &msgs); err != nil || len(msgs) > expo.MaxMessagesPerSend {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"errors": []map[string]string{{"code": "VALIDATION_ERROR", "message": "want an array of at most 100 messages"}}})
-		return
+		return http.StatusBadRequest, validationError("want an array of at most 100 messages")
 	}
 	tickets := make([]expo.Ticket, len(msgs))
 	s.mu.Lock()
@@ -171,16 +205,15 @@ func (s *Server) send(w http.ResponseWriter, raw []byte) {
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": tickets})
+	return http.StatusOK, map[string]any{"data": tickets}
 }
 
-func (s *Server) receipts(w http.ResponseWriter, raw []byte) {
+func (s *Server) receipts(raw []byte) (int, any) {
 	var req struct {
 		IDs []string `json:"ids"`
 	}
 	if err := json.Unmarshal(raw, &req); err != nil || len(req.IDs) > expo.MaxIDsPerReceipts {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"errors": []map[string]string{{"code": "VALIDATION_ERROR", "message": "want at most 1000 ids"}}})
-		return
+		return http.StatusBadRequest, validationError("want at most 1000 ids")
 	}
 	out := map[string]expo.Receipt{}
 	s.mu.Lock()
@@ -199,7 +232,7 @@ func (s *Server) receipts(w http.ResponseWriter, raw []byte) {
 		}
 	}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"data": out})
+	return http.StatusOK, map[string]any{"data": out}
 }
 
 func hasSuffix(path, suffix string) bool {

@@ -1,0 +1,71 @@
+package push_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/spoolcast/spoolcast/push"
+)
+
+func TestAStaleReceiptSparesATokenRegisteredAgainSinceTheSend(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	again, moved, gone := "ExponentPushToken[again]", "ExponentPushToken[moved]", "ExponentPushToken[gone]"
+	s.register("u1", again, moved, gone)
+	for _, tok := range []string{again, moved, gone} {
+		s.fake.UnregisterAtReceipt(tok)
+	}
+	s.ingest("e1", "general", "u1")
+	s.drain()
+	// After the send and before its receipt is read: the app registers one
+	// token again, and another phone changes hands.
+	s.register("u1", again)
+	s.register("u2", moved)
+	if err := s.receipts.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !s.enabled(again) {
+		t.Error("a token registered again after the send was disabled by the send's stale receipt")
+	}
+	if !s.enabled(moved) {
+		t.Error("a token registered by another user after the send was disabled by the send's stale receipt")
+	}
+	if s.enabled(gone) {
+		t.Error("a token not seen since the send is still enabled after its receipt said DeviceNotRegistered")
+	}
+	if got := s.states(); got[push.StateReceiptError] != 3 {
+		t.Errorf("states = %v; want the three receipts recorded as receipt_error all the same", got)
+	}
+	if got := s.counter("spoolcast_tokens_disabled_total", "reason", push.DisabledUnreachable); got != 1 {
+		t.Errorf("tokens disabled as unreachable = %v, want 1", got)
+	}
+}
+
+func TestATicketErrorSparesATokenRegisteredAgainWhileTheSendWasInFlight(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	again, gone := "ExponentPushToken[again]", "ExponentPushToken[gone]"
+	s.register("u1", again, gone)
+	s.fake.Unregister(again)
+	s.fake.Unregister(gone)
+	// While Expo's tickets are on their way, the app registers one token again.
+	s.fake.SetOnAnswer(func(endpoint string) {
+		if endpoint != "send" {
+			return
+		}
+		if _, err := s.devices.Register(context.Background(), "u1", again, push.IOS); err != nil {
+			t.Error(err)
+		}
+	})
+	s.ingest("e1", "general", "u1")
+	s.drain()
+	if !s.enabled(again) {
+		t.Error("a token registered again during the send was disabled by the send's ticket")
+	}
+	if s.enabled(gone) {
+		t.Error("a token whose ticket said DeviceNotRegistered is still enabled")
+	}
+	if got := s.states(); got[push.StateFailed] != 2 {
+		t.Errorf("states = %v; want both tickets' errors recorded", got)
+	}
+}

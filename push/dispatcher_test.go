@@ -1,0 +1,148 @@
+package push_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/proctest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
+	"github.com/spoolcast/spoolcast/push"
+)
+
+// pushedOnce fails the test unless the fake Expo got each of want (device,
+// notification) pairs exactly once.
+func (s *stack) pushedOnce(want int) {
+	s.t.Helper()
+	seen := map[string]int{}
+	for _, m := range s.fake.Messages() {
+		seen[m.To+" "+fmt.Sprint(m.Data["notification_id"])]++
+	}
+	for k, n := range seen {
+		if n != 1 {
+			s.t.Errorf("%s pushed %d times", k, n)
+		}
+	}
+	if len(seen) != want {
+		s.t.Errorf("%d distinct pushes reached the fake Expo; want %d, each once", len(seen), want)
+	}
+}
+
+// settled reports whether nothing waits in the push queue and no dispatch is
+// left queued (written and not answered).
+func (s *stack) settled() bool {
+	s.t.Helper()
+	return pgtest.Count(s.t, s.pool, `SELECT count(*) FROM push_queue`) == 0 &&
+		pgtest.Count(s.t, s.pool, `SELECT count(*) FROM push_dispatches WHERE state = 'queued'`) == 0
+}
+
+func TestAGracefulStopOfCentralFinishesItsSendsAndHandsTheRestToAnotherReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs central as a subprocess")
+	}
+	t.Parallel()
+	s := newStack(t)
+	const users, events = 25, 250
+	for u := range users {
+		s.register(fmt.Sprintf("u%d", u), fmt.Sprintf("ExponentPushToken[u%d]", u))
+	}
+	for i := range events {
+		s.ingest(fmt.Sprintf("e%d", i), "general", fmt.Sprintf("u%d", i%users))
+	}
+	s.fake.SetDelay(time.Second) // each request is in flight for a second
+
+	// Replica A is a real central. Its rate limit (1 message a second, bursts
+	// of 100) lets one request go at once and holds the others for a minute
+	// or more: the SIGTERM finds one send in flight and others not started.
+	addr := proctest.FreeAddr(t)
+	a := proctest.Start(t, nil, "central", "--database-url", s.dbURL, "--listen", addr,
+		"--oidc-issuer", "https://issuer.invalid", "--oidc-audience", "spoolcast", "--jwks-url", "http://"+proctest.FreeAddr(t)+"/jwks",
+		"--expo-url", s.expoURL, "--expo-rate", "1", "--receipt-interval", "1h", "--maintenance-interval", "0",
+		"--shutdown-timeout", "6s", "--log-level", "warn")
+	a.WaitHealthy("http://" + addr)
+	testsignal.Eventually(t, "replica A to be mid-send", 30*time.Second, func() bool { return s.fake.Requests("send") > 0 })
+
+	// Replica B shares the queue; everything in it is leased to A for now.
+	ctx := context.Background()
+	b := s.newDispatcher(s.connect(), s.prefs)
+	b.Start(ctx)
+	t.Cleanup(func() { _ = b.Stop(ctx) })
+
+	start := time.Now()
+	a.Stop() // SIGTERM, and a clean exit
+	testsignal.Eventually(t, "every notification to be dispatched", 30*time.Second, s.settled)
+	if took := time.Since(start); took > time.Minute {
+		t.Errorf("the hand-over took %s: it waited for A's lease (2m)", took)
+	}
+	s.pushedOnce(events)
+	if got := s.states(); got[push.StateFailed] != 0 || got[push.StateSent] != events {
+		t.Errorf("states = %v; want all %d sent and none failed by the stop", got, events)
+	}
+	if got := s.counter("spoolcast_push_sent_total", "result", push.SentOK); got == 0 {
+		t.Error("replica B sent nothing: A handed back none of what it had not sent")
+	}
+}
+
+func TestAStoppedDispatcherGivesBackWhatItHasNotSentAndNoDeviceGetsItTwice(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	// One notification to 150 devices: two requests to Expo, of 100 and 50.
+	tokens := make([]string, 150)
+	for i := range tokens {
+		tokens[i] = fmt.Sprintf("ExponentPushToken[d%03d]", i)
+	}
+	s.register("u1", tokens...)
+	s.ingest("e1", "general", "u1")
+	s.fake.SetDelay(300 * time.Millisecond)
+
+	// Replica A may send 100 messages at once and the rest a minute later or
+	// more: the stop finds one request in flight and one not started.
+	ctx := context.Background()
+	a := s.newDispatcherWith(s.connect(), s.prefs, s.expoClient(expo.Config{RatePerSecond: 1}))
+	a.Start(ctx)
+	testsignal.Eventually(t, "the first request to reach Expo", 30*time.Second, func() bool { return s.fake.Requests("send") > 0 })
+	stopCtx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	if err := a.Stop(stopCtx); err != nil {
+		t.Fatalf("a graceful stop within its timeout = %v", err)
+	}
+	if s.fake.Accepted() == 0 {
+		t.Fatal("the request in flight at the stop did not finish")
+	}
+	s.drain() // replica B takes what A gave back
+	if !s.settled() {
+		t.Fatal("dispatches are left queued, or notifications in the queue")
+	}
+	s.pushedOnce(len(tokens))
+	if got := s.states(); got[push.StateFailed] != 0 || got[push.StateSent] != len(tokens) {
+		t.Errorf("states = %v; want one sent dispatch per device and none failed", got)
+	}
+}
+
+func TestASendThatMayHaveBeenAcceptedIsNeverSentAgain(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.register("u1", "ExponentPushToken[a]")
+	// Expo takes the message, and its answer comes after the client gave up.
+	s.fake.SetAnswerDelay(time.Minute)
+	impatient := s.expoClient(expo.Config{HTTP: &http.Client{Timeout: 300 * time.Millisecond}, RatePerSecond: -1, Retries: 3, MinBackoff: time.Millisecond})
+	s.dispatcher = s.newDispatcherWith(s.pool, s.prefs, impatient)
+	s.ingest("e1", "general", "u1")
+	s.drain()
+	if n := s.fake.Accepted(); n != 1 {
+		t.Errorf("Expo accepted the message %d times; want once: a send that timed out after it was written is not tried again", n)
+	}
+	log, err := push.Deliveries(context.Background(), s.pool, push.DeliveryQuery{UserID: "u1"})
+	if err != nil || len(log.Data) != 1 {
+		t.Fatalf("delivery log = %+v, %v; want the one dispatch", log.Data, err)
+	}
+	d := log.Data[0]
+	if d.State != push.StateFailed || d.Error == nil || !strings.Contains(*d.Error, "outcome unknown") || !strings.Contains(*d.Error, "a retry could deliver twice") {
+		t.Errorf("the dispatch is %s, error %v; want failed, saying the outcome is unknown and why it was not retried", d.State, d.Error)
+	}
+}

@@ -118,7 +118,12 @@ func (s *Server) writeChanges(w http.ResponseWriter, r *http.Request, userID, si
 	}
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
-	changes, err := live.Since(ctx, s.cfg.DB, userID, after, limit, s.cfg.Clock.Now().Add(feed.FutureSlack))
+	changes, err := live.Since(ctx, s.cfg.DB, userID, after, limit)
+	if errors.Is(err, live.ErrOtherHistory) {
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor,
+			"since is from another history of the database (it was restored or failed over): load the first page again").On("since"))
+		return
+	}
 	if err != nil {
 		s.dbError(w, r, "read changes", err)
 		return

@@ -97,10 +97,10 @@ const (
 	// NotificationFields are the columns that make a Notification, all but
 	// its read state.
 	NotificationFields = `n.id, n.type, n.category, n.title, n.body, n.data, n.producer, n.created_at, n.received_at`
-	// ReadState is when the row was read: its own read_at or, when it lies
-	// at or before the user's read-all watermark w (ReadMark), when the
-	// mark was made.
-	ReadState = `coalesce(n.read_at, CASE WHEN (n.created_at, n.id) <= (w.at, w.id) THEN w.marked END)`
+	// ReadState is when the row was read: its own read_at or, when the
+	// user's read-all w (ReadMark) covers it (ReadAllCovers), when read-all
+	// was asked.
+	ReadState = `coalesce(n.read_at, CASE WHEN ` + ReadAllCovers + ` THEN w.marked END)`
 	// NotificationColumns are a feed read's columns: NotificationFields,
 	// then ReadState. The query joins ReadMark as w.
 	NotificationColumns = NotificationFields + `, ` + ReadState
@@ -113,10 +113,19 @@ func (n *Notification) ScanTargets() []any {
 	return []any{&n.ID, &n.Type, &n.Category, &n.Title, &n.Body, &n.Data, &n.Producer, &n.CreatedAt, &n.ReceivedAt, &n.ReadAt}
 }
 
-// ReadMark is the read-all watermark of user $1 as a row of one: rows at or
-// before (at, id) in feed order count as read, read at marked.
-const ReadMark = `(SELECT coalesce(max(through_at), '-infinity') AS at, coalesce(max(through_id), 0) AS id, max(marked_at) AS marked
-	FROM read_marks WHERE user_id = $1)`
+// ReadMark is the last read-all of user $1 as a row of one, joined as w: the
+// newest notification it covered in feed order (at, id), when it was asked
+// (marked), and the snapshot it was asked in (snap; NULL for a read-all
+// from before migration 7, which covered by feed order alone).
+const ReadMark = `(SELECT coalesce(m.through_at, '-infinity') AS at, coalesce(m.through_id, 0) AS id, m.marked_at AS marked, m.snapshot AS snap
+	FROM (SELECT) one LEFT JOIN read_marks m ON m.user_id = $1)`
+
+// ReadAllCovers holds for a notification n that the user's read-all w marks
+// read: it had committed when read-all was asked (visible in its snapshot),
+// so it was in the feed the user saw, at or before the newest one in feed
+// order. A notification that commits later arrives unread everywhere, even
+// when its created_at is older.
+const ReadAllCovers = `((n.created_at, n.id) <= (w.at, w.id) AND coalesce(pg_visible_in_snapshot(n.tx, w.snap), true))`
 
 // FutureSlack bounds how far ahead of this process's clock a new row's
 // created_at may lie: Postgres's clock may run ahead of ours, but not by a
@@ -273,7 +282,7 @@ func (s *Store) pageIn(ctx context.Context, q Query, sp span, upper time.Time, n
 	args := []any{q.UserID, n, upper}
 	sql, args = sp.bound(sql, args)
 	if q.UnreadOnly {
-		sql += ` AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
+		sql += ` AND n.read_at IS NULL AND NOT ` + ReadAllCovers
 	}
 	if q.After != nil {
 		// A row comparison matches the index order, so the scan starts right
@@ -319,7 +328,7 @@ func (s *Store) MarkRead(ctx context.Context, userID string, id ID) error {
 			UPDATE notifications n SET read_at = now()
 			FROM target t, `+ReadMark+` w
 			WHERE n.created_at = t.created_at AND n.id = t.id AND n.read_at IS NULL
-			  AND (n.created_at, n.id) > (w.at, w.id)
+			  AND NOT `+ReadAllCovers+`
 			RETURNING n.id
 		), told AS (
 			-- The user's other devices hear of it on the live stream.
@@ -335,41 +344,53 @@ func (s *Store) MarkRead(ctx context.Context, userID string, id ID) error {
 	return nil
 }
 
-// MarkAllRead moves the user's read-all watermark to their newest
-// notification and returns it; ok is false when they have none. It costs the
-// same for 10 and 10 M unread rows: one row of read_marks.
+// MarkAllRead marks read every notification of the user that has committed
+// when it is asked, and returns the newest of them in feed order; ok is false
+// when they have none. One statement reads the newest row and records it with
+// the statement's snapshot, so what it covers is exactly what a feed read at
+// that moment showed; a notification whose transaction commits later stays
+// unread. It costs the same for 10 and 10 M unread rows: one row of
+// read_marks.
 func (s *Store) MarkAllRead(ctx context.Context, userID string) (through ID, ok bool, err error) {
-	newest, err := s.Page(ctx, Query{UserID: userID, Limit: 1})
-	if err != nil {
-		return ID{}, false, fmt.Errorf("mark all read: %w", err)
-	}
-	if len(newest.Items) == 0 {
+	var at time.Time
+	var seq int64
+	err = s.db.QueryRow(ctx, `WITH newest AS (
+			SELECT n.created_at, n.id FROM notifications n
+			WHERE n.user_id = $1 AND n.created_at < now() + $2::interval
+			ORDER BY n.created_at DESC, n.id DESC LIMIT 1
+		), marked AS (
+			INSERT INTO read_marks (user_id, through_at, through_id, marked_at, snapshot)
+			SELECT $1, created_at, id, now(), pg_current_snapshot() FROM newest
+			ON CONFLICT (user_id) DO UPDATE SET through_at = EXCLUDED.through_at, through_id = EXCLUDED.through_id,
+				marked_at = EXCLUDED.marked_at, snapshot = EXCLUDED.snapshot
+			-- Never backwards: a read-all that covers less than the one
+			-- recorded (it raced a newer one) changes nothing.
+			WHERE (read_marks.through_at, read_marks.through_id) < (EXCLUDED.through_at, EXCLUDED.through_id)
+			   OR (read_marks.through_at, read_marks.through_id) = (EXCLUDED.through_at, EXCLUDED.through_id)
+			      AND (read_marks.snapshot IS NULL OR pg_snapshot_xmax(read_marks.snapshot) < pg_snapshot_xmax(EXCLUDED.snapshot))
+			RETURNING through_at, through_id, snapshot
+		), told AS (
+			-- The user's other devices hear of it on the live stream, with
+			-- what it left unread.
+			INSERT INTO read_events (user_id, through_at, through_seq, snapshot)
+			SELECT $1, through_at, through_id, snapshot FROM marked
+		)
+		SELECT created_at, id FROM newest`, userID, FutureSlack).Scan(&at, &seq)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return ID{}, false, nil
 	}
-	through = newest.Items[0].PublicID()
-	err = s.db.QueryRow(ctx, `WITH newest AS (
-			SELECT $2::timestamptz AS created_at, $3::bigint AS id
-		), marked AS (
-			INSERT INTO read_marks (user_id, through_at, through_id, marked_at)
-			SELECT $1, created_at, id, now() FROM newest
-			ON CONFLICT (user_id) DO UPDATE SET through_at = EXCLUDED.through_at, through_id = EXCLUDED.through_id, marked_at = EXCLUDED.marked_at
-			WHERE (read_marks.through_at, read_marks.through_id) < (EXCLUDED.through_at, EXCLUDED.through_id)
-			RETURNING 1
-		), told AS (
-			INSERT INTO read_events (user_id, through_id) SELECT $1, $4 FROM marked
-		)
-		SELECT 1`, userID, through.CreatedAt, through.Seq, through.String()).Scan(new(int))
 	if err != nil {
 		return ID{}, false, fmt.Errorf("mark all read: %w", err)
 	}
-	return through, true, nil
+	return ID{CreatedAt: at, Seq: seq}, true, nil
 }
 
 // UnreadCount counts the user's unread notifications up to UnreadCap; capped
 // is true when there are more. It never counts a whole feed: it reads the
-// unread index from the top down to the read-all watermark, at most
-// UnreadCap+1 rows, the newest partitions first; older ones only while the
-// watermark lies further back.
+// unread index from the top down to the newest notification read-all
+// covered, at most UnreadCap+1 rows, the newest partitions first (older ones
+// only while that lies further back), then the few that committed after the
+// read-all though older in feed order.
 func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capped bool, err error) {
 	spans, err := s.spans(ctx, s.clock.Now().Add(FutureSlack))
 	if err != nil {
@@ -398,8 +419,23 @@ func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capp
 			return UnreadCap, true, nil
 		}
 		if !sp.week.IsZero() && mark.InfinityModifier == pgtype.Finite && !mark.Time.Before(sp.week) {
-			break // everything older is under the watermark: read
+			break // everything older is at or before the newest read-all covered
 		}
+	}
+	// At or before the newest read-all covered, only what committed after it
+	// is unread: transactions in progress when it was asked, found through
+	// the user's commit-order index from the snapshot's horizon.
+	var late int
+	err = s.db.QueryRow(ctx, `SELECT count(*) FROM (
+			SELECT 1 FROM notifications n, `+ReadMark+` w
+			WHERE n.user_id = $1 AND n.tx >= pg_snapshot_xmin(w.snap) AND n.read_at IS NULL
+			  AND (n.created_at, n.id) <= (w.at, w.id) AND NOT pg_visible_in_snapshot(n.tx, w.snap)
+			LIMIT $2) late`, userID, UnreadCap+1-count).Scan(&late)
+	if err != nil {
+		return 0, false, fmt.Errorf("unread count: %w", err)
+	}
+	if count += late; count > UnreadCap {
+		return UnreadCap, true, nil
 	}
 	return count, false, nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +14,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/eventtest"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/weekly"
 	"github.com/spoolcast/spoolcast/sync/ingest"
@@ -268,7 +269,7 @@ func allTitles(t *testing.T, store *feed.Store, q feed.Query) []string {
 // Postgres answered with.
 type errorRecorder struct {
 	*pgxpool.Pool
-	mu   stdsync.Mutex
+	mu   sync.Mutex
 	errs []string
 }
 
@@ -346,5 +347,76 @@ func TestWeeksWithoutAPartitionAreReadWithoutAnError(t *testing.T) {
 	}
 	if len(db.errs) != 0 {
 		t.Errorf("Postgres answered with errors: %v", db.errs)
+	}
+}
+
+// Read-all marks read what had committed when it was asked. A notification
+// whose transaction was open meanwhile commits later, with an older
+// created_at than the newest one read-all covered: it is unread in the
+// page, in the unread count and in the unread-only page, and can be marked
+// read on its own.
+func TestANotificationCommittedAfterReadAllIsUnreadThoughOlder(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	store := feed.NewStore(pool, nil)
+	seed(t, pool, "dana", "before", 1, 1)
+	open, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(ctx)
+	if _, err := ingest.Ingest(ctx, open, []ingest.Item{{Producer: "p", Event: eventtest.Event(t, "late", "dana")}}); err != nil {
+		t.Fatal(err)
+	}
+	seed(t, pool, "dana", "newest", 1, 1)
+	through, ok, err := store.MarkAllRead(ctx, "dana")
+	if err != nil || !ok {
+		t.Fatalf("mark all read = %v, %v", ok, err)
+	}
+	if err := open.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	page, err := store.Page(ctx, feed.Query{UserID: "dana"})
+	if err != nil || len(page.Items) != 3 {
+		t.Fatalf("page = %+v, %v; want 3 items", page.Items, err)
+	}
+	if page.Items[0].PublicID() != through {
+		t.Errorf("read-all covered %v, want the newest %v", through, page.Items[0].PublicID())
+	}
+	// Feed order: newest, then the late one (its transaction started before
+	// newest's), then the first.
+	late := page.Items[1]
+	if late.ReadAt != nil || page.Items[0].ReadAt == nil || page.Items[2].ReadAt == nil {
+		t.Fatalf("read at: newest %v, late %v, first %v; want only the late one unread", page.Items[0].ReadAt, late.ReadAt, page.Items[2].ReadAt)
+	}
+	if n, capped, err := store.UnreadCount(ctx, "dana"); n != 1 || capped || err != nil {
+		t.Errorf("unread count = %d %v %v; want 1", n, capped, err)
+	}
+	unread, err := store.Page(ctx, feed.Query{UserID: "dana", UnreadOnly: true})
+	if err != nil || len(unread.Items) != 1 || unread.Items[0].ID != late.ID {
+		t.Errorf("unread page = %+v, %v; want the late one alone", unread.Items, err)
+	}
+	if err := store.MarkRead(ctx, "dana", late.PublicID()); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := store.UnreadCount(ctx, "dana"); n != 0 {
+		t.Errorf("unread after marking the late one = %d, want 0", n)
+	}
+	// A later read-all covers what committed since.
+	open2, _ := pool.Begin(ctx)
+	defer open2.Rollback(ctx)
+	if _, err := ingest.Ingest(ctx, open2, []ingest.Item{{Producer: "p", Event: eventtest.Event(t, "late2", "dana")}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = open2.Commit(ctx)
+	if n, _, _ := store.UnreadCount(ctx, "dana"); n != 1 {
+		t.Errorf("unread with a second late one = %d, want 1", n)
+	}
+	if _, _, err := store.MarkAllRead(ctx, "dana"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := store.UnreadCount(ctx, "dana"); n != 0 {
+		t.Errorf("unread after the second read-all = %d, want 0", n)
 	}
 }

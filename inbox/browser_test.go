@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +23,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -323,4 +325,56 @@ func TestALateCommitGoesToItsFeedPlaceAndReadAllCoversIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.wait("all three read", `getComputedStyle(document.getElementById('badge')).display === 'none' && document.querySelectorAll('#feed li.unread').length === 0`)
+}
+
+// Read-all marks read what had committed when it was asked. A notification
+// whose transaction was open meanwhile commits after it, older in feed order
+// than the newest one read: it arrives unread, the badge counts it, and the
+// read frame of the read-all leaves it unread.
+func TestANotificationCommittedAfterReadAllArrivesUnread(t *testing.T) {
+	s := startStack(t)
+	s.post("first", "Read by read-all")
+	p := openBrowser(t)
+	if err := chromedp.Do(p.ctx, chromedp.Navigate("http://"+s.addr+"/inbox#token="+s.iss.Token("u1"))); err != nil {
+		t.Fatal(err)
+	}
+	p.wait("live", `document.getElementById('status').textContent === 'live'`)
+	p.wait("the feed", `document.querySelectorAll('#feed li').length === 1`)
+
+	ctx := context.Background()
+	open, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(ctx)
+	if _, err := open.Exec(ctx, `INSERT INTO notifications (user_id, created_at, type, category, producer, idempotency_key, notification_key, title)
+		VALUES ('u1', now() - interval '1 minute', 'build.finished', 'builds', 'ci', 'late', 'late', 'Committed after read-all')`); err != nil {
+		t.Fatal(err)
+	}
+	p.step = "mark all read"
+	if err := chromedp.Do(p.ctx, chromedp.Click(chromedp.ID("read-all"))); err != nil {
+		t.Fatal(err)
+	}
+	p.wait("the shown one read", `getComputedStyle(document.getElementById('badge')).display === 'none' && document.querySelectorAll('#feed li.unread').length === 0`)
+	if err := open.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = ingest.WakeUp(ctx, s.pool)
+	const items = `[...document.querySelectorAll('#feed li')].map(e => e.querySelector('.title').textContent + (e.classList.contains('unread') ? '*' : '')).join('|')`
+	p.wait("the late one unread below the read one", items+` === 'Read by read-all|Committed after read-all*'`)
+	p.wait("one unread", `document.getElementById('badge').textContent === '1'`)
+	// The API agrees: one unread, the late one.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+s.addr+"/v1/notifications?unread=true", nil)
+	req.Header.Set("Authorization", "Bearer "+s.iss.Token("u1"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var page struct {
+		Data []struct{ Title string } `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil || len(page.Data) != 1 || page.Data[0].Title != "Committed after read-all" {
+		t.Errorf("unread page = %+v, %v; want the late one alone", page.Data, err)
+	}
 }

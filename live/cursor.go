@@ -19,16 +19,34 @@ func (p Position) Less(q Position) bool {
 	return p.Tx < q.Tx || p.Tx == q.Tx && p.ID < q.ID
 }
 
-// Cursor is where a client resumes the stream: a position, and the creation
+// History names the Postgres history a position belongs to: the cluster's
+// system identifier and the timeline of its WAL. A restore into a new
+// cluster changes the first, a promotion of a standby the second; a
+// transaction id from another history says nothing about this one (after a
+// failover that lost the tail, the same ids name other transactions).
+type History struct {
+	System   uint64
+	Timeline uint32
+}
+
+// Cursor is where a client resumes the stream: a position, the creation
 // time of the row there (or the time the cursor was made), which keeps the
-// resume read to the partitions that can hold rows after it.
+// resume read to the partitions that can hold rows after it, and the history
+// the position belongs to.
 type Cursor struct {
 	Position
-	At time.Time
+	At      time.Time
+	History History
 }
 
 // ErrBadCursor: the cursor is not one this server issued.
 var ErrBadCursor = errors.New("not a stream cursor this server issued")
+
+// ErrOtherHistory: the cursor is from another history of the database (a
+// restore, a new cluster, a failover that may have lost the tail) or lies
+// beyond what this one has seen: nothing it says can be trusted here, and the
+// client starts over from the top of the feed.
+var ErrOtherHistory = errors.New("the cursor is from another history of the database (a restore or a failover); start over without it")
 
 // The times a cursor may carry: Postgres refuses far-off timestamps, and a
 // cursor this server issued is never outside these.
@@ -37,30 +55,49 @@ var (
 	newestCursor = time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
+// The cursor's forms: version 1 (before histories) holds a position and a
+// time; version 2 adds the history.
 const (
-	cursorVersion = 1
-	cursorBytes   = 1 + 8 + 8 + 8
+	cursorV1, cursorV1Bytes = 1, 1 + 8 + 8 + 8
+	cursorV2, cursorV2Bytes = 2, cursorV1Bytes + 8 + 4
 )
 
-// String returns the cursor's API form: 34 base64url characters.
+// String returns the cursor's API form: 50 base64url characters (34, the
+// version 1 form, for a cursor without a history).
 func (c Cursor) String() string {
-	var b [cursorBytes]byte
-	b[0] = cursorVersion
+	var b [cursorV2Bytes]byte
+	if c.History == (History{}) {
+		b[0] = cursorV1
+		binary.BigEndian.PutUint64(b[1:], c.Tx)
+		binary.BigEndian.PutUint64(b[9:], uint64(c.ID))
+		binary.BigEndian.PutUint64(b[17:], uint64(c.At.UnixMicro()))
+		return base64.RawURLEncoding.EncodeToString(b[:cursorV1Bytes])
+	}
+	b[0] = cursorV2
 	binary.BigEndian.PutUint64(b[1:], c.Tx)
 	binary.BigEndian.PutUint64(b[9:], uint64(c.ID))
 	binary.BigEndian.PutUint64(b[17:], uint64(c.At.UnixMicro()))
+	binary.BigEndian.PutUint64(b[25:], c.History.System)
+	binary.BigEndian.PutUint32(b[33:], c.History.Timeline)
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// ParseCursor reads a cursor's API form.
+// ParseCursor reads a cursor's API form. A version 1 cursor has no history
+// (zero): only the position's own bounds can be checked.
 func ParseCursor(s string) (Cursor, error) {
 	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
-	if err != nil || len(b) != cursorBytes || b[0] != cursorVersion {
+	if err != nil || len(b) < 1 || !(b[0] == cursorV1 && len(b) == cursorV1Bytes || b[0] == cursorV2 && len(b) == cursorV2Bytes) {
 		return Cursor{}, ErrBadCursor
 	}
 	c := Cursor{
 		Position: Position{Tx: binary.BigEndian.Uint64(b[1:]), ID: int64(binary.BigEndian.Uint64(b[9:]))},
 		At:       time.UnixMicro(int64(binary.BigEndian.Uint64(b[17:]))).UTC(),
+	}
+	if b[0] == cursorV2 {
+		c.History = History{System: binary.BigEndian.Uint64(b[25:]), Timeline: binary.BigEndian.Uint32(b[33:])}
+		if c.History == (History{}) {
+			return Cursor{}, ErrBadCursor
+		}
 	}
 	if c.ID < 0 || c.Tx > 1<<63-1 || c.At.Before(oldestCursor) || c.At.After(newestCursor) {
 		return Cursor{}, ErrBadCursor

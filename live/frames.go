@@ -55,6 +55,10 @@ type (
 		Type    string `json:"type"` // "read"
 		ID      string `json:"id,omitempty"`
 		Through string `json:"through,omitempty"`
+		// Unread names, for a read-all, the notifications through Through
+		// in feed order that it did not mark read: they committed after
+		// read-all was asked.
+		Unread []string `json:"unread,omitempty"`
 	}
 	readyMessage struct {
 		Type   string `json:"type"` // "ready"

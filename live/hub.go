@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -48,6 +49,10 @@ type Config struct {
 	Metrics *Metrics
 	// Logger receives the stream's logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// txSlack is how far reads look back from their lower bound (txSlack);
+	// tests shorten it to hold the horizon past it.
+	txSlack time.Duration
 	// Clock tells the hub's time: the reader's waits and backoff, the ping
 	// interval, socket read and write deadlines, and the lag and held
 	// metrics. Deadlines are set on real connections, so a fake clock should
@@ -81,9 +86,10 @@ type Hub struct {
 
 	svc     startstop.Service // the reader, the pinger and the resumes
 	reader  reader
-	ready   chan struct{}   // closed once the reader knows where to start
-	serving context.Context // the loops' context, for resumes; set before ready is closed
-	sockets sync.WaitGroup  // each socket until its connection is closed
+	ready   chan struct{}           // closed once the reader knows where to start
+	state   atomic.Pointer[dbState] // what the reader last saw of the database, to check cursors by
+	serving context.Context         // the loops' context, for resumes; set before ready is closed
+	sockets sync.WaitGroup          // each socket until its connection is closed
 }
 
 // New returns a hub; Start begins reading.
@@ -96,6 +102,7 @@ func New(cfg Config) (*Hub, error) {
 	cfg.WriteTimeout = cmp.Or(cfg.WriteTimeout, 10*time.Second)
 	cfg.QueueFrames = cmp.Or(cfg.QueueFrames, 1024)
 	cfg.QueueBytes = cmp.Or(cfg.QueueBytes, 1<<20)
+	cfg.txSlack = cmp.Or(cfg.txSlack, txSlack)
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
@@ -235,6 +242,23 @@ func (h *Hub) pingLoop(ctx context.Context) {
 		turn = (turn + 1) % slices
 		return false
 	})
+}
+
+// seen records what the reader last saw of the database.
+func (h *Hub) seen(st dbState) { h.state.Store(&st) }
+
+// closeAll closes every socket with code: after a change of the database's
+// history, each app resumes and learns whether its cursor still holds.
+func (h *Hub) closeAll(code ws.StatusCode, reason string) {
+	h.mu.RLock()
+	var all []*socket
+	for _, ss := range h.users {
+		all = append(all, ss...)
+	}
+	h.mu.RUnlock()
+	for _, s := range all {
+		s.close(code, reason)
+	}
 }
 
 // Metrics returns the hub's metrics.

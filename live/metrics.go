@@ -16,6 +16,7 @@ type Metrics struct {
 	connections prometheus.Gauge
 	frames      *prometheus.CounterVec
 	slowClosed  prometheus.Counter
+	catchUps    prometheus.Counter
 	authFailed  prometheus.Counter
 	lag         prometheus.Histogram
 	reads       *prometheus.CounterVec
@@ -32,7 +33,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		frames: metric.CounterVec("spoolcast_ws_frames_sent_total",
 			"Frames written to live stream sockets, by type (notification, read, ready).", "type"),
 		slowClosed: metric.Counter("spoolcast_ws_slow_closed_total",
-			"Sockets closed because they could not keep up (queue full or a write timed out); their apps resume from their cursor."),
+			"Sockets closed because their peer stopped reading (a write timed out, or read-state frames alone filled the queue); their apps resume from their cursor."),
+		catchUps: metric.Counter("spoolcast_ws_catchups_total",
+			"Bursts larger than a socket's queue: the socket dropped live frames and caught up from Postgres at the pace it reads, without closing."),
 		authFailed: metric.Counter("spoolcast_ws_auth_failures_total",
 			"Stream handshakes refused 401 for a missing, bad or expired token."),
 		lag: metric.Histogram("spoolcast_live_notify_lag_seconds",
@@ -57,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return clock.Since(m.clock(), time.Unix(0, since)).Seconds()
 	})
 	if reg != nil {
-		reg.MustRegister(m.connections, m.frames, m.slowClosed, m.authFailed, m.lag, m.reads, m.heldGauge)
+		reg.MustRegister(m.connections, m.frames, m.slowClosed, m.catchUps, m.authFailed, m.lag, m.reads, m.heldGauge)
 	}
 	return m
 }
@@ -86,6 +89,9 @@ func (m *Metrics) held(blocked bool, now time.Time) {
 
 // Connections is spoolcast_ws_connections.
 func (m *Metrics) Connections() prometheus.Gauge { return m.connections }
+
+// CatchUps is spoolcast_ws_catchups_total.
+func (m *Metrics) CatchUps() prometheus.Counter { return m.catchUps }
 
 // SlowClosed is spoolcast_ws_slow_closed_total.
 func (m *Metrics) SlowClosed() prometheus.Counter { return m.slowClosed }

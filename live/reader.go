@@ -2,10 +2,11 @@ package live
 
 import (
 	"context"
-	"sync/atomic"
+	"reflect"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
@@ -26,34 +27,68 @@ const (
 )
 
 // txSlack bounds how long before its commit a streamed row may have been
-// created: a row's created_at is its transaction's start, and reads look
-// only that far back, so that Postgres plans them over the newest weekly
-// partitions instead of all of them (0.13 ms against 1.4 ms with 25). Ingest
-// statements time out after seconds (the forwarder's 30 s, central's
-// --db-statement-timeout), so no row of theirs is older at commit; a row
-// written by a transaction open longer than this is in the feed but not
-// streamed.
+// created: a row's created_at is its ingest transaction's start, and ingest
+// runs as one statement cancelled by its timeout (the forwarder's 30 s,
+// central's --db-statement-timeout), far below this. Reads look back from
+// the last time the reader had read everything committed (caughtUp), not
+// from now: while another transaction holds the horizon back for hours (a
+// forgotten BEGIN, a backfill, an orphaned prepared transaction), rows that
+// committed at the start of the hold are still read when it ends. The bound
+// keeps reads to the newest weekly partitions (0.13 ms against 1.4 ms with
+// 25).
 const txSlack = time.Hour
+
 
 // horizon is the oldest transaction still running in the statement's
 // snapshot: every transaction below it has committed or aborted.
 const horizon = `pg_snapshot_xmin(pg_current_snapshot())`
 
-// The replica's reads, each in commit-safe order from a position. Rows at or
-// above the horizon are read too, only to learn that committed rows wait;
-// they are not delivered until the horizon passes them. A new notification's
-// read state is its own read_at: the read-all watermark is not joined.
+// historyColumns name the database's history in a statement: the cluster's
+// system identifier and the timeline of the WAL being written (a standby
+// cannot answer: the reader reads the primary).
+const historyColumns = `(SELECT system_identifier FROM pg_control_system()),
+	('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int`
+
+// readState is one statement's view: its horizon, the next transaction id
+// (xmax), Postgres's time and the history, computed once per statement.
+const readState = `SELECT ` + horizon + ` AS hz, pg_snapshot_xmax(pg_current_snapshot()) AS xmax, now() AS at, ` + historyColumns
+
+// The replica's reads, each in commit-safe order from a position ($1, $2),
+// at most $3 rows, only below the statement's horizon: rows at or above it
+// are not fetched, one index probe (held) tells that some have committed and
+// wait. A read always answers one row at least: the statement's state, with
+// no notification when none is new. A new notification's read state is its
+// own read_at: read-all is not joined.
 const (
-	readNotifications = `SELECT n.tx, n.user_id, ` + feed.NotificationFields + `, n.read_at, ` + horizon + `
-		FROM notifications n
-		WHERE (n.tx, n.id) > ($1::xid8, $2::bigint) AND n.created_at > $4 AND n.created_at < $5
-		ORDER BY n.tx, n.id
-		LIMIT $3`
-	readReadEvents = `SELECT r.tx, r.id, r.user_id, coalesce(r.read_id, ''), coalesce(r.through_id, ''), ` + horizon + `
-		FROM read_events r
-		WHERE (r.tx, r.id) > ($1::xid8, $2::bigint)
-		ORDER BY r.tx, r.id
-		LIMIT $3`
+	readNotifications = `SELECT s.hz, s.xmax, s.at, s.sys, s.tl,
+			EXISTS (SELECT 1 FROM notifications h WHERE h.tx >= s.hz AND (h.tx, h.id) > ($1::xid8, $2::bigint)
+				AND h.created_at >= $4 AND h.created_at < s.at + $5::interval),
+			n.tx, n.user_id, ` + feed.NotificationFields + `, n.read_at
+		FROM (` + readState + `) s(hz, xmax, at, sys, tl)
+		LEFT JOIN LATERAL (
+			SELECT n.* FROM notifications n
+			WHERE (n.tx, n.id) > ($1::xid8, $2::bigint) AND n.tx < s.hz
+			  AND n.created_at >= $4 AND n.created_at < s.at + $5::interval
+			ORDER BY n.tx, n.id
+			LIMIT $3) n ON true
+		ORDER BY n.tx, n.id`
+	readReadEvents = `SELECT s.hz,
+			EXISTS (SELECT 1 FROM read_events h WHERE h.tx >= s.hz AND (h.tx, h.id) > ($1::xid8, $2::bigint)),
+			r.tx, r.id, r.user_id, coalesce(r.read_id, ''), coalesce(r.through_id, ''), r.through_at, r.through_seq, r.snapshot::text
+		FROM (SELECT ` + horizon + `) s(hz)
+		LEFT JOIN LATERAL (
+			SELECT r.* FROM read_events r
+			WHERE (r.tx, r.id) > ($1::xid8, $2::bigint) AND r.tx < s.hz
+			ORDER BY r.tx, r.id
+			LIMIT $3) r ON true
+		ORDER BY r.tx, r.id`
+	// readAllLeft lists what a read-all (snapshot $2, covering through ($3,
+	// $4) in feed order) left unread: the user's notifications that committed
+	// after it was asked though older in feed order.
+	readAllLeft = `SELECT n.created_at, n.id FROM notifications n
+		WHERE n.user_id = $1 AND n.tx >= pg_snapshot_xmin($2::pg_snapshot)
+		  AND (n.created_at, n.id) <= ($3, $4) AND NOT pg_visible_in_snapshot(n.tx, $2::pg_snapshot)
+		ORDER BY n.tx, n.id LIMIT 100`
 )
 
 // reader is the replica's one reader of newly committed rows.
@@ -62,16 +97,12 @@ type reader struct {
 	notes   Position // the last notification read
 	reads   Position // the last read-state change read
 	failLog *lograte.Limiter
-	// skew is Postgres's clock minus this process's, measured at start: the
-	// bounds on created_at are Postgres times.
-	skew atomic.Int64
+	// caughtUp is Postgres's time at the last read that found every
+	// committed notification read: every row not read yet is from a
+	// transaction running then or started since.
+	caughtUp time.Time
+	history  History
 }
-
-// now is Postgres's time, as the hub's clock corrected by the skew.
-func (r *reader) now() time.Time { return r.hub.cfg.Clock.Now().Add(time.Duration(r.skew.Load())) }
-
-// newest bounds the created_at of rows a read may find.
-func (r *reader) newest() time.Time { return r.now().Add(feed.FutureSlack) }
 
 // run positions the reader at the horizon, then reads on every wake-up, on
 // the poll interval, and soon again while committed rows wait behind an
@@ -154,15 +185,33 @@ func (r *reader) failed(err error) {
 // position starts the reader at the horizon: what committed before it is
 // for the feed and for resumes.
 func (r *reader) position(ctx context.Context) error {
-	var h uint64
-	var now time.Time
-	if err := r.hub.cfg.DB.QueryRow(ctx, `SELECT `+horizon+`, now()`).Scan(&h, &now); err != nil {
+	st, err := readStateOf(ctx, r.hub.cfg.DB)
+	if err != nil {
 		return err
 	}
-	r.skew.Store(int64(clock.Until(r.hub.cfg.Clock, now)))
-	r.notes = Position{Tx: h}
-	r.reads = Position{Tx: h}
+	r.notes = Position{Tx: st.horizon}
+	r.reads = Position{Tx: st.horizon}
+	r.caughtUp = st.at
+	r.history = st.history
+	r.hub.seen(st)
 	return nil
+}
+
+// dbState is what one statement saw of the database.
+type dbState struct {
+	horizon, xmax uint64
+	at            time.Time
+	history       History
+}
+
+// readStateOf reads the database's state in a statement of its own.
+func readStateOf(ctx context.Context, db DB) (dbState, error) {
+	var st dbState
+	var sys int64
+	var tl int32
+	err := db.QueryRow(ctx, readState, pgx.QueryExecModeCacheDescribe).Scan(&st.horizon, &st.xmax, &st.at, &sys, &tl)
+	st.history = History{System: uint64(sys), Timeline: uint32(tl)}
+	return st, err
 }
 
 // read reads and delivers one page of each table. more: a page was full,
@@ -179,80 +228,184 @@ func (r *reader) read(ctx context.Context) (more, held bool, err error) {
 	return moreN || moreR, heldN || heldR, nil
 }
 
-// committedRow is one row of a commit-order read: where it stands, whose it
-// is, the read's horizon, and the frame it becomes (built only for a user
-// with a socket here).
-type committedRow struct {
-	pos     Position
-	user    string
-	horizon uint64
-	frame   func() (frame, error)
+// delivery is a frame for one user's sockets.
+type delivery struct {
+	user  string
+	frame func() (frame, error)
 }
 
-// readCommitted reads one page of query in commit order after *at and
-// delivers each row below the read's horizon, moving *at past it. It stops
-// at the first row at or above the horizon: held, a later read returns it.
-func (r *reader) readCommitted(ctx context.Context, at *Position, query string, args []any, scan func(pgx.Rows) (committedRow, error)) (more, held bool, err error) {
-	rows, err := r.hub.cfg.DB.Query(ctx, query, append([]any{at.Tx, at.ID, readPage}, args...)...)
+// deliver builds and sends the frames of users with a socket here.
+func (r *reader) deliver(ds []delivery) error {
+	for _, d := range ds {
+		if !r.hub.connected(d.user) {
+			continue
+		}
+		f, err := d.frame()
+		if err != nil {
+			return err
+		}
+		r.hub.deliver(d.user, f)
+	}
+	return nil
+}
+
+// readNotifications reads and delivers one page of notifications. A row in
+// another history than the one the reader stands in means a restore or a
+// failover: the reader starts again at the new horizon, and every socket is
+// closed so that its app resumes (and, with a cursor from the old history,
+// starts over).
+func (r *reader) readNotifications(ctx context.Context) (more, held bool, err error) {
+	rows, err := r.hub.cfg.DB.Query(ctx, readNotifications, r.notes.Tx, r.notes.ID, readPage, r.caughtUp.Add(-r.hub.cfg.txSlack), feed.FutureSlack)
 	if err != nil {
 		return false, false, err
 	}
 	defer rows.Close()
+	var st dbState
+	var ds []delivery
 	n := 0
 	for rows.Next() {
+		var sys int64
+		var tl int32
+		var tx *uint64
+		var user *string
+		var note feed.Notification
+		var fields orNull
+		dest := []any{&st.horizon, &st.xmax, &st.at, &sys, &tl, &held, &tx, &user}
+		if err := rows.Scan(append(dest, fields.wrap(note.ScanTargets())...)...); err != nil {
+			return false, false, err
+		}
+		st.history = History{System: uint64(sys), Timeline: uint32(tl)}
+		if tx == nil {
+			break // nothing new: the state alone
+		}
+		fields.fill()
 		n++
-		row, err := scan(rows)
-		if err != nil {
-			return false, false, err
-		}
-		if row.pos.Tx >= row.horizon {
-			held = true
-			break
-		}
-		*at = row.pos
-		if !r.hub.connected(row.user) {
-			continue
-		}
-		f, err := row.frame()
-		if err != nil {
-			return false, false, err
-		}
-		r.hub.deliver(row.user, f)
+		pos := Position{Tx: *tx, ID: note.ID}
+		r.notes = pos
+		c := Cursor{Position: pos, At: note.CreatedAt, History: st.history}
+		ds = append(ds, delivery{user: *user, frame: func() (frame, error) { return notificationFrame(note, c, true) }})
 	}
 	if err := rows.Err(); err != nil {
 		return false, false, err
 	}
-	return n == readPage && !held, held, nil
+	rows.Close()
+	if st.history != r.history {
+		r.historyChanged(ctx, st)
+		return false, false, nil
+	}
+	r.hub.seen(st)
+	more = n == readPage
+	if !more && !held {
+		r.caughtUp = st.at
+	}
+	return more, held, r.deliver(ds)
 }
 
-func (r *reader) readNotifications(ctx context.Context) (more, held bool, err error) {
-	now := r.now()
-	return r.readCommitted(ctx, &r.notes, readNotifications, []any{now.Add(-txSlack), now.Add(feed.FutureSlack)}, func(rows pgx.Rows) (committedRow, error) {
-		var row committedRow
-		var note feed.Notification
-		dest := append([]any{&row.pos.Tx, &row.user}, note.ScanTargets()...)
-		if err := rows.Scan(append(dest, &row.horizon)...); err != nil {
-			return row, err
-		}
-		row.pos.ID = note.ID
-		row.frame = func() (frame, error) {
-			return notificationFrame(note, Cursor{Position: row.pos, At: note.CreatedAt}, true)
-		}
-		return row, nil
-	})
+// historyChanged repositions the reader in a new history and closes every
+// socket, whose frames from here on could not follow their cursors.
+func (r *reader) historyChanged(ctx context.Context, st dbState) {
+	r.hub.log.Warn("the database's history changed (a restore, or a failover to a standby): the live stream starts again at the new horizon and every socket reconnects",
+		"system_identifier_was", r.history.System, "system_identifier", st.history.System, "timeline_was", r.history.Timeline, "timeline", st.history.Timeline)
+	r.notes, r.reads = Position{Tx: st.horizon}, Position{Tx: st.horizon}
+	r.caughtUp, r.history = st.at, st.history
+	r.hub.seen(st)
+	r.hub.closeAll(StatusTryAgainLater, "the database failed over; reconnect")
 }
 
+// orNull scans columns that a LEFT JOIN leaves NULL when it matched
+// nothing into targets that cannot hold NULL: each such target gets a
+// pointer to scan into, copied in by fill once the row is known to be one.
+type orNull struct{ holders, targets []reflect.Value }
+
+// wrap returns what to scan into in place of targets (pointers; a target
+// that is a pointer to a pointer takes NULL as it is).
+func (o *orNull) wrap(targets []any) []any {
+	out := make([]any, len(targets))
+	for i, t := range targets {
+		v := reflect.ValueOf(t)
+		if v.Elem().Kind() == reflect.Pointer {
+			out[i] = t
+			continue
+		}
+		h := reflect.New(v.Type()) // **T
+		o.holders, o.targets = append(o.holders, h), append(o.targets, v)
+		out[i] = h.Interface()
+	}
+	return out
+}
+
+// fill copies what was scanned into the targets.
+func (o *orNull) fill() {
+	for i, h := range o.holders {
+		if p := h.Elem(); !p.IsNil() {
+			o.targets[i].Elem().Set(p.Elem())
+		}
+	}
+}
+
+// readReadEvents reads and delivers one page of read-state changes. A
+// read-all's frame names what it left unread (committed after it was asked),
+// read once every transaction it could not see has ended.
 func (r *reader) readReadEvents(ctx context.Context) (more, held bool, err error) {
-	return r.readCommitted(ctx, &r.reads, readReadEvents, nil, func(rows pgx.Rows) (committedRow, error) {
-		var row committedRow
-		msg := readMessage{Type: "read"}
-		if err := rows.Scan(&row.pos.Tx, &row.pos.ID, &row.user, &msg.ID, &msg.Through, &row.horizon); err != nil {
-			return row, err
+	rows, err := r.hub.cfg.DB.Query(ctx, readReadEvents, r.reads.Tx, r.reads.ID, readPage)
+	if err != nil {
+		return false, false, err
+	}
+	defer rows.Close()
+	type readAll struct {
+		msg      *readMessage
+		user     string
+		snapshot string
+		at       time.Time
+		seq      int64
+	}
+	var ds []delivery
+	var alls []readAll
+	var hz uint64
+	n := 0
+	for rows.Next() {
+		var tx *uint64
+		var id, throughSeq *int64
+		var user, readID, throughID, snapshot *string
+		var throughAt *time.Time
+		if err := rows.Scan(&hz, &held, &tx, &id, &user, &readID, &throughID, &throughAt, &throughSeq, &snapshot); err != nil {
+			return false, false, err
 		}
-		row.frame = func() (frame, error) {
+		if tx == nil {
+			break
+		}
+		n++
+		r.reads = Position{Tx: *tx, ID: *id}
+		msg := &readMessage{Type: "read", ID: *readID, Through: *throughID}
+		if throughAt != nil && throughSeq != nil {
+			msg.Through = feed.ID{CreatedAt: *throughAt, Seq: *throughSeq}.String()
+			if snapshot != nil && r.hub.connected(*user) {
+				alls = append(alls, readAll{msg: msg, user: *user, snapshot: *snapshot, at: *throughAt, seq: *throughSeq})
+			}
+		}
+		ds = append(ds, delivery{user: *user, frame: func() (frame, error) {
 			b, err := textFrame(msg)
 			return frame{kind: kindRead, bytes: b}, err
+		}})
+	}
+	if err := rows.Err(); err != nil {
+		return false, false, err
+	}
+	rows.Close()
+	for _, a := range alls {
+		left, err := r.hub.cfg.DB.Query(ctx, readAllLeft, a.user, a.snapshot, a.at, a.seq)
+		if err != nil {
+			return false, false, err
 		}
-		return row, nil
-	})
+		ids, err := pgx.CollectRows(left, func(row pgx.CollectableRow) (string, error) {
+			var id feed.ID
+			err := row.Scan(&id.CreatedAt, &id.Seq)
+			return id.String(), err
+		})
+		if err != nil {
+			return false, false, err
+		}
+		a.msg.Unread = ids
+	}
+	return n == readPage, held, r.deliver(ds)
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolcast/spoolcast/feed"
 )
@@ -17,13 +16,24 @@ var errSocketClosed = errors.New("socket closed")
 // resumePage is the most rows one resume read takes.
 const resumePage = 500
 
-// readSince is a user's feed read in commit-safe order from a position,
-// with the horizon and Postgres's time of the read.
-const readSince = `SELECT n.tx, ` + feed.NotificationColumns + `, ` + horizon + `, now()
-	FROM notifications n, ` + feed.ReadMark + ` w
-	WHERE n.user_id = $1 AND n.created_at >= $2 AND n.created_at < $6 AND (n.tx, n.id) > ($3::xid8, $4::bigint)
-	ORDER BY n.tx, n.id
-	LIMIT $5`
+// readSince is a user's feed read in commit-safe order after a position
+// ($3, $4), at most $5 rows below the statement's horizon, with the
+// statement's state (readState) and whether rows of the user wait above the
+// horizon (held). It always answers one row at least: the state, with no
+// notification when none is new.
+const readSince = `SELECT s.hz, s.xmax, s.at, s.sys, s.tl,
+		EXISTS (SELECT 1 FROM notifications h WHERE h.user_id = $1 AND h.tx >= s.hz AND (h.tx, h.id) > ($3::xid8, $4::bigint)
+			AND h.created_at >= $2 AND h.created_at < s.at + $6::interval),
+		n.*
+	FROM (` + readState + `) s(hz, xmax, at, sys, tl)
+	LEFT JOIN LATERAL (
+		SELECT n.tx, ` + feed.NotificationFields + `, ` + feed.ReadState + ` AS read_state
+		FROM notifications n, ` + feed.ReadMark + ` w
+		WHERE n.user_id = $1 AND (n.tx, n.id) > ($3::xid8, $4::bigint) AND n.tx < s.hz
+		  AND n.created_at >= $2 AND n.created_at < s.at + $6::interval
+		ORDER BY n.tx, n.id
+		LIMIT $5) n ON true
+	ORDER BY n.tx, n.id`
 
 // Changes is a user's notifications committed after a cursor, in commit
 // order: a resume page, or a pull-to-refresh answer.
@@ -42,49 +52,67 @@ type Changes struct {
 // Since reads up to limit notifications of user committed after the cursor,
 // oldest first in commit order. Only rows below the read's horizon are
 // returned: a row whose transaction was still running, or began before one
-// still running, comes in a later read, never skipped. newest bounds the
-// created_at of new rows (now, plus a margin for clock skew).
-func Since(ctx context.Context, db DB, user string, after Cursor, limit int, newest time.Time) (Changes, error) {
-	rows, err := db.Query(ctx, readSince, user, after.At.Add(-txSlack), after.Tx, after.ID, limit+1, newest)
+// still running, comes in a later read, never skipped. A cursor from another
+// history of the database, or beyond what it has seen, is ErrOtherHistory.
+func Since(ctx context.Context, db DB, user string, after Cursor, limit int) (Changes, error) {
+	return since(ctx, db, user, after, limit, txSlack)
+}
+
+// since is Since looking slack before the cursor's time.
+func since(ctx context.Context, db DB, user string, after Cursor, limit int, slack time.Duration) (Changes, error) {
+	rows, err := db.Query(ctx, readSince, user, after.At.Add(-slack), after.Tx, after.ID, limit+1, feed.FutureSlack)
 	if err != nil {
 		return Changes{}, err
 	}
 	defer rows.Close()
 	out := Changes{End: after}
-	var hz uint64
-	var now time.Time
-	n := 0
+	var st dbState
+	var held bool
 	for rows.Next() {
-		n++
-		var tx uint64
+		var sys int64
+		var tl int32
+		var tx *uint64
 		var note feed.Notification
-		dest := append([]any{&tx}, note.ScanTargets()...)
-		if err := rows.Scan(append(dest, &hz, &now)...); err != nil {
+		var fields orNull
+		dest := []any{&st.horizon, &st.xmax, &st.at, &sys, &tl, &held, &tx}
+		if err := rows.Scan(append(dest, fields.wrap(note.ScanTargets())...)...); err != nil {
 			return Changes{}, err
 		}
-		p := Position{Tx: tx, ID: note.ID}
-		if p.Tx >= hz {
-			break // committed, but behind a transaction still running: a later read returns it
+		st.history = History{System: uint64(sys), Timeline: uint32(tl)}
+		if tx == nil {
+			break
 		}
 		if len(out.Items) == limit {
 			out.More = true
 			break
 		}
+		fields.fill()
 		out.Items = append(out.Items, note)
-		out.Cursors = append(out.Cursors, Cursor{Position: p, At: note.CreatedAt})
-		out.End = out.Cursors[len(out.Cursors)-1]
+		out.Cursors = append(out.Cursors, Cursor{Position: Position{Tx: *tx, ID: note.ID}, At: note.CreatedAt})
 	}
 	if err := rows.Err(); err != nil {
 		return Changes{}, err
 	}
-	if n > 0 && !out.More {
-		// Every row after the cursor and below this read's horizon was
-		// read: the reader may stand at the horizon. (Not after an empty
-		// read: a horizon read by another statement could pass a row that
-		// committed since.)
-		out.End = cursorAt(out.End.Position, hz, now)
-		if out.End.At.Before(after.At) {
-			out.End.At = after.At
+	if after.History != (History{}) && after.History != st.history || after.Tx > st.xmax {
+		return Changes{}, ErrOtherHistory
+	}
+	for i := range out.Cursors {
+		out.Cursors[i].History = st.history
+	}
+	if len(out.Cursors) > 0 {
+		out.End = out.Cursors[len(out.Cursors)-1]
+	}
+	out.End.History = st.history
+	if !out.More {
+		// Every row after the cursor and below this read's horizon was read
+		// (the horizon is this statement's): the reader may stand at the
+		// horizon. Its time moves to now only when no row of the user waits
+		// above it; otherwise it keeps the time that bounds those rows.
+		if h := (Position{Tx: st.horizon}); out.End.Position.Less(h) {
+			out.End.Position = h
+		}
+		if !held && out.End.At.Before(st.at) {
+			out.End.At = st.at
 		}
 	}
 	return out, nil
@@ -94,12 +122,11 @@ func Since(ctx context.Context, db DB, user string, after Cursor, limit int, new
 // committed below it is visible to any read that starts after this one;
 // every row above it is returned by Since from this cursor.
 func Now(ctx context.Context, db DB) (Cursor, error) {
-	var hz uint64
-	var now time.Time
-	if err := db.QueryRow(ctx, `SELECT `+horizon+`, now()`, pgx.QueryExecModeCacheDescribe).Scan(&hz, &now); err != nil {
+	st, err := readStateOf(ctx, db)
+	if err != nil {
 		return Cursor{}, err
 	}
-	return cursorAt(Position{}, hz, now), nil
+	return Cursor{Position: Position{Tx: st.horizon}, At: st.at, History: st.history}, nil
 }
 
 // resume sends s every notification of its user after the cursor, oldest
@@ -112,6 +139,12 @@ func (h *Hub) resume(ctx context.Context, s *socket, after *Cursor) {
 	if errors.Is(err, errSocketClosed) {
 		return // the app left, or the socket was closed meanwhile
 	}
+	if errors.Is(err, ErrOtherHistory) {
+		// Checked before the upgrade too; here when the history changed
+		// since. The app's next handshake is refused with invalid-cursor.
+		s.close(ws.StatusPolicyViolation, "the cursor is from another history of the database; reconnect without it")
+		return
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			h.log.Warn("resume failed; the app reconnects and tries again", "err", err)
@@ -120,6 +153,18 @@ func (h *Hub) resume(ctx context.Context, s *socket, after *Cursor) {
 		return
 	}
 	s.endResume(end)
+}
+
+// catchUp sends s, from Postgres, the notifications after from that a burst
+// made it drop, at the pace it reads, then the live frames held meanwhile:
+// a resume without a ready frame. It runs under the hub's loops.
+func (h *Hub) catchUp(s *socket, from Cursor) {
+	if st := h.state.Load(); st != nil {
+		from.History = st.history
+	}
+	if !h.svc.Go(h.serving, func(ctx context.Context) { h.resume(ctx, s, &from) }) {
+		s.close(ws.StatusGoingAway, "server shutting down; reconnect")
+	}
 }
 
 // resumeRows sends the rows after the cursor and returns where the socket's
@@ -133,7 +178,7 @@ func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor,
 	end := *after
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		page, err := Since(rctx, h.cfg.DB, s.user, end, resumePage, h.reader.newest())
+		page, err := since(rctx, h.cfg.DB, s.user, end, resumePage, h.cfg.txSlack)
 		cancel()
 		if err != nil {
 			return Cursor{}, err
@@ -155,13 +200,4 @@ func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor,
 			return end, nil
 		}
 	}
-}
-
-// cursorAt is the later of pos and the horizon hz, at time now.
-func cursorAt(pos Position, hz uint64, now time.Time) Cursor {
-	c := Cursor{Position: pos, At: now}
-	if h := (Position{Tx: hz}); pos.Less(h) {
-		c.Position = h
-	}
-	return c
 }

@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 
@@ -25,6 +26,18 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 			return
 		}
 		after = &c
+	}
+	if after != nil {
+		switch err := h.checkCursor(r.Context(), *after); {
+		case errors.Is(err, ErrOtherHistory):
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor,
+				"after is from another history of the database (it was restored or failed over): connect without it and load the feed").On("after"))
+			return
+		case err != nil:
+			w.Header().Set("Retry-After", "1")
+			problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "the stream cannot check the cursor now; reconnect"))
+			return
+		}
 	}
 	if p := handshakeProblem(r); p != nil {
 		if p.Status == http.StatusUpgradeRequired {
@@ -99,4 +112,23 @@ func headerHasToken(values []string, token string) bool {
 		}
 	}
 	return false
+}
+
+// checkCursor refuses a cursor from another history of the database, or
+// beyond what it has seen (ErrOtherHistory). The reader's last look answers
+// for a cursor of its history and below its next transaction id; any other
+// (a version 1 cursor without a history, a newer id) is checked against
+// Postgres.
+func (h *Hub) checkCursor(ctx context.Context, c Cursor) error {
+	if st := h.state.Load(); st != nil && c.History == st.history && c.Tx <= st.xmax {
+		return nil
+	}
+	st, err := readStateOf(ctx, h.cfg.DB)
+	if err != nil {
+		return err
+	}
+	if c.History != (History{}) && c.History != st.history || c.Tx > st.xmax {
+		return ErrOtherHistory
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gobwas/ws"
 )
@@ -32,10 +33,13 @@ type socket struct {
 	writing  bool
 	closing  bool // a close frame is queued: nothing more is accepted
 	gone     bool // the connection is closed
-	resuming bool
+	resuming bool     // the resume, or a catch-up, is reading from Postgres: live frames are held
+	catching bool     // the resuming is a catch-up
+	behind   bool     // live notifications were dropped (a burst): catch up from Postgres after last
 	slow     bool     // counted as too slow
 	held     []frame  // live frames that arrived during the resume
 	last     Position // the last notification queued
+	lastAt   time.Time // its created_at, or the time of the resume's end there
 	room     chan struct{}
 }
 
@@ -44,7 +48,8 @@ func newSocket(h *Hub, conn net.Conn, user string) *socket {
 }
 
 // offer takes a live frame from the reader: held while the socket resumes,
-// dropped when it is a notification already sent.
+// dropped when it is a notification already sent, or one a catch-up from
+// Postgres will send.
 func (s *socket) offer(f frame) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -53,8 +58,11 @@ func (s *socket) offer(f frame) {
 	}
 	if s.resuming {
 		if len(s.held) >= s.hub.cfg.QueueFrames {
-			s.tooSlowLocked()
-			return
+			s.fallBehindLocked()
+			if len(s.held) >= s.hub.cfg.QueueFrames {
+				s.tooSlowLocked() // read-state frames alone fill it
+				return
+			}
 		}
 		s.held = append(s.held, f)
 		return
@@ -64,12 +72,37 @@ func (s *socket) offer(f frame) {
 
 func (s *socket) queueLiveLocked(f frame) {
 	if f.kind == kindNotification {
-		if !s.last.Less(f.pos) {
-			return // sent by the resume already
+		if !s.last.Less(f.pos) || s.behind {
+			return // sent by the resume already, or the catch-up sends it
 		}
-		s.last = f.pos
+		if len(s.queue) >= s.hub.cfg.QueueFrames || s.queued+len(f.bytes) > s.hub.cfg.QueueBytes && len(s.queue) > 0 {
+			// A burst larger than the queue: the socket catches up from
+			// Postgres once what is queued is written, at the pace it
+			// reads. Only a peer that stops reading is closed (the
+			// writer's timeout).
+			s.behind = true
+			s.hub.metrics.catchUps.Inc()
+			return
+		}
+		s.last, s.lastAt = f.pos, f.createdAt
 	}
 	s.enqueueLocked(f)
+}
+
+// fallBehindLocked drops the held notifications: a catch-up after the
+// resume reads them from Postgres.
+func (s *socket) fallBehindLocked() {
+	kept := s.held[:0]
+	for _, f := range s.held {
+		if f.kind != kindNotification {
+			kept = append(kept, f)
+		}
+	}
+	s.held = kept
+	if !s.behind {
+		s.behind = true
+		s.hub.metrics.catchUps.Inc()
+	}
 }
 
 // enqueue queues a frame outside the resume's order: pings and pongs.
@@ -82,7 +115,13 @@ func (s *socket) enqueue(f frame) {
 }
 
 func (s *socket) enqueueLocked(f frame) {
-	if len(s.queue) >= s.hub.cfg.QueueFrames || s.queued+len(f.bytes) > s.hub.cfg.QueueBytes && len(s.queue) > 0 {
+	// Pings and pongs may pass a queue that a burst filled: a socket is too
+	// slow only when its peer stops reading (the writer's timeout).
+	spare := 0
+	if f.kind == kindPing || f.kind == kindPong {
+		spare = 16
+	}
+	if len(s.queue) >= s.hub.cfg.QueueFrames+spare || s.queued+len(f.bytes) > s.hub.cfg.QueueBytes+spare*256 && len(s.queue) > 0 {
 		s.tooSlowLocked()
 		return
 	}
@@ -102,7 +141,7 @@ func (s *socket) resumed(ctx context.Context, f frame) bool {
 			return false
 		}
 		if len(s.queue) < s.hub.cfg.QueueFrames/2 && s.queued < s.hub.cfg.QueueBytes/2 {
-			s.last = f.pos
+			s.last, s.lastAt = f.pos, f.createdAt
 			s.queue = append(s.queue, f)
 			s.queued += len(f.bytes)
 			s.startWriterLocked()
@@ -123,10 +162,17 @@ func (s *socket) resumed(ctx context.Context, f frame) bool {
 	}
 }
 
-// endResume sends ready with the cursor the resume ended at, then the live
-// frames held meanwhile that come after it.
+// endResume sends ready with the cursor the resume ended at (none after a
+// catch-up), then the live frames held meanwhile that come after it.
 func (s *socket) endResume(end Cursor) {
-	ready, err := textFrame(readyMessage{Type: "ready", Cursor: end.String()})
+	var ready []byte
+	var err error
+	s.mu.Lock()
+	catchUp := s.catching
+	s.mu.Unlock()
+	if !catchUp {
+		ready, err = textFrame(readyMessage{Type: "ready", Cursor: end.String()})
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
@@ -136,11 +182,13 @@ func (s *socket) endResume(end Cursor) {
 		s.closeLocked(ws.StatusInternalServerError, "try again")
 		return
 	}
-	s.resuming = false
+	s.resuming, s.catching = false, false
 	if s.last.Less(end.Position) {
-		s.last = end.Position
+		s.last, s.lastAt = end.Position, end.At
 	}
-	s.enqueueLocked(frame{kind: kindReady, bytes: ready})
+	if !catchUp {
+		s.enqueueLocked(frame{kind: kindReady, bytes: ready})
+	}
 	held := s.held
 	s.held = nil
 	for _, f := range held {
@@ -201,7 +249,15 @@ func (s *socket) write() {
 		s.queue, s.queued = nil, 0
 		if len(batch) == 0 {
 			s.writing = false
+			catchUp := s.behind && !s.resuming && !s.closing
+			if catchUp {
+				s.behind, s.resuming, s.catching = false, true, true
+			}
+			from := Cursor{Position: s.last, At: s.lastAt}
 			s.mu.Unlock()
+			if catchUp {
+				s.hub.catchUp(s, from)
+			}
 			return
 		}
 		s.mu.Unlock()

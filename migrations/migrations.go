@@ -24,6 +24,10 @@ import (
 //go:embed *.sql
 var files embed.FS
 
+// goMigrations are the migrations written in Go, where plain SQL cannot do
+// the work (an index built concurrently, partition by partition).
+var goMigrations = []*goose.Migration{m007}
+
 // Status is one migration's state.
 type Status struct {
 	Version int64
@@ -41,7 +45,7 @@ func provider(db *sql.DB, logger *slog.Logger) (*goose.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []goose.ProviderOption{goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true)}
+	opts := []goose.ProviderOption{goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true), goose.WithGoMigrations(goMigrations...)}
 	if logger != nil {
 		opts = append(opts, goose.WithSlog(logger.With("component", "migrate")))
 	}
@@ -101,6 +105,9 @@ func List(ctx context.Context, databaseURL string) ([]Status, error) {
 func Latest() int64 {
 	names, _ := fs.Glob(files, "*.sql")
 	var latest int64
+	for _, m := range goMigrations {
+		latest = max(latest, m.Version)
+	}
 	for _, name := range names {
 		digits, _, _ := strings.Cut(name, "_")
 		if v, err := strconv.ParseInt(digits, 10, 64); err == nil {

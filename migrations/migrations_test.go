@@ -57,3 +57,30 @@ func TestReplicasMigratingTogetherApplyEachMigrationOnce(t *testing.T) {
 		t.Errorf("a second up applied %v, %v; want nothing", again, err)
 	}
 }
+
+// Migration 7 builds the resume index partition by partition; every
+// partition present, with rows, ends with a valid index attached to the
+// parent's, and partitions made later get it too.
+func TestTheCommitOrderIndexCoversEveryPartitionAndIsValid(t *testing.T) {
+	url := pgtest.DB(t)
+	pool := pgtest.Connect(t, url)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `SELECT spoolcast_ensure_week_partition('notifications', now() + interval '70 days')`); err != nil {
+		t.Fatal(err)
+	}
+	var valid bool
+	var parts, indexed int
+	err := pool.QueryRow(ctx, `SELECT i.indisvalid,
+			(SELECT count(*) FROM pg_inherits WHERE inhparent = 'notifications'::regclass),
+			(SELECT count(*) FROM pg_inherits WHERE inhparent = 'notifications_user_commit_order'::regclass)
+		FROM pg_index i WHERE i.indexrelid = 'notifications_user_commit_order'::regclass`).Scan(&valid, &parts, &indexed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !valid || parts == 0 || indexed != parts {
+		t.Errorf("index valid %v, on %d of %d partitions; want valid on all", valid, indexed, parts)
+	}
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM information_schema.columns WHERE table_name = 'read_marks' AND column_name = 'snapshot'`); n != 1 {
+		t.Errorf("read_marks.snapshot columns: %d, want 1", n)
+	}
+}

@@ -22,7 +22,7 @@ func (l *liveFlags) register(fs *flag.FlagSet) {
 	fs.Var(&l.allowedOrigins, "allowed-origins", "browser origins that may open /v1/stream, comma-separated (https://app.example.com), or * for any; native apps (no Origin) and central's own host always may")
 	fs.DurationVar(&l.pollInterval, "live-poll-interval", 500*time.Millisecond, "how often the live stream reads new notifications without a wake-up: the longest a lost wake-up delays a frame")
 	fs.DurationVar(&l.pingInterval, "ws-ping-interval", 30*time.Second, "how often each stream socket is pinged; a socket silent for two intervals is dropped")
-	fs.Var(&l.queueBytes, "ws-queue-bytes", "most bytes waiting to be written to one stream socket (and at most 1024 frames); a socket past it is closed as too slow (1013) and its app resumes from its cursor. Idle sockets hold none of it")
+	fs.Var(&l.queueBytes, "ws-queue-bytes", "most bytes waiting to be written to one stream socket (and at most 1024 frames); a burst past it is read from Postgres at the pace the socket reads, instead of queued. Idle sockets hold none of it")
 }
 
 func (l *liveFlags) validate() error {

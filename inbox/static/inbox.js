@@ -261,9 +261,13 @@
   }
 
   async function markAllRead() {
+    // What is shown now had committed when read-all is asked: it is covered.
+    // What arrives while the request runs may have committed after; the
+    // stream's read frame says which.
+    const shown = new Set(state.items.keys());
     try {
       const { read_through } = await api("/v1/notifications/read-all", { method: "POST" });
-      if (read_through) showReadThrough(read_through);
+      if (read_through) showReadThrough(read_through, [], shown);
       refreshBadge();
     } catch (err) {
       if (!(err instanceof Ignored)) console.warn("mark all read:", err);
@@ -271,17 +275,20 @@
   }
 
   // showReadThrough shows what read-all covered: the item and everything
-  // older in feed order. An item not loaded here (read-all in another
-  // session, on newer items than this one has) means re-reading the read
-  // state.
-  function showReadThrough(id) {
+  // older in feed order, but for what committed after read-all was asked
+  // (the read frame's "unread"), which stays as it is. An item not loaded
+  // here (read-all in another session, on newer items than this one has)
+  // means re-reading the read state. only, when set, limits it to those ids.
+  function showReadThrough(id, unread = [], only = null) {
     const through = state.items.get(id);
     if (!through) {
       syncReadState();
       return;
     }
+    const left = new Set(unread);
     for (const { item } of state.items.values()) {
-      if (!newer(item, through.item)) showRead(item.id);
+      if (newer(item, through.item) || left.has(item.id) || (only && !only.has(item.id))) continue;
+      showRead(item.id);
     }
   }
 
@@ -384,7 +391,7 @@
           break;
         case "read":
           if (frame.id) showRead(frame.id);
-          if (frame.through) showReadThrough(frame.through);
+          if (frame.through) showReadThrough(frame.through, frame.unread);
           refreshBadge();
           break;
       }

@@ -29,16 +29,18 @@ type Message struct {
 	Cursor  string          `json:"cursor,omitempty"`
 	ID      string          `json:"id,omitempty"`
 	Through string          `json:"through,omitempty"`
+	Unread  []string        `json:"unread,omitempty"`
 	// Raw is the frame's payload as sent.
 	Raw []byte `json:"-"`
 }
 
 // Item is the notification a notification frame carries.
 type Item struct {
-	ID    string `json:"id"`
-	Type  string `json:"type"`
-	Title string `json:"title"`
-	Body  string `json:"body"`
+	ID     string     `json:"id"`
+	Type   string     `json:"type"`
+	Title  string     `json:"title"`
+	Body   string     `json:"body"`
+	ReadAt *time.Time `json:"read_at"`
 }
 
 // Item decodes a notification frame's data.

@@ -7,4 +7,8 @@
 //
 // The rule it keeps: nothing is deleted row by row where a partition can be
 // dropped, and nothing holds a long transaction or a lock on the claim path.
+// Its DDL never takes a lock that queues readers or writers of a partitioned
+// table (partitions are attached, and detached CONCURRENTLY, before a drop
+// that locks the detached table alone), and gives up any lock wait after
+// Config.LockTimeout, for the next pass to retry.
 package lifecycle

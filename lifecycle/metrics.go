@@ -4,11 +4,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spoolcast/spoolcast/internal/metric"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/metric"
 )
 
 // Metrics are maintenance's metrics.
@@ -16,6 +15,7 @@ type Metrics struct {
 	passes      *prometheus.CounterVec
 	keysExpired prometheus.Counter
 	dropped     prometheus.Counter
+	lockWaits   *prometheus.CounterVec
 	lastPass    prometheus.Gauge
 	lastTook    prometheus.Gauge
 
@@ -37,6 +37,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Claimed keys deleted past the key window."),
 		dropped: metric.Counter("spoolcast_maintenance_partitions_dropped_total",
 			"Partitions dropped past retention."),
+		lockWaits: metric.CounterVec("spoolcast_maintenance_ddl_lock_timeouts_total",
+			"Maintenance DDL statements that gave up waiting for a lock another session held, by op: create (a partition ahead), detach, finalize (a detach left pending), drop. The next pass retries them.", "op"),
 		lastPass: metric.Gauge("spoolcast_maintenance_last_pass_timestamp_seconds",
 			"When this replica last ran a maintenance pass (unix seconds); 0 before the first."),
 		lastTook: metric.Gauge("spoolcast_maintenance_last_pass_duration_seconds",
@@ -48,14 +50,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"ran", "skipped", "failed"} {
 		m.passes.WithLabelValues(r)
 	}
+	for _, op := range []string{OpCreate, OpDetach, OpFinalize, OpDrop} {
+		m.lockWaits.WithLabelValues(op)
+	}
 	if reg != nil {
-		reg.MustRegister(m.passes, m.keysExpired, m.dropped, m.lastPass, m.lastTook, m)
+		reg.MustRegister(m.passes, m.keysExpired, m.dropped, m.lockWaits, m.lastPass, m.lastTook, m)
 	}
 	return m
 }
 
 func (m *Metrics) observe(rep Report, err error, clk clock.Clock) {
 	now := clk.Now()
+	for _, t := range rep.LockTimeouts {
+		m.lockWaits.WithLabelValues(t.Op).Inc()
+	}
 	switch {
 	case err != nil:
 		m.passes.WithLabelValues("failed").Inc()
@@ -79,6 +87,9 @@ func (m *Metrics) observePartitions(parts []Partition, clk clock.Clock) {
 	m.partitions, m.seenAt, m.clock = parts, clk.Now(), clk
 	m.mu.Unlock()
 }
+
+// LockTimeouts is the counter of DDL lock timeouts of op, for tests.
+func (m *Metrics) LockTimeouts(op string) prometheus.Counter { return m.lockWaits.WithLabelValues(op) }
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {

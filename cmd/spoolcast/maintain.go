@@ -19,19 +19,21 @@ import (
 // lifecycleFlags are the storage lifetimes central keeps, shared by
 // `spoolcast central` and `spoolcast maintain`.
 type lifecycleFlags struct {
-	keyWindow  time.Duration
-	retention  time.Duration
-	weeksAhead int
+	keyWindow   time.Duration
+	retention   time.Duration
+	weeksAhead  int
+	lockTimeout time.Duration
 }
 
 func (l *lifecycleFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&l.keyWindow, "key-window", 7*24*time.Hour, "how long claimed keys are kept: a re-sent event inside it is recognised (exactly once); must exceed every relay's --key-ttl")
 	fs.DurationVar(&l.retention, "notification-retention", 90*24*time.Hour, "how long notifications are kept; weekly partitions wholly older are dropped (0 keeps everything)")
 	fs.IntVar(&l.weeksAhead, "partitions-ahead", 4, "weekly partitions created ahead of the current one")
+	fs.DurationVar(&l.lockTimeout, "ddl-lock-timeout", lifecycle.DefaultLockTimeout, "longest a maintenance DDL statement (attach, detach, drop of a partition) waits for a lock held by another transaction; past it the pass counts it and the next pass retries")
 }
 
 func (l *lifecycleFlags) config() lifecycle.Config {
-	return lifecycle.Config{KeyWindow: l.keyWindow, Retention: l.retention, WeeksAhead: l.weeksAhead}
+	return lifecycle.Config{KeyWindow: l.keyWindow, Retention: l.retention, WeeksAhead: l.weeksAhead, LockTimeout: l.lockTimeout}
 }
 
 // maintainCommand is `spoolcast maintain`: one maintenance pass, printed.
@@ -74,10 +76,26 @@ func maintainCommand() (*flag.FlagSet, runFunc) {
 			return err
 		}
 		if asJSON {
-			return json.NewEncoder(os.Stdout).Encode(rep)
+			err = json.NewEncoder(os.Stdout).Encode(rep)
+		} else {
+			err = printReport(rep)
 		}
-		return printReport(rep)
+		if err == nil && len(rep.LockTimeouts) > 0 {
+			// The rest of the pass is done; the exit status tells a CronJob
+			// (whose metrics nobody scrapes) that some DDL is left to retry.
+			err = fmt.Errorf("%d DDL statements gave up waiting for a lock another session holds (%s); run again once it ends",
+				len(rep.LockTimeouts), lockTimeoutList(rep.LockTimeouts))
+		}
+		return err
 	}
+}
+
+func lockTimeoutList(ts []lifecycle.DDLLockTimeout) string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.Op+" "+t.Partition)
+	}
+	return strings.Join(out, ", ")
 }
 
 func printReport(rep lifecycle.Report) error {
@@ -89,6 +107,9 @@ func printReport(rep lifecycle.Report) error {
 	fmt.Fprintf(tw, "pass as of\t%s (took %s)\n", rep.At.Format(time.RFC3339), rep.Took.Round(time.Millisecond))
 	fmt.Fprintf(tw, "partitions created\t%s\n", listOrNone(rep.Created))
 	fmt.Fprintf(tw, "partitions dropped\t%s (about %d rows)\n", listOrNone(rep.Dropped), rep.RowsDropped)
+	if len(rep.LockTimeouts) > 0 {
+		fmt.Fprintf(tw, "lock timeouts\t%s (retried by the next pass)\n", lockTimeoutList(rep.LockTimeouts))
+	}
 	fmt.Fprintf(tw, "keys expired\t%d\n", rep.KeysExpired)
 	var names []string
 	for _, p := range rep.Partitions {

@@ -50,6 +50,12 @@ type DB interface {
 // reported Conflict, even when the two race. Sending the same batch twice is
 // harmless: the second time every event is Duplicate.
 //
+// A row for a week without its partition makes Ingest create the partition
+// and send again. That waits at most weekly.OnDemandLockTimeout for its lock:
+// past it Ingest fails with an error weekly.LockTimeout reports, which a
+// caller retries as it retries a lost connection (the forwarder backs off;
+// central's ingress answers 503).
+//
 // The statement keeps no session state (an unnamed statement, its description
 // cached by pgx), so it works through PgBouncer in transaction mode.
 func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
@@ -92,7 +98,11 @@ func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
 	err := run()
 	if weekly.NoPartition(err) {
 		// Maintenance has not created this week's partition (it has not run
-		// for weeks, or a week just began): create it and send again.
+		// for weeks, or a week just began): create it and send again. Its
+		// lock waits at most weekly.OnDemandLockTimeout; behind DDL, an
+		// ANALYZE or a VACUUM of notifications the batch fails with that
+		// lock timeout (SQLSTATE 55P03, never refused for good) rather than
+		// holding the caller, and is retried like any transient failure.
 		if _, err = weekly.Ensure(ctx, db, "notifications", time.Time{}); err == nil {
 			err = run()
 		}

@@ -38,7 +38,6 @@ const (
 // 25).
 const txSlack = time.Hour
 
-
 // horizon is the oldest transaction still running in the statement's
 // snapshot: every transaction below it has committed or aborted.
 const horizon = `pg_snapshot_xmin(pg_current_snapshot())`

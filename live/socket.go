@@ -31,14 +31,14 @@ type socket struct {
 	queue    []frame
 	queued   int // bytes in queue
 	writing  bool
-	closing  bool // a close frame is queued: nothing more is accepted
-	gone     bool // the connection is closed
-	resuming bool     // the resume, or a catch-up, is reading from Postgres: live frames are held
-	catching bool     // the resuming is a catch-up
-	behind   bool     // live notifications were dropped (a burst): catch up from Postgres after last
-	slow     bool     // counted as too slow
-	held     []frame  // live frames that arrived during the resume
-	last     Position // the last notification queued
+	closing  bool      // a close frame is queued: nothing more is accepted
+	gone     bool      // the connection is closed
+	resuming bool      // the resume, or a catch-up, is reading from Postgres: live frames are held
+	catching bool      // the resuming is a catch-up
+	behind   bool      // live notifications were dropped (a burst): catch up from Postgres after last
+	slow     bool      // counted as too slow
+	held     []frame   // live frames that arrived during the resume
+	last     Position  // the last notification queued
 	lastAt   time.Time // its created_at, or the time of the resume's end there
 	room     chan struct{}
 }

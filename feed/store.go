@@ -127,6 +127,14 @@ const ReadMark = `(SELECT coalesce(m.through_at, '-infinity') AS at, coalesce(m.
 // when its created_at is older.
 const ReadAllCovers = `((n.created_at, n.id) <= (w.at, w.id) AND coalesce(pg_visible_in_snapshot(n.tx, w.snap), true))`
 
+// IngestSlack bounds how long before its commit a notification may have been
+// created: its created_at is its ingest transaction's start, and ingest runs
+// as one statement cancelled by its timeout (the forwarder's 30 s, central's
+// --db-statement-timeout), far below this. Reads that bound created_at for
+// partition pruning look this far back from a time that bounds the commits
+// they must see.
+const IngestSlack = time.Hour
+
 // FutureSlack bounds how far ahead of this process's clock a new row's
 // created_at may lie: Postgres's clock may run ahead of ours, but not by a
 // day. Reads of the newest rows bound created_at by now plus FutureSlack.
@@ -397,17 +405,24 @@ func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capp
 		return 0, false, fmt.Errorf("unread count: %w", err)
 	}
 	for _, sp := range spans {
-		sql := `SELECT (SELECT count(*) FROM (
-				SELECT 1 FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n
+		// Two ranges of the unread index: above the newest notification
+		// read-all covered, and below it the few whose transactions were
+		// still open when it was asked (they started at most IngestSlack
+		// before), which it left unread.
+		var args []any
+		newer := `SELECT 1 FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n
 				WHERE n.user_id = $1 AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
-		args := []any{userID, UnreadCap + 1 - count}
-		sql, args = sp.bound(sql, args)
-		// Rows older than this span's newest possible row are all read when
-		// the watermark is past the span's start.
-		sql += ` LIMIT $2) unread), w.at FROM ` + ReadMark + ` w`
+		args = []any{userID, UnreadCap + 1 - count, IngestSlack}
+		newer, args = sp.bound(newer, args)
+		late := `SELECT 1 FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n
+				WHERE n.user_id = $1 AND n.read_at IS NULL AND (n.created_at, n.id) <= (w.at, w.id)
+				  AND n.created_at >= w.marked - $3::interval AND NOT pg_visible_in_snapshot(n.tx, w.snap)`
+		late, args = sp.bound(late, args)
+		sql := `SELECT (SELECT count(*) FROM (` + newer + ` LIMIT $2) a) + (SELECT count(*) FROM (` + late + ` LIMIT $2) b),
+				w.at, w.marked - $3::interval FROM ` + ReadMark + ` w`
 		var n int
-		var mark pgtype.Timestamptz
-		err := s.db.QueryRow(ctx, sql, args...).Scan(&n, &mark)
+		var through, oldestLate pgtype.Timestamptz
+		err := s.db.QueryRow(ctx, sql, args...).Scan(&n, &through, &oldestLate)
 		if undefinedTable(err) {
 			s.partitions.forget(sp.table)
 			continue
@@ -418,24 +433,12 @@ func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capp
 		if count += n; count > UnreadCap {
 			return UnreadCap, true, nil
 		}
-		if !sp.week.IsZero() && mark.InfinityModifier == pgtype.Finite && !mark.Time.Before(sp.week) {
-			break // everything older is at or before the newest read-all covered
+		covered := func(t pgtype.Timestamptz) bool {
+			return t.Valid && t.InfinityModifier == pgtype.Finite && !t.Time.Before(sp.week)
 		}
-	}
-	// At or before the newest read-all covered, only what committed after it
-	// is unread: transactions in progress when it was asked, found through
-	// the user's commit-order index from the snapshot's horizon.
-	var late int
-	err = s.db.QueryRow(ctx, `SELECT count(*) FROM (
-			SELECT 1 FROM notifications n, `+ReadMark+` w
-			WHERE n.user_id = $1 AND n.tx >= pg_snapshot_xmin(w.snap) AND n.read_at IS NULL
-			  AND (n.created_at, n.id) <= (w.at, w.id) AND NOT pg_visible_in_snapshot(n.tx, w.snap)
-			LIMIT $2) late`, userID, UnreadCap+1-count).Scan(&late)
-	if err != nil {
-		return 0, false, fmt.Errorf("unread count: %w", err)
-	}
-	if count += late; count > UnreadCap {
-		return UnreadCap, true, nil
+		if !sp.week.IsZero() && covered(through) && covered(oldestLate) {
+			break // everything older was covered by read-all
+		}
 	}
 	return count, false, nil
 }

@@ -36,7 +36,7 @@ const (
 // committed at the start of the hold are still read when it ends. The bound
 // keeps reads to the newest weekly partitions (0.13 ms against 1.4 ms with
 // 25).
-const txSlack = time.Hour
+const txSlack = feed.IngestSlack
 
 // horizon is the oldest transaction still running in the statement's
 // snapshot: every transaction below it has committed or aborted.

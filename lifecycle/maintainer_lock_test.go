@@ -44,24 +44,7 @@ func oldWeek(t *testing.T, pool *pgxpool.Pool) string {
 // which the returned function does.
 func openReader(t *testing.T, url string) (end func()) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT id FROM notifications LIMIT 1`); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if err := tx.Rollback(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return pgtest.HoldOpen(t, url, `SELECT id FROM notifications LIMIT 1`)
 }
 
 // waitingOnALock reports whether a session of the test's database waits for a

@@ -3,7 +3,6 @@ package live_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,24 +20,6 @@ import (
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
-
-// holdHorizon opens a transaction with an xid on its own connection, as a
-// forgotten psql session or a backfill would: every transaction after it
-// waits behind it for the commit-safe read. release ends it.
-func holdHorizon(t *testing.T, pool *pgxpool.Pool) (release func()) {
-	t.Helper()
-	tx, err := pool.Begin(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(context.Background(), `SELECT pg_current_xact_id()`); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release = func() { once.Do(func() { _ = tx.Rollback(context.Background()) }) }
-	t.Cleanup(release)
-	return release
-}
 
 // outlast waits until Postgres's clock is past every created_at of user's
 // notifications by more than d: the hold has lasted longer than the reads'
@@ -68,7 +49,7 @@ func TestRowsCommittedDuringALongForeignTransactionAreStreamedWhenItEnds(t *test
 	c := s.dial("u1", "")
 	_, before := s.ready(c)
 
-	release := holdHorizon(t, s.pool)
+	release := pgtest.HoldOpen(t, s.url, `SELECT pg_current_xact_id()`) // a forgotten session holding an xid
 	s.ingest(s.pool, items(t, "held", "u1", 50))
 	outlast(t, s.pool, "u1", 2*slack)
 	// A resume during the hold: nothing yet, and a cursor that must still

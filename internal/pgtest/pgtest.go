@@ -308,3 +308,28 @@ func Count(t testing.TB, pool *pgxpool.Pool, query string, args ...any) int {
 	}
 	return n
 }
+
+// HoldOpen runs sql in a transaction on a connection of its own, left open
+// until the returned function or the end of the test ends it: a report,
+// pg_dump, or a session idle in transaction, holding its locks and its
+// snapshot's horizon.
+func HoldOpen(t testing.TB, url, sql string) (end func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	end = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
+	t.Cleanup(end)
+	return end
+}

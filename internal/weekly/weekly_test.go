@@ -5,32 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/weekly"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// holdOpen runs sql in a transaction of its own connection, left open until
-// the test ends.
-func holdOpen(t *testing.T, url, sql string) {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, sql); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // CREATE TABLE ... PARTITION OF waited for every open reader of the table,
 // and queued its readers and writers meanwhile: a partition is now attached,
@@ -39,7 +18,7 @@ func TestEnsureAttachesAPartitionBehindAnOpenReader(t *testing.T) {
 	t.Parallel()
 	url := pgtest.DB(t)
 	pool := pgtest.Connect(t, url)
-	holdOpen(t, url, `SELECT id FROM notifications LIMIT 1`)
+	pgtest.HoldOpen(t, url, `SELECT id FROM notifications LIMIT 1`)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	at := time.Now().AddDate(0, 0, 70)
@@ -64,7 +43,7 @@ func TestEnsureBehindDDLGivesUpAtItsLockTimeout(t *testing.T) {
 	t.Parallel()
 	url := pgtest.DB(t)
 	pool := pgtest.Connect(t, url)
-	holdOpen(t, url, `LOCK TABLE push_dispatches IN SHARE UPDATE EXCLUSIVE MODE`)
+	pgtest.HoldOpen(t, url, `LOCK TABLE push_dispatches IN SHARE UPDATE EXCLUSIVE MODE`)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	at := time.Now().AddDate(0, 0, 70)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -28,33 +27,13 @@ func withoutThisWeek(t *testing.T) (string, *pgxpool.Pool) {
 	return url, pool
 }
 
-// holdOpen runs sql in a transaction of its own connection, left open until
-// the returned function or the test ends it.
-func holdOpen(t *testing.T, url, sql string) (end func()) {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, sql); err != nil {
-		t.Fatal(err)
-	}
-	return func() { _ = tx.Rollback(ctx) }
-}
-
 // A report, pg_dump or a session idle in transaction holds ACCESS SHARE on
 // notifications: creating the week's partition on demand used to wait for
 // it, and the ingest with it. Attaching conflicts with no reader.
 func TestIngestCreatesAMissingPartitionBehindAnOpenReader(t *testing.T) {
 	t.Parallel()
 	url, pool := withoutThisWeek(t)
-	holdOpen(t, url, `SELECT id FROM notifications LIMIT 1`)
+	pgtest.HoldOpen(t, url, `SELECT id FROM notifications LIMIT 1`)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if _, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: eventtest.Event(t, "k", "u1")}}); err != nil {
@@ -74,7 +53,7 @@ func TestIngestCreatesAMissingPartitionBehindAnOpenReader(t *testing.T) {
 func TestIngestBehindDDLOnNotificationsFailsFastAndRetryably(t *testing.T) {
 	t.Parallel()
 	url, pool := withoutThisWeek(t)
-	end := holdOpen(t, url, `LOCK TABLE notifications IN SHARE UPDATE EXCLUSIVE MODE`)
+	end := pgtest.HoldOpen(t, url, `LOCK TABLE notifications IN SHARE UPDATE EXCLUSIVE MODE`)
 	items := []ingest.Item{{Producer: "p", Event: eventtest.Event(t, "k", "u1")}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -1,0 +1,203 @@
+package push
+
+// This file holds how a pass's dispatches reach Expo: the requests, what
+// each came to, and what a stopping pass gives back to the queue.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/feed"
+)
+
+// outcome is what became of one dispatch.
+type outcome struct {
+	c      created
+	state  string
+	ticket string
+	err    string
+	gone   bool // Expo says DeviceNotRegistered
+	unsent bool // ctx ended before its request reached Expo: given back
+}
+
+// send pushes the written dispatches in requests of at most 100 messages,
+// in parallel (the client caps requests in flight), and records the tickets.
+// A request ctx ended before it reached Expo is given back to the queue; one
+// Expo may have taken without answering is not retried: at most once.
+func (d *Dispatcher) send(ctx context.Context, items []created) {
+	if len(items) == 0 {
+		return
+	}
+	outcomes := make([]outcome, len(items))
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(items); lo += expo.MaxMessagesPerSend {
+		hi := min(lo+expo.MaxMessagesPerSend, len(items))
+		wg.Go(func() {
+			msgs := make([]expo.Message, hi-lo)
+			for i, c := range items[lo:hi] {
+				msgs[i] = message(c)
+			}
+			tickets, err := d.cfg.Sender.Send(ctx, msgs)
+			var re *expo.RequestError
+			for i, c := range items[lo:hi] {
+				o := outcome{c: c}
+				switch {
+				case errors.Is(err, expo.ErrNotSent):
+					o.unsent = true
+				case errors.As(err, &re) && re.Unknown:
+					o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %v; not retried, a retry could deliver twice", err)
+					d.cfg.Metrics.sent.WithLabelValues(SentFailed).Inc()
+				case err != nil:
+					o.state, o.err = StateFailed, err.Error()
+					d.cfg.Metrics.sent.WithLabelValues(SentFailed).Inc()
+				case tickets[i].Status == "ok":
+					o.state, o.ticket = StateSent, tickets[i].ID
+					d.cfg.Metrics.sent.WithLabelValues(SentOK).Inc()
+				default:
+					o.state, o.err = StateFailed, strings.TrimSpace(tickets[i].Code()+": "+tickets[i].Message)
+					o.gone = tickets[i].Code() == expo.DeviceNotRegistered
+					d.cfg.Metrics.sent.WithLabelValues(SentError).Inc()
+				}
+				outcomes[lo+i] = o
+			}
+		})
+	}
+	wg.Wait()
+	var answered []outcome
+	var unsent []created
+	for _, o := range outcomes {
+		if o.unsent {
+			unsent = append(unsent, o.c)
+		} else {
+			answered = append(answered, o)
+		}
+	}
+	// Even if the process is stopping: the tickets were sent, and what was
+	// not is given back (after the tickets, so that whoever takes it again
+	// sees which devices already have it).
+	bg := context.WithoutCancel(ctx)
+	if err := d.record(bg, answered); err != nil {
+		d.log.Error("record push tickets; the dispatches stay queued and end failed (interrupted)", "err", err)
+	}
+	if err := d.release(bg, unsent); err != nil {
+		d.log.Error("give back unsent dispatches; they stay queued and end failed (interrupted)", "err", err)
+	}
+}
+
+// release gives back to the queue the notifications of dispatches whose
+// request never reached Expo, for any dispatcher to take at once: in one
+// statement, it deletes those dispatches (nothing was sent for them; whoever
+// takes the notification writes them again) and queues their notifications
+// unclaimed. The queue rows keep claimed_by, which marks them retaken: the
+// next dispatcher skips the devices the notification was already sent to.
+func (d *Dispatcher) release(ctx context.Context, items []created) error {
+	if len(items) == 0 {
+		return nil
+	}
+	var ids, nid []int64
+	var ncreated, enqueued []time.Time
+	var users, categories []string
+	seen := map[int64]bool{}
+	for _, c := range items {
+		ids = append(ids, c.id)
+		if !seen[c.n.id] {
+			seen[c.n.id] = true
+			nid, ncreated, enqueued = append(nid, c.n.id), append(ncreated, c.n.createdAt), append(enqueued, c.n.enqueuedAt)
+			users, categories = append(users, c.n.user), append(categories, c.n.category)
+		}
+	}
+	// The dispatches of one pass share created_at (see record).
+	tag, err := d.cfg.DB.Exec(ctx, `WITH dropped AS (
+			DELETE FROM push_dispatches WHERE id = ANY($1) AND created_at = $2 AND state = 'queued'
+			RETURNING notification_id
+		)
+		INSERT INTO push_queue (notification_id, notification_created_at, enqueued_at, user_id, category, claimed_by)
+		SELECT n.id, n.created_at, n.enqueued_at, n.user_id, n.category, $3
+		FROM unnest($4::int8[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[]) AS n(id, created_at, enqueued_at, user_id, category)
+		WHERE n.id IN (SELECT notification_id FROM dropped)
+		ON CONFLICT (notification_id) DO NOTHING`,
+		ids, items[0].createdAt, d.cfg.Replica, nid, ncreated, enqueued, users, categories)
+	if err != nil {
+		return err
+	}
+	d.cfg.Metrics.released.Add(float64(tag.RowsAffected()))
+	return nil
+}
+
+// record writes what became of dispatches and disables the tokens Expo no
+// longer knows, unless they were registered again since the send.
+func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
+	if len(outcomes) == 0 {
+		return nil
+	}
+	var ids []int64
+	var states, tickets, errs []string
+	var gone []string
+	var goneSince []time.Time
+	for _, o := range outcomes {
+		ids = append(ids, o.c.id)
+		states, tickets, errs = append(states, o.state), append(tickets, o.ticket), append(errs, o.err)
+		if o.gone {
+			gone, goneSince = append(gone, o.c.token), append(goneSince, o.c.createdAt)
+		}
+	}
+	// The dispatches of one pass were written by one statement, so they share
+	// created_at: naming it keeps the update to one partition, where each row
+	// is found by its primary key. (A state condition here would tempt the
+	// planner into the state index, scanning the pass's rows once per row.)
+	_, err := d.cfg.DB.Exec(ctx, `UPDATE push_dispatches d
+		SET state = u.state, ticket_id = NULLIF(u.ticket, ''), error = NULLIF(u.error, ''),
+		    sent_at = CASE WHEN u.state = 'sent' THEN now() END, updated_at = now()
+		FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[]) AS u(id, state, ticket, error)
+		WHERE d.id = u.id AND d.created_at = $5`,
+		ids, states, tickets, errs, outcomes[0].c.createdAt)
+	if err != nil {
+		return err
+	}
+	return d.cfg.Devices.disableUnreachable(ctx, gone, goneSince)
+}
+
+// message is the push for one dispatch: the title and body, shortened to fit
+// Expo's 4 KiB (the feed keeps the whole text), and the notification's id.
+func message(c created) expo.Message {
+	m := expo.Message{
+		To:    c.token,
+		Title: c.n.title,
+		Body:  c.n.body,
+		Sound: "default",
+		Data: map[string]any{
+			"notification_id": feed.ID{CreatedAt: c.n.createdAt, Seq: c.n.id}.String(),
+			"category":        c.n.category,
+		},
+	}
+	for size, _ := expo.Size(m); size > expo.MaxMessageBytes; size, _ = expo.Size(m) {
+		over := size - expo.MaxMessageBytes + len("…")
+		switch {
+		case len(m.Body) > 0:
+			m.Body = shorten(m.Body, over)
+		case len(m.Title) > 0:
+			m.Title = shorten(m.Title, over)
+		default:
+			return m // nothing left to shorten: the client refuses it as too big
+		}
+	}
+	return m
+}
+
+// shorten cuts at least n bytes off s, at a rune boundary, and marks the cut.
+func shorten(s string, n int) string {
+	cut := max(0, len(s)-n)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if cut == 0 {
+		return ""
+	}
+	return s[:cut] + "…"
+}

@@ -76,13 +76,20 @@ func (s *Spool) NextBatch(ctx context.Context, afterSeq int64, lim BatchLimit) (
 
 // MarkForwarded records that the rows with these seqs are safely in Postgres.
 // Each keeps its key, request hash and receipt time to answer retries until
-// the key TTL; its payload is dropped.
+// the key TTL; its payload is dropped, or kept for the refeed window (the
+// oldest kept ones going first past RefeedMaxBytes).
 func (s *Spool) MarkForwarded(ctx context.Context, seqs []int64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
 	now := s.cfg.Clock.Now().UnixNano()
 	return s.write(ctx, func(ctx context.Context, tx execer) error {
+		if s.cfg.RefeedWindow > 0 {
+			if err := execForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ? WHERE forwarded_at IS NULL AND seq IN (%s)", []any{now}, seqs); err != nil {
+				return err
+			}
+			return s.trimRefeed(ctx, tx)
+		}
 		if err := execForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ?, size = 0 WHERE forwarded_at IS NULL AND seq IN (%s)", []any{now}, seqs); err != nil {
 			return err
 		}

@@ -54,6 +54,7 @@ func (s *Spool) submit(ctx context.Context, o *op) error {
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // write runs fn inside the writer's next transaction.

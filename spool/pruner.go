@@ -22,9 +22,13 @@ func (s *Spool) runPruner(ctx context.Context) {
 }
 
 // Prune deletes kept keys forwarded longer ago than KeyTTL and dead rows set
-// aside longer ago than DeadTTL, in small transactions so claims keep flowing.
-// Pending rows are never deleted.
+// aside longer ago than DeadTTL, and drops the payloads kept past the refeed
+// window, in small transactions so claims keep flowing. Pending rows are
+// never deleted.
 func (s *Spool) Prune(ctx context.Context) (int64, error) {
+	if _, err := s.pruneRefeed(ctx); err != nil {
+		return 0, err
+	}
 	now := s.cfg.Clock.Now()
 	kept, err := s.pruneWhere(ctx, "dead_reason IS NULL", now.Add(-s.cfg.KeyTTL))
 	if err != nil {

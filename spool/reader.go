@@ -63,6 +63,9 @@ type Stats struct {
 	OldestPendingAge time.Duration `json:"-"`
 	// KeptKeys counts forwarded keys kept to answer retries until the key TTL.
 	KeptKeys int64 `json:"kept_keys"`
+	// RefeedBytes is the payload bytes of forwarded events kept for the
+	// refeed window.
+	RefeedBytes int64 `json:"refeed_bytes"`
 	// Dead counts rows set aside (refused by Postgres, or a conflict found
 	// there); see `spoolcast spool ls --dead`.
 	Dead int64 `json:"dead"`
@@ -82,7 +85,7 @@ func (s *Spool) List(ctx context.Context, filter Filter, limit int) ([]Record, e
 
 // statsQuery reads the running totals and the oldest pending row (through
 // the pending index): no scan, whatever the spool holds.
-const statsQuery = `SELECT pending_rows, pending_bytes, kept_rows, dead_rows, dead_bytes,
+const statsQuery = `SELECT pending_rows, pending_bytes, kept_rows, dead_rows, dead_bytes, kept_bytes,
 	(SELECT received_at FROM events WHERE forwarded_at IS NULL ORDER BY seq LIMIT 1)
 	FROM totals WHERE id = 1`
 
@@ -90,7 +93,7 @@ const statsQuery = `SELECT pending_rows, pending_bytes, kept_rows, dead_rows, de
 func (r *Reader) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	var oldest sql.NullInt64
-	err := r.db.QueryRowContext(ctx, statsQuery).Scan(&st.Pending, &st.PendingBytes, &st.KeptKeys, &st.Dead, &st.DeadBytes, &oldest)
+	err := r.db.QueryRowContext(ctx, statsQuery).Scan(&st.Pending, &st.PendingBytes, &st.KeptKeys, &st.Dead, &st.DeadBytes, &st.RefeedBytes, &oldest)
 	if err != nil {
 		return Stats{}, fmt.Errorf("spool stats: %w", err)
 	}

@@ -11,8 +11,10 @@ import (
 var schemaSQL string
 
 // schemaVersion is the spool file's layout (PRAGMA user_version): 2 keeps
-// running totals and fan-outs, and payloads apart, for pending and dead rows only.
-const schemaVersion = 2
+// running totals and fan-outs, and payloads apart, for pending and dead rows;
+// 3 keeps kept rows' payloads for the refeed window, counted in kept_bytes,
+// and the history of the Postgres last forwarded to (meta).
+const schemaVersion = 3
 
 // migrate creates the spool's tables, or brings an older file up to date in
 // one transaction: its rows are copied into the current layout, kept rows
@@ -33,6 +35,18 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 		var old int
 		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'events'`).Scan(&old); err != nil {
 			return err
+		}
+		if old > 0 && version == 2 {
+			// Only totals and their triggers change: recreated below.
+			for _, q := range []string{
+				`ALTER TABLE totals ADD COLUMN kept_bytes INTEGER NOT NULL DEFAULT 0`,
+				`DROP TRIGGER events_totals_insert`, `DROP TRIGGER events_totals_delete`, `DROP TRIGGER events_totals_update`,
+			} {
+				if _, err := conn.ExecContext(ctx, q); err != nil {
+					return err
+				}
+			}
+			old = 0
 		}
 		if old > 0 {
 			var hasDead int
@@ -71,13 +85,14 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 		}
 		for _, q := range []string{
 			`DELETE FROM totals`,
-			`INSERT INTO totals (id, pending_rows, pending_bytes, kept_rows, dead_rows, dead_bytes)
+			`INSERT INTO totals (id, pending_rows, pending_bytes, kept_rows, dead_rows, dead_bytes, kept_bytes)
 			 SELECT 1,
 			        count(*) FILTER (WHERE forwarded_at IS NULL),
 			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NULL), 0),
 			        count(*) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NULL),
 			        count(*) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL),
-			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL), 0)
+			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL), 0),
+			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NULL), 0)
 			 FROM events`,
 			fmt.Sprintf("PRAGMA user_version = %d", schemaVersion),
 		} {

@@ -7,13 +7,16 @@
 --
 -- A row is in one of three states:
 --   pending  forwarded_at IS NULL: waits for Postgres;
---   kept     forwarded_at set, dead_reason NULL: in Postgres; only the key, its
+--   kept     forwarded_at set, dead_reason NULL: in Postgres; the key, its
 --            request hash and receipt time are kept, to answer retries until
---            the key TTL;
+--            the key TTL, and the payload for the refeed window (size > 0
+--            while it is held), to forward again if Postgres fails over to a
+--            standby that had not received it;
 --   dead     forwarded_at and dead_reason set: Postgres refused it for good, or
 --            found its key claimed by another request; kept for an operator.
--- Payloads live in a table of their own, held only for pending and dead rows:
--- a kept row stays small, and the pages its payload took are freed whole.
+-- Payloads live in a table of their own, held for pending and dead rows and,
+-- for the refeed window, kept ones: a kept row past it stays small, and the
+-- pages its payload took are freed whole.
 CREATE TABLE IF NOT EXISTS events (
     seq          INTEGER PRIMARY KEY,
     producer     TEXT    NOT NULL,
@@ -54,7 +57,8 @@ CREATE TABLE IF NOT EXISTS totals (
     pending_bytes INTEGER NOT NULL,
     kept_rows     INTEGER NOT NULL,
     dead_rows     INTEGER NOT NULL,
-    dead_bytes    INTEGER NOT NULL
+    dead_bytes    INTEGER NOT NULL,
+    kept_bytes    INTEGER NOT NULL DEFAULT 0 -- payloads of kept rows held for the refeed window
 );
 
 CREATE TRIGGER IF NOT EXISTS events_totals_insert AFTER INSERT ON events BEGIN
@@ -63,7 +67,8 @@ CREATE TRIGGER IF NOT EXISTS events_totals_insert AFTER INSERT ON events BEGIN
         pending_bytes = pending_bytes + iif(NEW.forwarded_at IS NULL, NEW.size, 0),
         kept_rows     = kept_rows     + (NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NULL),
         dead_rows     = dead_rows     + (NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL),
-        dead_bytes    = dead_bytes    + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL, NEW.size, 0)
+        dead_bytes    = dead_bytes    + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL, NEW.size, 0),
+        kept_bytes    = kept_bytes    + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NULL, NEW.size, 0)
     WHERE id = 1;
 END;
 
@@ -73,7 +78,8 @@ CREATE TRIGGER IF NOT EXISTS events_totals_delete AFTER DELETE ON events BEGIN
         pending_bytes = pending_bytes - iif(OLD.forwarded_at IS NULL, OLD.size, 0),
         kept_rows     = kept_rows     - (OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NULL),
         dead_rows     = dead_rows     - (OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL),
-        dead_bytes    = dead_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL, OLD.size, 0)
+        dead_bytes    = dead_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL, OLD.size, 0),
+        kept_bytes    = kept_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NULL, OLD.size, 0)
     WHERE id = 1;
 END;
 
@@ -87,9 +93,19 @@ CREATE TRIGGER IF NOT EXISTS events_totals_update AFTER UPDATE OF forwarded_at, 
         dead_rows     = dead_rows     - (OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL)
                                       + (NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL),
         dead_bytes    = dead_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL, OLD.size, 0)
-                                      + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL, NEW.size, 0)
+                                      + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL, NEW.size, 0),
+        kept_bytes    = kept_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NULL, OLD.size, 0)
+                                      + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NULL, NEW.size, 0)
     WHERE id = 1;
 END;
+
+-- What the spool remembers of the world: the history (system identifier and
+-- timeline) of the Postgres it last forwarded to, so that a failover is
+-- recognised across restarts.
+CREATE TABLE IF NOT EXISTS meta (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 
 -- A scratch table for the readiness probe's write.
 CREATE TABLE IF NOT EXISTS probe (data BLOB);

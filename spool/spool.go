@@ -79,6 +79,14 @@ type Config struct {
 	// OnCommit, when set, is called after every commit with the number of writes
 	// it carried and how long the transaction took. It runs on the writer; keep it cheap.
 	OnCommit func(writes int, took time.Duration)
+	// RefeedWindow is how long a forwarded event keeps its payload, so that
+	// Refeed can forward it again after Postgres failed over to a standby
+	// that had not received it. Zero (the default here; the relay's
+	// --refeed-window is 10m) drops the payload once forwarded.
+	RefeedWindow time.Duration
+	// RefeedMaxBytes bounds the payloads kept for RefeedWindow; past it the
+	// oldest are dropped first. Default 64 MiB when RefeedWindow is set.
+	RefeedMaxBytes int64
 }
 
 func (c Config) withDefaults() Config {
@@ -89,6 +97,9 @@ func (c Config) withDefaults() Config {
 	c.MaxCommitBatch = cmp.Or(c.MaxCommitBatch, 1024)
 	c.BusyTimeout = cmp.Or(c.BusyTimeout, 5*time.Second)
 	c.PruneInterval = cmp.Or(c.PruneInterval, time.Minute)
+	if c.RefeedWindow > 0 {
+		c.RefeedMaxBytes = cmp.Or(c.RefeedMaxBytes, 64<<20)
+	}
 	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -115,6 +126,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("busy timeout %s: must not be negative", c.BusyTimeout)
 	case c.PruneInterval < 0:
 		return fmt.Errorf("prune interval %s: must not be negative", c.PruneInterval)
+	case c.RefeedWindow < 0 || c.RefeedMaxBytes < 0:
+		return fmt.Errorf("refeed window %s and its bytes %d: must not be negative", c.RefeedWindow, c.RefeedMaxBytes)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"time"
+
+	"github.com/spoolcast/spoolcast/internal/pghistory"
 )
 
 // Position is a row's place in commit-safe order: the id of the transaction
@@ -19,15 +21,11 @@ func (p Position) Less(q Position) bool {
 	return p.Tx < q.Tx || p.Tx == q.Tx && p.ID < q.ID
 }
 
-// History names the Postgres history a position belongs to: the cluster's
-// system identifier and the timeline of its WAL. A restore into a new
-// cluster changes the first, a promotion of a standby the second; a
-// transaction id from another history says nothing about this one (after a
-// failover that lost the tail, the same ids name other transactions).
-type History struct {
-	System   uint64
-	Timeline uint32
-}
+// History names the Postgres history a position belongs to (see
+// pghistory): a transaction id from another history says nothing about this
+// one (after a failover that lost the tail, the same ids name other
+// transactions).
+type History = pghistory.History
 
 // Cursor is where a client resumes the stream: a position, the creation
 // time of the row there (or the time the cursor was made), which keeps the

@@ -10,6 +10,7 @@ import (
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/internal/pghistory"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
@@ -42,15 +43,9 @@ const txSlack = feed.IngestSlack
 // snapshot: every transaction below it has committed or aborted.
 const horizon = `pg_snapshot_xmin(pg_current_snapshot())`
 
-// historyColumns name the database's history in a statement: the cluster's
-// system identifier and the timeline of the WAL being written (a standby
-// cannot answer: the reader reads the primary).
-const historyColumns = `(SELECT system_identifier FROM pg_control_system()),
-	('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int`
-
 // readState is one statement's view: its horizon, the next transaction id
 // (xmax), Postgres's time and the history, computed once per statement.
-const readState = `SELECT ` + horizon + ` AS hz, pg_snapshot_xmax(pg_current_snapshot()) AS xmax, now() AS at, ` + historyColumns
+const readState = `SELECT ` + horizon + ` AS hz, pg_snapshot_xmax(pg_current_snapshot()) AS xmax, now() AS at, ` + pghistory.Columns
 
 // The replica's reads, each in commit-safe order from a position ($1, $2),
 // at most $3 rows, only below the statement's horizon: rows at or above it

@@ -242,10 +242,21 @@ func (s *Server) routeAll() {
 	s.router.Handler(http.MethodGet, "/v1/stream", s.metrics.instrument(stream, apiversion.RequireApp(s.cfg.MinAppVersion, http.HandlerFunc(s.stream))))
 }
 
-// ready is nil while Postgres answers.
+// ready is nil while Postgres answers as a primary. A read-only answer (a
+// standby, or a primary fenced during a failover) fails it, and resets a
+// pool that can be (a pgxpool.Pool): its connections all reach a server
+// that is no longer the primary, and pass no error that would drop them,
+// so the next ones find the new primary (target_session_attrs=read-write).
 func (s *Server) ready(ctx context.Context) error {
-	if err := s.cfg.DB.Ping(ctx); err != nil {
+	var readOnly bool
+	if err := s.cfg.DB.QueryRow(ctx, `SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'`).Scan(&readOnly); err != nil {
 		return errors.New("Postgres is not reachable")
+	}
+	if readOnly {
+		if pool, ok := s.cfg.DB.(interface{ Reset() }); ok {
+			pool.Reset()
+		}
+		return errors.New("Postgres answers read-only (a standby, or a primary fenced during a failover): waiting for the primary; list every host in --database-url with target_session_attrs=read-write")
 	}
 	if s.cfg.SchemaReady != nil && !s.schemaReady.Load() {
 		if err := s.cfg.SchemaReady(ctx); err != nil {

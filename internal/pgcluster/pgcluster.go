@@ -1,6 +1,8 @@
 // Package pgcluster runs a local Postgres cluster from the installed initdb and
 // pg_ctl: a throwaway one for tests, a kept one under ./data/pg for
-// `spoolcast dev`. When run as root it runs Postgres as the postgres user, since
+// `spoolcast dev`. For failover tests a cluster can have a streaming standby
+// (pg_basebackup -R), which can be promoted, and can be killed as a crash
+// would. When run as root it runs Postgres as the postgres user, since
 // Postgres refuses to run as root.
 package pgcluster
 
@@ -37,6 +39,13 @@ type Config struct {
 	Durable bool
 	// Settings are extra server settings, name=value.
 	Settings []string
+	// SynchronousStandby, when set, is the application_name of a standby
+	// that must have flushed every commit before the commit returns
+	// (synchronous_standby_names, synchronous_commit=on): until it streams,
+	// writes wait. Default "": replication, if any, is asynchronous. It is a
+	// setting of this server's command line only, so a standby made from it
+	// does not inherit it and, once promoted, waits for nobody.
+	SynchronousStandby string
 }
 
 // Cluster is a local Postgres cluster.
@@ -90,6 +99,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	cfg.Dir = dir
+	if cfg.SynchronousStandby != "" && !isName(cfg.SynchronousStandby) {
+		return nil, fmt.Errorf("synchronous standby %q: want letters, digits and underscores", cfg.SynchronousStandby)
+	}
 	c := &Cluster{cfg: cfg, bin: bin}
 	if os.Geteuid() == 0 {
 		if c.cred, err = postgresUser(); err != nil {
@@ -113,8 +125,15 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.cfg.Port = cfg.Port
 	}
 	if _, err := os.Stat(filepath.Join(dir, "data", "PG_VERSION")); err != nil {
-		if out, err := c.run(ctx, "initdb", "-D", filepath.Join(dir, "data"), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"); err != nil {
+		args := []string{"-D", filepath.Join(dir, "data"), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"}
+		if !cfg.Durable {
+			args = append(args, "--no-sync")
+		}
+		if out, err := c.run(ctx, "initdb", args...); err != nil {
 			return nil, fmt.Errorf("initdb: %w\n%s", err, out)
+		}
+		if err := allowReplication(filepath.Join(dir, "data", "pg_hba.conf")); err != nil {
+			return nil, err
 		}
 	}
 	if c.running() {
@@ -129,6 +148,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	for _, s := range cfg.Settings {
 		opts += " -c " + s
+	}
+	if cfg.SynchronousStandby != "" {
+		// Last, so that no other setting turns the wait off.
+		opts += " -c synchronous_commit=on -c synchronous_standby_names=" + cfg.SynchronousStandby
 	}
 	if out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(dir, "data"), "-l", filepath.Join(dir, "postgres.log"), "-o", opts, "-w", "-t", "60", "start"); err != nil {
 		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, tail(filepath.Join(dir, "postgres.log")))
@@ -154,14 +177,128 @@ func (c *Cluster) Stop() error {
 // host or a stalled disk would: connections open but nothing answers. The
 // returned function resumes them (SIGCONT).
 func (c *Cluster) Freeze() (thaw func(), err error) {
-	b, err := os.ReadFile(filepath.Join(c.cfg.Dir, "data", "postmaster.pid"))
+	pids, err := c.processes()
 	if err != nil {
 		return nil, fmt.Errorf("freeze: %w", err)
 	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	postmaster, err := strconv.Atoi(strings.TrimSpace(first))
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return nil, fmt.Errorf("freeze %d: %w", pid, err)
+		}
+	}
+	return func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}, nil
+}
+
+// FreezeWALSenders stops, with SIGSTOP, the processes that stream WAL to
+// standbys, as a slow link to them would: a standby falls behind while the
+// primary goes on committing (asynchronous replication), or the primary's
+// commits wait for it (synchronous). The returned function resumes them.
+func (c *Cluster) FreezeWALSenders() (thaw func(), err error) {
+	pids, err := c.processes()
 	if err != nil {
-		return nil, fmt.Errorf("freeze: postmaster.pid: %w", err)
+		return nil, fmt.Errorf("freeze WAL senders: %w", err)
+	}
+	var senders []int
+	for _, pid := range pids {
+		title, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(title), "walsender") {
+			senders = append(senders, pid)
+		}
+	}
+	if len(senders) == 0 {
+		return nil, errors.New("freeze WAL senders: no standby streams from this server")
+	}
+	for _, pid := range senders {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return nil, fmt.Errorf("freeze WAL sender %d: %w", pid, err)
+		}
+	}
+	return func() {
+		for _, pid := range senders {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}, nil
+}
+
+// Kill ends the running server as a crash of its host would: SIGKILL to the
+// postmaster and every process it started, with no checkpoint, no
+// shutdown record and no goodbye to clients (their connections see EOF or
+// a reset). It returns once they are all gone, having removed the lock
+// files the dead server left, so that Restart starts it again in crash
+// recovery, as after a reboot.
+func (c *Cluster) Kill() error {
+	postmaster, err := c.postmasterPID()
+	if err != nil {
+		return fmt.Errorf("kill: %w", err)
+	}
+	// Stopped first, the postmaster cannot start a process that the list
+	// below would miss.
+	if err := syscall.Kill(postmaster, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("kill %d: %w", postmaster, err)
+	}
+	pids, err := c.processes()
+	if err != nil {
+		_ = syscall.Kill(postmaster, syscall.SIGKILL)
+		return fmt.Errorf("kill: %w", err)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("kill: process %d still runs 30s after SIGKILL", pid)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// A killed postmaster may stay a zombie nobody reaps, and pg_ctl and
+	// Postgres take a lock file naming a live pid (a zombie's, too) for a
+	// running server.
+	for _, f := range []string{filepath.Join(c.cfg.Dir, "data", "postmaster.pid"), filepath.Join(c.cfg.Dir, fmt.Sprintf(".s.PGSQL.%d.lock", c.cfg.Port))} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("kill: %w", err)
+		}
+	}
+	return nil
+}
+
+// alive reports whether pid is a process that has not exited: neither gone
+// nor a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	state, _, _ := strings.Cut(rest, " ")
+	return state != "Z" && state != "X"
+}
+
+// postmasterPID reads the running server's postmaster pid.
+func (c *Cluster) postmasterPID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.cfg.Dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return 0, fmt.Errorf("postmaster.pid: %w", err)
+	}
+	return pid, nil
+}
+
+// processes lists the running server's postmaster and its children.
+func (c *Cluster) processes() ([]int, error) {
+	postmaster, err := c.postmasterPID()
+	if err != nil {
+		return nil, err
 	}
 	pids := []int{postmaster}
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
@@ -181,16 +318,7 @@ func (c *Cluster) Freeze() (thaw func(), err error) {
 			pids = append(pids, pid)
 		}
 	}
-	for _, pid := range pids {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			return nil, fmt.Errorf("freeze %d: %w", pid, err)
-		}
-	}
-	return func() {
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}, nil
+	return pids, nil
 }
 
 // Restart starts a stopped cluster again on the same port.
@@ -198,6 +326,12 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	_, err := Start(ctx, c.cfg)
 	return err
 }
+
+// Port is the port the cluster listens on, on 127.0.0.1.
+func (c *Cluster) Port() int { return c.cfg.Port }
+
+// LogFile is the server's log, kept across restarts.
+func (c *Cluster) LogFile() string { return filepath.Join(c.cfg.Dir, "postgres.log") }
 
 func (c *Cluster) url() string {
 	u := url.URL{Scheme: "postgres", User: url.User("postgres"), Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.cfg.Port)), Path: "/postgres"}

@@ -1,7 +1,8 @@
 // Package pgtest gives tests a real Postgres: one throwaway cluster per test
 // binary (or the server at DATABASE_URL), and a fresh, migrated database per
-// test. Without Postgres the tests skip, unless SPOOLCAST_REQUIRE_PG=1 (as in
-// CI), where they fail.
+// test; for tests that stop, kill or fail over Postgres, clusters of their
+// own (Cluster; Primary, with a streaming standby). Without Postgres the
+// tests skip, unless SPOOLCAST_REQUIRE_PG=1 (as in CI), where they fail.
 package pgtest
 
 import (
@@ -156,21 +157,103 @@ func Cluster(t testing.TB) *pgcluster.Cluster {
 	if _, err := pgcluster.FindBinaries(); err != nil {
 		unavailable(t, err)
 	}
-	dir, err := os.MkdirTemp("", "spoolcast-pgtest-own-")
+	c, err := pgcluster.Start(context.Background(), pgcluster.Config{Dir: ownDir(t, "own")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := pgcluster.Start(context.Background(), pgcluster.Config{Dir: dir})
+	stopWhenDone(t, c)
+	return c
+}
+
+// Replicated is a primary with a streaming standby, each a cluster of the
+// test's own, for failover tests.
+type Replicated struct {
+	Primary *pgcluster.Cluster
+	Standby *pgcluster.Cluster
+	// URL names both servers' postgres database, the primary first, with
+	// target_session_attrs=read-write: a client connects to whichever
+	// accepts writes, and so follows a promotion by itself.
+	URL string
+}
+
+// StandbyName is the application_name of Primary's standby.
+const StandbyName = "standby"
+
+// Primary starts a primary and a streaming standby of it, both stopped when
+// the test ends. With sync, a commit returns only once the standby has
+// flushed it (synchronous_standby_names, synchronous_commit=on), so a
+// promoted standby holds every commit a client saw. Without, replication
+// is asynchronous: the primary flushes its commits and streams them after,
+// and what the standby has not received when the primary dies is lost.
+// Neither has the schema; see Migrate.
+func Primary(t testing.TB, sync bool) *Replicated {
+	t.Helper()
+	if _, err := pgcluster.FindBinaries(); err != nil {
+		unavailable(t, err)
+	}
+	ctx := context.Background()
+	cfg := pgcluster.Config{Dir: ownDir(t, "primary"), Settings: []string{
+		"wal_level=replica", "max_wal_senders=10", // Postgres's defaults, which streaming needs
+		// Commits are flushed on the primary (a test cluster's default is
+		// synchronous_commit=off), or a kill would lose more than what the
+		// standby has not received.
+		"synchronous_commit=on",
+	}}
+	if sync {
+		cfg.SynchronousStandby = StandbyName
+	}
+	primary, err := pgcluster.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopWhenDone(t, primary)
+	standby, err := primary.Standby(ctx, pgcluster.StandbyConfig{Dir: ownDir(t, "standby"), Name: StandbyName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopWhenDone(t, standby)
+	return &Replicated{Primary: primary, Standby: standby, URL: MultiHostURL(primary, standby)}
+}
+
+// Migrate applies every migration to the primary's postgres database; the
+// standby receives the schema by replication.
+func (r *Replicated) Migrate(t testing.TB) {
+	t.Helper()
+	if _, err := migrations.Up(context.Background(), r.URL, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// MultiHostURL names the postgres database of every cluster, in order, with
+// target_session_attrs=read-write (libpq's syntax, which pgx follows).
+func MultiHostURL(clusters ...*pgcluster.Cluster) string {
+	hosts := make([]string, len(clusters))
+	for i, c := range clusters {
+		hosts[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port()))
+	}
+	return "postgres://postgres@" + strings.Join(hosts, ",") + "/postgres?sslmode=disable&target_session_attrs=read-write"
+}
+
+// ownDir is a new directory for a cluster of the test's own, removed when
+// the test ends (after the cluster stops: cleanups run last first).
+func ownDir(t testing.TB, what string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "spoolcast-pgtest-"+what+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// stopWhenDone stops c (fast mode) when the test ends; a killed one is
+// already stopped.
+func stopWhenDone(t testing.TB, c *pgcluster.Cluster) {
 	t.Cleanup(func() {
 		if err := c.Stop(); err != nil {
 			t.Error(err)
 		}
-		os.RemoveAll(dir)
 	})
-	return c
 }
 
 func withDatabase(rawURL, name string) string {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/spool"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // forwarderHarness is a spool and a database for a forwarder built in the test.
@@ -205,6 +209,62 @@ func TestWhatCountsAsRefusedForGood(t *testing.T) {
 	} {
 		if got := refusedForGood(tc.err); got != tc.good {
 			t.Errorf("refusedForGood(%v) = %v, want %v", tc.err, got, tc.good)
+		}
+	}
+}
+
+// TestAServerGoneOrReadOnlyIsNeverARefusalForGood: during a failover the
+// forwarder meets standbys, fenced primaries, dead ones and broken
+// connections; each is a reason to back off and retry, never to set an
+// event aside.
+func TestAServerGoneOrReadOnlyIsNeverARefusalForGood(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.DB(t)
+
+	// Real answers: the ingest statement on a read-only server, and
+	// connections that cannot be made, one of them refused with a class-22
+	// code in its startup answer.
+	readOnly, err := pgxpool.New(ctx, dbURL+"&options=-c%20default_transaction_read_only%3Don")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer readOnly.Close()
+	ev, err := event.Decode([]byte(`{"idempotency_key":"k","type":"t","recipients":["u1"]}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ingestReadOnly := ingest.Ingest(ctx, readOnly, []ingest.Item{{Producer: "p", Event: ev}})
+	_, badOption := pgconn.Connect(ctx, dbURL+"&options=-c%20statement_timeout%3Dbogus")
+	_, refused := pgconn.Connect(ctx, "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(ingestReadOnly, &pgErr) || pgErr.Code != "25006" {
+		t.Fatalf("ingest on a read-only server: %v, want SQLSTATE 25006", ingestReadOnly)
+	}
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(badOption, &pgErr) || pgErr.Code[:2] != "22" {
+		t.Fatalf("a connection with a bad option: %v, want a class-22 answer", badOption)
+	}
+
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"the ingest statement on a read-only server", ingestReadOnly},
+		{"a standby's read_only_sql_transaction", &pgconn.PgError{Code: "25006"}},
+		{"any invalid transaction state", &pgconn.PgError{Code: "25P02"}},
+		{"a connection failure", &pgconn.PgError{Code: "08006"}},
+		{"PgBouncer's lost server", &pgconn.PgError{Code: "08P01"}},
+		{"an admin shutdown", &pgconn.PgError{Code: "57P01"}},
+		{"a crash shutdown", &pgconn.PgError{Code: "57P02"}},
+		{"a server starting up", &pgconn.PgError{Code: "57P03"}},
+		{"a connection refused", refused},
+		{"a connection refused for a bad option, with a class-22 answer", badOption},
+		{"a dial refused", fmt.Errorf("ingest: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})},
+		{"a connection reset", fmt.Errorf("ingest: %w", syscall.ECONNRESET)},
+		{"an unexpected EOF", fmt.Errorf("ingest 3 events: %w", io.ErrUnexpectedEOF)},
+		{"an EOF", io.EOF},
+	} {
+		if refusedForGood(tc.err) {
+			t.Errorf("%s (%v) counts as refused for good: the event would be set aside as dead", tc.name, tc.err)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
 
@@ -160,9 +162,13 @@ func (f *Forwarder) bury(ctx context.Context, rec spool.Record, reason string, c
 // refusedForGood reports whether Postgres refused a batch for its content —
 // bad data, a broken constraint, a limit, a statement too large to send — so
 // that sending it again as it is would fail again. Anything else (a
-// connection, a timeout, a missing table) may pass later. Every claim uses
-// ON CONFLICT, so not even a unique violation (23505) comes from a race.
+// connection, a timeout, a missing table, a server gone or read-only; see
+// serverAtFault) may pass later. Every claim uses ON CONFLICT, so not even a
+// unique violation (23505) comes from a race.
 func refusedForGood(err error) bool {
+	if serverAtFault(err) {
+		return false
+	}
 	if strings.Contains(err.Error(), "message body too large") {
 		return true // pgx refuses to send a message over 1 GiB
 	}
@@ -172,6 +178,32 @@ func refusedForGood(err error) bool {
 	}
 	switch pgErr.Code[:2] {
 	case "22", "23", "54": // data exception, integrity constraint violation, program limit exceeded
+		return true
+	}
+	return false
+}
+
+// serverAtFault reports a failure of the server, or of the way to it,
+// whatever the batch held: no connection could be made (a ConnectError,
+// even one carrying the server's answer to the startup, such as a bad
+// option's 22023), the connection broke (class 08, an EOF, a reset, a
+// refusal), the server is going away or coming up (class 57), or it takes
+// no writes (class 25: a standby, or a primary fenced during a failover).
+// The batch waits out its backoff and is sent again, by then to the new
+// primary (the pool follows target_session_attrs=read-write); never is a
+// row set aside for it.
+func serverAtFault(err error) bool {
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error // also a bare errno such as ECONNRESET
+	if errors.As(err, &connectErr) || errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "08", "25", "57": // connection exception, invalid transaction state, operator intervention
 		return true
 	}
 	return false

@@ -68,6 +68,7 @@ type SpoolMetrics struct {
 	maxBytesDesc *prometheus.Desc
 	oldestAge    *prometheus.Desc
 	keptKeys     *prometheus.Desc
+	refeedBytes  *prometheus.Desc
 	dead         *prometheus.Desc
 	deadBytes    *prometheus.Desc
 	fileBytes    *prometheus.Desc
@@ -85,7 +86,8 @@ func NewSpoolMetrics(reg prometheus.Registerer, log *slog.Logger) *SpoolMetrics 
 		pendingBytes: prometheus.NewDesc("spoolcast_spool_pending_bytes", "Payload bytes of the events not yet forwarded, the measure --spool-max-bytes limits.", nil, nil),
 		maxBytesDesc: prometheus.NewDesc("spoolcast_spool_max_bytes", "The spool's limit on pending bytes (--spool-max-bytes).", nil, nil),
 		oldestAge:    prometheus.NewDesc("spoolcast_spool_oldest_pending_age_seconds", "Age of the oldest event not yet forwarded; 0 when none is pending.", nil, nil),
-		keptKeys:     prometheus.NewDesc("spoolcast_spool_kept_keys", "Forwarded keys kept (without payloads) to answer retries until --key-ttl.", nil, nil),
+		keptKeys:     prometheus.NewDesc("spoolcast_spool_kept_keys", "Forwarded keys kept to answer retries until --key-ttl.", nil, nil),
+		refeedBytes:  prometheus.NewDesc("spoolcast_spool_refeed_bytes", "Payload bytes of forwarded events kept for --refeed-window, to be forwarded again after a failover of Postgres; at most --refeed-max-bytes.", nil, nil),
 		dead:         prometheus.NewDesc("spoolcast_spool_dead", "Dead rows: events Postgres refused for good or found in conflict, kept for --dead-ttl.", nil, nil),
 		deadBytes:    prometheus.NewDesc("spoolcast_spool_dead_bytes", "Payload bytes of dead rows.", nil, nil),
 		fileBytes:    prometheus.NewDesc("spoolcast_spool_bytes", "Size of the spool's database file and WAL on disk.", nil, nil),
@@ -110,7 +112,7 @@ func (m *SpoolMetrics) ObserveCommit(writes int, took time.Duration) {
 
 // Describe implements prometheus.Collector.
 func (m *SpoolMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.pending, m.pendingBytes, m.maxBytesDesc, m.oldestAge, m.keptKeys, m.dead, m.deadBytes, m.fileBytes, m.diskFull} {
+	for _, d := range []*prometheus.Desc{m.pending, m.pendingBytes, m.maxBytesDesc, m.oldestAge, m.keptKeys, m.refeedBytes, m.dead, m.deadBytes, m.fileBytes, m.diskFull} {
 		ch <- d
 	}
 }
@@ -140,6 +142,7 @@ func (m *SpoolMetrics) Collect(ch chan<- prometheus.Metric) {
 		{m.maxBytesDesc, float64(m.maxBytes)},
 		{m.oldestAge, st.OldestPendingAge.Seconds()},
 		{m.keptKeys, float64(st.KeptKeys)},
+		{m.refeedBytes, float64(st.RefeedBytes)},
 		{m.dead, float64(st.Dead)},
 		{m.deadBytes, float64(st.DeadBytes)},
 		{m.fileBytes, float64(st.FileBytes)},

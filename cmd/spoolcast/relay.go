@@ -36,6 +36,8 @@ type relayOptions struct {
 	syncMode        string
 	keyTTL          time.Duration
 	deadTTL         time.Duration
+	refeedWindow    time.Duration
+	refeedMaxBytes  byteSize
 	jwtSecretFile   string
 	shutdownTimeout time.Duration
 	databaseURL     string
@@ -53,6 +55,7 @@ func (o *relayOptions) register(fs *flag.FlagSet) {
 	o.maxBody = 64 << 10
 	o.spoolMaxBytes = 1 << 30
 	o.batchMaxBytes = 4 << 20
+	o.refeedMaxBytes = 64 << 20
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:7070", "address to serve producers on; a non-loopback address needs --service-jwt-secret-file")
 	fs.StringVar(&o.opsListen, "ops-listen", "", "extra address serving only /healthz, /readyz and /metrics, for probes and scrapers when --listen is loopback (e.g. 0.0.0.0:7071)")
 	fs.StringVar(&o.spoolPath, "spool", "./data/spool.db", "path of the SQLite spool file (created if missing)")
@@ -62,6 +65,8 @@ func (o *relayOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.syncMode, "sync", "full", "SQLite synchronous mode: full (survives power loss) or normal (survives a crash of the relay)")
 	fs.DurationVar(&o.keyTTL, "key-ttl", 24*time.Hour, "how long forwarded keys are kept to answer retries as duplicates")
 	fs.DurationVar(&o.deadTTL, "dead-ttl", 7*24*time.Hour, "how long dead rows (refused by Postgres, or in conflict there) are kept for inspection and requeue")
+	fs.DurationVar(&o.refeedWindow, "refeed-window", 10*time.Minute, "how long a forwarded event keeps its payload in the spool, to be forwarded again if Postgres fails over to a standby that had not received it (asynchronous replication); 0 keeps none")
+	fs.Var(&o.refeedMaxBytes, "refeed-max-bytes", "most payload bytes kept for --refeed-window; past it the oldest go first. Count it in the spool volume's size, beside --spool-max-bytes")
 	fs.StringVar(&o.jwtSecretFile, "service-jwt-secret-file", "", "file holding the HS256 secret of service tokens; when set, every event needs a bearer token with scope push:emit")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight and the final forward")
 	fs.StringVar(&o.databaseURL, "database-url", "", "Postgres URL to forward the spool to; without it the relay only spools")
@@ -116,6 +121,8 @@ func (o relayOptions) validate() error {
 		return errors.New("--max-body must be at least 1 byte")
 	case o.spoolMaxBytes < o.maxBody:
 		return fmt.Errorf("--spool-max-bytes %s is below --max-body %s: not even one event would fit", formatBytes(int64(o.spoolMaxBytes)), formatBytes(int64(o.maxBody)))
+	case o.refeedWindow < 0:
+		return errors.New("--refeed-window must not be negative (0 keeps no payload once forwarded)")
 	case o.keyTTL < 0 || o.deadTTL < 0 || o.shutdownTimeout < 0 || o.maxBackoff < 0 || o.wakeUpInterval < 0:
 		return errors.New("--key-ttl, --dead-ttl, --shutdown-timeout, --max-backoff and --wake-up-interval must not be negative")
 	case o.batchSize < 1 || o.batchMaxRows < 1 || o.batchMaxBytes < 1:
@@ -147,13 +154,15 @@ func startRelay(ctx context.Context, o relayOptions, logger *slog.Logger) (*runn
 	reg := httpapi.NewRegistry()
 	spoolMetrics := relay.NewSpoolMetrics(reg, logger)
 	sp, err := spool.Open(ctx, spool.Config{
-		Path:     o.spoolPath,
-		Sync:     spool.SyncMode(o.syncMode),
-		MaxBytes: int64(o.spoolMaxBytes),
-		KeyTTL:   o.keyTTL,
-		DeadTTL:  o.deadTTL,
-		Logger:   logger,
-		OnCommit: spoolMetrics.ObserveCommit,
+		Path:           o.spoolPath,
+		Sync:           spool.SyncMode(o.syncMode),
+		MaxBytes:       int64(o.spoolMaxBytes),
+		KeyTTL:         o.keyTTL,
+		DeadTTL:        o.deadTTL,
+		Logger:         logger,
+		OnCommit:       spoolMetrics.ObserveCommit,
+		RefeedWindow:   o.refeedWindow,
+		RefeedMaxBytes: int64(o.refeedMaxBytes),
 	})
 	if err != nil {
 		return nil, err

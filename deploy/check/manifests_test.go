@@ -621,8 +621,17 @@ func (c *checker) relaySpool(t reporter, r spoolcastRun) {
 					return
 				}
 				keys := int64(rate * keyTTL.Seconds() * keptKeyBytes)
-				if need := resource.NewQuantity(maxBytes+keys+walReserve, resource.BinarySI); lim.Cmp(*need) <= 0 {
-					t.Errorf("%s: the spool's emptyDir sizeLimit %s does not exceed --spool-max-bytes + kept keys (%g events/s for --key-ttl %s) + WAL = %s: past it the kubelet evicts the pod at once, spool and all, and the relay never says 503", r, lim.String(), rate, keyTTL, need.String())
+				var refeed int64
+				if window, ok := duration(t, r, "refeed-window"); !ok {
+					return
+				} else if window > 0 {
+					if refeed, err = ParseSize(r.in.Get("refeed-max-bytes").Value); err != nil {
+						t.Errorf("%s: --refeed-max-bytes: %v", r, err)
+						return
+					}
+				}
+				if need := resource.NewQuantity(maxBytes+keys+refeed+walReserve, resource.BinarySI); lim.Cmp(*need) <= 0 {
+					t.Errorf("%s: the spool's emptyDir sizeLimit %s does not exceed --spool-max-bytes + kept keys (%g events/s for --key-ttl %s) + --refeed-max-bytes + WAL = %s: past it the kubelet evicts the pod at once, spool and all, and the relay never says 503", r, lim.String(), rate, keyTTL, need.String())
 				}
 			}
 		default:

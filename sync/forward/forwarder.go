@@ -26,6 +26,11 @@ type Spool interface {
 	MarkFailed(ctx context.Context, seqs []int64) error
 	MarkDead(ctx context.Context, seq int64, reason string) error
 	Wake() <-chan struct{}
+	// The refeed window: what Postgres's history was, and sending again what
+	// was forwarded before it changed.
+	History(ctx context.Context) (string, error)
+	SetHistory(ctx context.Context, history string) error
+	Refeed(ctx context.Context, since time.Time) (int64, error)
 }
 
 var _ Spool = (*spool.Spool)(nil)
@@ -67,6 +72,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock times backoffs, polls and wake-ups. Default the wall clock.
 	Clock clock.Clock
+	// HistoryInterval is the least time between two reads of Postgres's
+	// history (system identifier and timeline) after commits: a change means
+	// a failover or a restore, and the events forwarded within the spool's
+	// refeed window are forwarded again. Default 1s.
+	HistoryInterval time.Duration
 	// AfterIngest, when set, runs after a batch is committed in Postgres and
 	// before it is acknowledged in the spool: where a crash re-sends the batch.
 	AfterIngest func()
@@ -83,8 +93,8 @@ func (c Config) Validate() error {
 		return errors.New("forwarder: batch limits and workers must not be negative")
 	case c.MaxBackoff < 0 || c.MinBackoff < 0:
 		return errors.New("forwarder: backoff must not be negative")
-	case c.PollInterval < 0 || c.IngestTimeout < 0 || c.WakeUpInterval < 0:
-		return errors.New("forwarder: poll interval, ingest timeout and wake-up interval must not be negative")
+	case c.PollInterval < 0 || c.IngestTimeout < 0 || c.WakeUpInterval < 0 || c.HistoryInterval < 0:
+		return errors.New("forwarder: poll interval, ingest timeout, wake-up and history intervals must not be negative")
 	}
 	return nil
 }
@@ -97,18 +107,19 @@ func (c Config) Validate() error {
 // batch is in flight, workers read from the top again, which also picks up
 // rows whose acknowledgement failed or that an operator requeued.
 type Forwarder struct {
-	cfg      Config
-	log      *slog.Logger
-	clock    clock.Clock
-	svc      startstop.Service  // the workers; stopping them stops taking batches, waiting and backing off
-	ioCtx    context.Context    // Postgres and spool I/O of batches in flight
-	ioCancel context.CancelFunc // aborts that I/O once Stop's deadline passes
-	acks     sync.WaitGroup
-	kick     chan struct{}
-	take1    chan struct{} // one take at a time, so batches never overlap
-	failLog  *lograte.Limiter
-	wake     *ingest.Waker
-	landed   atomic.Int64 // unix nanoseconds when a batch last landed in Postgres
+	cfg       Config
+	log       *slog.Logger
+	clock     clock.Clock
+	svc       startstop.Service  // the workers; stopping them stops taking batches, waiting and backing off
+	ioCtx     context.Context    // Postgres and spool I/O of batches in flight
+	ioCancel  context.CancelFunc // aborts that I/O once Stop's deadline passes
+	acks      sync.WaitGroup
+	kick      chan struct{}
+	take1     chan struct{} // one take at a time, so batches never overlap
+	failLog   *lograte.Limiter
+	wake      *ingest.Waker
+	landed    atomic.Int64 // unix nanoseconds when a batch last landed in Postgres
+	historyAt atomic.Int64 // unix nanoseconds when Postgres's history was last read
 
 	mu       sync.Mutex
 	cursor   int64               // highest seq handed to a worker
@@ -139,6 +150,7 @@ func New(cfg Config) (*Forwarder, error) {
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
 	cfg.IngestTimeout = cmp.Or(cfg.IngestTimeout, 30*time.Second)
 	cfg.WakeUpInterval = cmp.Or(cfg.WakeUpInterval, ingest.DefaultWakeUpInterval)
+	cfg.HistoryInterval = cmp.Or(cfg.HistoryInterval, time.Second)
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}

@@ -39,9 +39,20 @@ type relayProc struct {
 
 func startRelay(t *testing.T, dbURL, spoolPath string, env ...string) *relayProc {
 	t.Helper()
+	return startRelayOf(t, dbURL, spoolPath, env, nil)
+}
+
+// startRelayWith starts a relay with more flags.
+func startRelayWith(t *testing.T, dbURL, spoolPath string, args []string) *relayProc {
+	t.Helper()
+	return startRelayOf(t, dbURL, spoolPath, nil, args)
+}
+
+func startRelayOf(t *testing.T, dbURL, spoolPath string, env, args []string) *relayProc {
+	t.Helper()
 	addr := proctest.FreeAddr(t)
-	p := proctest.Start(t, env, "relay", "--producer", "billing", "--listen", addr, "--spool", spoolPath,
-		"--database-url", dbURL, "--max-backoff", "200ms", "--log-level", "warn")
+	p := proctest.Start(t, env, append([]string{"relay", "--producer", "billing", "--listen", addr, "--spool", spoolPath,
+		"--database-url", dbURL, "--max-backoff", "200ms", "--log-level", "warn"}, args...)...)
 	r := &relayProc{Process: p, base: "http://" + addr, spool: spoolPath}
 	p.WaitHealthy(r.base)
 	return r

@@ -21,6 +21,8 @@ type Metrics struct {
 	batch      prometheus.Histogram
 	batchRows  prometheus.Histogram
 	lag        prometheus.Histogram
+	refeeds    prometheus.Counter
+	refed      prometheus.Counter
 }
 
 // NewMetrics creates the forwarder's metrics and registers them with reg (nil: not exported).
@@ -40,12 +42,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Notifications (recipient rows) sent in one ingest statement.", prometheus.ExponentialBuckets(1, 4, 8)),
 		lag: metric.Histogram("spoolcast_sync_lag_seconds",
 			"Time from the relay receiving an event to its Postgres commit.", []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}),
+		refeeds: metric.Counter("spoolcast_sync_refeeds_total",
+			"Changes of Postgres's history (a failover to a standby, a restore) the forwarder found after a commit; each forwards again what was forwarded within the refeed window."),
+		refed: metric.Counter("spoolcast_sync_refed_events_total",
+			"Events put back in the queue by refeeds, to be forwarded again; those Postgres still had count as duplicates."),
 	}
 	for _, reason := range []string{deadInvalid, deadRefused, deadConflict} {
 		m.dead.WithLabelValues(reason)
 	}
 	if reg != nil {
-		reg.MustRegister(m.forwarded, m.duplicates, m.errors, m.dead, m.batch, m.batchRows, m.lag)
+		reg.MustRegister(m.forwarded, m.duplicates, m.errors, m.dead, m.batch, m.batchRows, m.lag, m.refeeds, m.refed)
 	}
 	return m
 }

@@ -111,6 +111,7 @@ func (f *Forwarder) send(ctx context.Context, rows []spool.Record, items []inges
 	committed := f.clock.Now()
 	f.landed.Store(committed.UnixNano())
 	f.forgetRefusals(seqs)
+	f.checkHistory(ctx)
 	if f.cfg.AfterIngest != nil {
 		f.cfg.AfterIngest()
 	}

@@ -50,27 +50,29 @@ const readState = `SELECT ` + horizon + ` AS hz, pg_snapshot_xmax(pg_current_sna
 // The replica's reads, each in commit-safe order from a position ($1, $2),
 // at most $3 rows, only below the statement's horizon: rows at or above it
 // are not fetched, one index probe (held) tells that some have committed and
-// wait. A read always answers one row at least: the statement's state, with
+// wait. The state and the probe are a materialized CTE: evaluated once, not
+// once per row. A read always answers one row at least: the statement's state, with
 // no notification when none is new. A new notification's read state is its
 // own read_at: read-all is not joined.
 const (
-	readNotifications = `SELECT s.hz, s.xmax, s.at, s.sys, s.tl,
-			EXISTS (SELECT 1 FROM notifications h WHERE h.tx >= s.hz AND (h.tx, h.id) > ($1::xid8, $2::bigint)
-				AND h.created_at >= $4 AND h.created_at < s.at + $5::interval),
-			n.tx, n.user_id, ` + feed.NotificationFields + `, n.read_at
-		FROM (` + readState + `) s(hz, xmax, at, sys, tl)
-		LEFT JOIN LATERAL (
+	readNotifications = `WITH s AS MATERIALIZED (
+			SELECT s.*, EXISTS (SELECT 1 FROM notifications h WHERE h.tx >= s.hz AND (h.tx, h.id) > ($1::xid8, $2::bigint)
+				AND h.created_at >= $4 AND h.created_at < s.at + $5::interval) AS held
+			FROM (` + readState + `) s(hz, xmax, at, sys, tl))
+		SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.held, n.tx, n.user_id, ` + feed.NotificationFields + `, n.read_at
+		FROM s LEFT JOIN LATERAL (
 			SELECT n.* FROM notifications n
 			WHERE (n.tx, n.id) > ($1::xid8, $2::bigint) AND n.tx < s.hz
 			  AND n.created_at >= $4 AND n.created_at < s.at + $5::interval
 			ORDER BY n.tx, n.id
 			LIMIT $3) n ON true
 		ORDER BY n.tx, n.id`
-	readReadEvents = `SELECT s.hz,
-			EXISTS (SELECT 1 FROM read_events h WHERE h.tx >= s.hz AND (h.tx, h.id) > ($1::xid8, $2::bigint)),
+	readReadEvents = `WITH s AS MATERIALIZED (
+			SELECT s.hz, EXISTS (SELECT 1 FROM read_events h WHERE h.tx >= s.hz AND (h.tx, h.id) > ($1::xid8, $2::bigint)) AS held
+			FROM (SELECT ` + horizon + `) s(hz))
+		SELECT s.hz, s.held,
 			r.tx, r.id, r.user_id, coalesce(r.read_id, ''), coalesce(r.through_id, ''), r.through_at, r.through_seq, r.snapshot::text
-		FROM (SELECT ` + horizon + `) s(hz)
-		LEFT JOIN LATERAL (
+		FROM s LEFT JOIN LATERAL (
 			SELECT r.* FROM read_events r
 			WHERE (r.tx, r.id) > ($1::xid8, $2::bigint) AND r.tx < s.hz
 			ORDER BY r.tx, r.id

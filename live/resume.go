@@ -21,12 +21,12 @@ const resumePage = 500
 // statement's state (readState) and whether rows of the user wait above the
 // horizon (held). It always answers one row at least: the state, with no
 // notification when none is new.
-const readSince = `SELECT s.hz, s.xmax, s.at, s.sys, s.tl,
-		EXISTS (SELECT 1 FROM notifications h WHERE h.user_id = $1 AND h.tx >= s.hz AND (h.tx, h.id) > ($3::xid8, $4::bigint)
-			AND h.created_at >= $2 AND h.created_at < s.at + $6::interval),
-		n.*
-	FROM (` + readState + `) s(hz, xmax, at, sys, tl)
-	LEFT JOIN LATERAL (
+const readSince = `WITH s AS MATERIALIZED (
+		SELECT s.*, EXISTS (SELECT 1 FROM notifications h WHERE h.user_id = $1 AND h.tx >= s.hz AND (h.tx, h.id) > ($3::xid8, $4::bigint)
+			AND h.created_at >= $2 AND h.created_at < s.at + $6::interval) AS held
+		FROM (` + readState + `) s(hz, xmax, at, sys, tl))
+	SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.held, n.*
+	FROM s LEFT JOIN LATERAL (
 		SELECT n.tx, ` + feed.NotificationFields + `, ` + feed.ReadState + ` AS read_state
 		FROM notifications n, ` + feed.ReadMark + ` w
 		WHERE n.user_id = $1 AND (n.tx, n.id) > ($3::xid8, $4::bigint) AND n.tx < s.hz

@@ -372,6 +372,9 @@ func (f *Forwarder) failed(ctx context.Context, err error, failures int) bool {
 		return false
 	}
 	f.cfg.Metrics.errors.Inc()
+	// A failure may be a failover: the next commit reads Postgres's history
+	// at once, whenever the last read was.
+	f.historyAt.Store(0)
 	wait := startstop.Backoff(failures, f.cfg.MinBackoff, f.cfg.MaxBackoff)
 	f.failLog.Do(func(suppressed int64) {
 		f.log.Warn("forwarding failed; events stay in the spool and will be retried",

@@ -8,7 +8,9 @@ import (
 )
 
 // checkHistory reads Postgres's history after a commit, at most every
-// HistoryInterval. Another history than the one the spool recorded means
+// HistoryInterval, and on the first commit after a failure (a failover
+// always shows as failures first: connections lost, or a read-only answer).
+// Another history than the one the spool recorded means
 // Postgres failed over to a standby (or was restored): with asynchronous
 // replication the last commits the relay saw may be lost with the old
 // primary, so every event forwarded within the spool's refeed window is put
@@ -24,7 +26,7 @@ func (f *Forwarder) checkHistory(ctx context.Context) {
 	h, err := pghistory.Read(ctx, f.cfg.DB)
 	if err != nil {
 		f.log.Debug("read Postgres's history", "err", err)
-		f.historyAt.Store(last) // try again after the next commit
+		f.historyAt.Store(0) // try again after the next commit
 		return
 	}
 	was, err := f.cfg.Spool.History(ctx)
@@ -35,7 +37,7 @@ func (f *Forwarder) checkHistory(ctx context.Context) {
 		n, err := f.cfg.Spool.Refeed(ctx, time.Time{})
 		if err != nil {
 			f.log.Warn("Postgres's history changed, and putting back what was forwarded within the refeed window failed; it is tried again", "err", err)
-			f.historyAt.Store(last)
+			f.historyAt.Store(0)
 			return
 		}
 		f.cfg.Metrics.refeeds.Inc()

@@ -1,7 +1,9 @@
 package central
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -72,23 +74,32 @@ func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, _ htt
 }
 
 // writePageWithRefresh answers a first page with the cursor that a later
-// since read starts from. It is read before the page, so that everything
-// committed before it is on the page (or further down the feed) and
-// everything after it is returned by since; an item may be in both.
+// since read starts from. It is read before the page, on the same server,
+// so that everything committed before it is on the page (or further down
+// the feed) and everything after it is returned by since; an item may be
+// in both.
 func (s *Server) writePageWithRefresh(w http.ResponseWriter, r *http.Request, userID string) {
-	// A bad query is a 400 whatever the database's state.
-	if _, p := pageQuery(r, userID); p != nil {
+	q, p := pageQuery(r, userID)
+	if p != nil {
 		problem.Write(w, r, *p)
 		return
 	}
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
-	refresh, err := live.Now(ctx, s.cfg.DB)
+	var refresh live.Cursor
+	var page feed.Page
+	err := s.readFeed(ctx, r, userID, func(ctx context.Context, db feed.DB, onReplica bool) (err error) {
+		if refresh, err = refreshCursor(ctx, db, onReplica); err != nil {
+			return fmt.Errorf("read the refresh cursor: %w", err)
+		}
+		page, err = s.feed.On(db).Page(ctx, q)
+		return err
+	})
 	if err != nil {
-		s.dbError(w, r, "read the refresh cursor", err)
+		s.dbError(w, r, "read feed", err)
 		return
 	}
-	s.writePageAt(w, r, userID, &refresh)
+	s.answerPage(w, r, q, page, &refresh)
 }
 
 // writeChanges is a since read: the caller's notifications committed after
@@ -145,11 +156,8 @@ func (s *Server) adminListNotifications(w http.ResponseWriter, r *http.Request, 
 	s.writePage(w, r, ps.ByName("user"))
 }
 
+// writePage answers a page of userID's feed after a cursor.
 func (s *Server) writePage(w http.ResponseWriter, r *http.Request, userID string) {
-	s.writePageAt(w, r, userID, nil)
-}
-
-func (s *Server) writePageAt(w http.ResponseWriter, r *http.Request, userID string, refresh *live.Cursor) {
 	q, p := pageQuery(r, userID)
 	if p != nil {
 		problem.Write(w, r, *p)
@@ -157,11 +165,19 @@ func (s *Server) writePageAt(w http.ResponseWriter, r *http.Request, userID stri
 	}
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
-	page, err := s.feed.Page(ctx, q)
+	var page feed.Page
+	err := s.readFeed(ctx, r, userID, func(ctx context.Context, db feed.DB, _ bool) (err error) {
+		page, err = s.feed.On(db).Page(ctx, q)
+		return err
+	})
 	if err != nil {
 		s.dbError(w, r, "read feed", err)
 		return
 	}
+	s.answerPage(w, r, q, page, nil)
+}
+
+func (s *Server) answerPage(w http.ResponseWriter, r *http.Request, q feed.Query, page feed.Page, refresh *live.Cursor) {
 	out := pageJSON{Data: make([]feed.Item, 0, len(page.Items)), HasMore: page.HasMore}
 	if refresh != nil {
 		c := refresh.String()
@@ -196,6 +212,7 @@ func (s *Server) markRead(w http.ResponseWriter, r *http.Request, ps httprouter.
 	case err != nil:
 		s.dbError(w, r, "mark read", err)
 	default:
+		s.wrote(ctx, w, r, u.ID)
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
@@ -212,6 +229,7 @@ func (s *Server) readAll(w http.ResponseWriter, r *http.Request, ps httprouter.P
 		s.dbError(w, r, "mark all read", err)
 		return
 	}
+	s.wrote(ctx, w, r, u.ID)
 	// The id of the newest notification now read; null for an empty feed.
 	out := map[string]*string{"read_through": nil}
 	if ok {
@@ -224,7 +242,12 @@ func (s *Server) readAll(w http.ResponseWriter, r *http.Request, ps httprouter.P
 func (s *Server) unreadCount(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
-	n, capped, err := s.feed.UnreadCount(ctx, u.ID)
+	var n int
+	var capped bool
+	err := s.readFeed(ctx, r, u.ID, func(ctx context.Context, db feed.DB, _ bool) (err error) {
+		n, capped, err = s.feed.On(db).UnreadCount(ctx, u.ID)
+		return err
+	})
 	if err != nil {
 		s.dbError(w, r, "unread count", err)
 		return

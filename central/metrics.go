@@ -19,6 +19,8 @@ type metrics struct {
 	requests    *prometheus.CounterVec
 	apiRequests *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
+	feedReads   *prometheus.CounterVec
+	replicaLag  prometheus.Gauge
 	clock       clock.Clock
 }
 
@@ -31,9 +33,28 @@ func newMetrics(reg prometheus.Registerer, clk clock.Clock) *metrics {
 			"Requests to versioned API routes by the API version served, route and status code: an old version's traffic, to watch before its sunset.", "version", "route", "code"),
 		duration: metric.HistogramVec("spoolcast_central_request_duration_seconds",
 			"Central API request time by route.", []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, "route"),
+		feedReads: metric.CounterVec("spoolcast_feed_reads_total",
+			"Feed reads (pages, unread counts, the delivery log) by the server that answered them, replica or primary, and why.", "target", "reason"),
+		replicaLag: metric.Gauge("spoolcast_feed_replica_lag_seconds",
+			"Age of the oldest primary WAL position the read replica had not replayed at its last measurement; 0 when current or without --database-read-url."),
 	}
-	reg.MustRegister(m.requests, m.apiRequests, m.duration)
+	reg.MustRegister(m.requests, m.apiRequests, m.duration, m.feedReads, m.replicaLag)
 	return m
+}
+
+// initFeedReads creates at 0 the series of where feed reads may go: with a
+// read replica, every target and reason; without, the primary's only.
+func (m *metrics) initFeedReads(replica bool) {
+	if !replica {
+		m.feedReads.WithLabelValues("primary", reasonNoReplica)
+		return
+	}
+	for _, reason := range []string{reasonCurrent, reasonReplayed, reasonPrimaryDown} {
+		m.feedReads.WithLabelValues("replica", reason)
+	}
+	for _, reason := range []string{reasonReplicaDown, reasonReplicaLagging, reasonUnreplayed, reasonReplicaFailed} {
+		m.feedReads.WithLabelValues("primary", reason)
+	}
 }
 
 // initialCodes are the codes whose series every route has from the start, so

@@ -1,6 +1,7 @@
 package central
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/problem"
 	"github.com/spoolcast/spoolcast/push"
@@ -137,15 +139,21 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, _ httpro
 		bad("state", "state must be one of queued, sent, delivered, receipt_error, receipt_missing, failed, skipped")
 		return
 	}
+	if err := q.Validate(); errors.Is(err, push.ErrBadCursor) {
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor, "cursor is not one this server issued; start again without it").On("cursor"))
+		return
+	}
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
-	page, err := push.Deliveries(ctx, s.cfg.DB, q)
-	switch {
-	case errors.Is(err, push.ErrBadCursor):
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor, "cursor is not one this server issued; start again without it").On("cursor"))
-	case err != nil:
+	var page push.DeliveryPage
+	// The log is not a user's feed: only a position the admin carries counts.
+	err := s.readFeed(ctx, r, "", func(ctx context.Context, db feed.DB, _ bool) (err error) {
+		page, err = push.Deliveries(ctx, db, q)
+		return err
+	})
+	if err != nil {
 		s.dbError(w, r, "read deliveries", err)
-	default:
-		httpapi.WriteJSON(w, http.StatusOK, page)
+		return
 	}
+	httpapi.WriteJSON(w, http.StatusOK, page)
 }

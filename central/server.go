@@ -116,6 +116,21 @@ type Config struct {
 	// Clock tells central's time (receipt times, request durations). Default
 	// the wall clock.
 	Clock clock.Clock
+	// ReadDB, when set, is a read replica of DB: a streaming standby (its
+	// URL may name several). Feed pages, unread counts and the admin
+	// delivery log read from it while it lags less than MaxReplicaLag and
+	// has replayed the caller's last write (replica_reads.go); from DB when
+	// it does not. Default none: every read on DB.
+	ReadDB ReadDB
+	// MaxReplicaLag is the most ReadDB may lag behind DB and serve reads.
+	// Default 5s.
+	MaxReplicaLag time.Duration
+	// ReplicaProbeInterval is how often ReadDB's lag is measured. Default 1s.
+	ReplicaProbeInterval time.Duration
+	// RecentWriters bounds the users whose last write this replica
+	// remembers, for clients that carry back neither the cookie nor the
+	// header. Default 100,000.
+	RecentWriters int
 }
 
 // Validate reports the first setting a user must fix.
@@ -129,6 +144,8 @@ func (c Config) Validate() error {
 		return errors.New("central: max body must not be negative")
 	case c.DBTimeout < 0 || c.WakeUpInterval < 0:
 		return errors.New("central: database timeout and wake-up interval must not be negative")
+	case c.MaxReplicaLag < 0 || c.ReplicaProbeInterval < 0 || c.RecentWriters < 0:
+		return errors.New("central: max replica lag, replica probe interval and recent writers must not be negative")
 	}
 	return nil
 }
@@ -145,6 +162,10 @@ type Server struct {
 	dbLog   *lograte.Limiter // one line per interval while Postgres fails
 	authLog *lograte.Limiter // one line per interval for refused tokens
 	waker   *ingest.Waker
+	// replica measures ReadDB; nil without one.
+	replica *replicaMonitor
+	// positions are this replica's users' last writes (read-your-writes).
+	positions *writePositions
 	// schemaReady is set once SchemaReady has passed: a schema does not go
 	// back, so it is not asked again.
 	schemaReady atomic.Bool
@@ -180,6 +201,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
+	cfg.MaxReplicaLag = cmp.Or(cfg.MaxReplicaLag, 5*time.Second)
+	cfg.ReplicaProbeInterval = cmp.Or(cfg.ReplicaProbeInterval, time.Second)
+	cfg.RecentWriters = cmp.Or(cfg.RecentWriters, 100_000)
 	log := cfg.Logger.With("component", "central")
 	s := &Server{
 		cfg:     cfg,
@@ -191,14 +215,30 @@ func New(cfg Config) (*Server, error) {
 		authLog: lograte.New(10 * time.Second),
 		waker:   ingest.NewWaker(cfg.DB, cfg.WakeUpInterval, cfg.Clock, log),
 	}
+	// A write's position is carried for the lag a replica may have and
+	// serve reads, and two measuring intervals: past that, a replica that
+	// serves reads has replayed it.
+	s.positions = newWritePositions(cfg.MaxReplicaLag+2*cfg.ReplicaProbeInterval, cfg.RecentWriters, cfg.Clock)
+	s.metrics.initFeedReads(cfg.ReadDB != nil)
+	if cfg.ReadDB != nil {
+		s.replica = newReplicaMonitor(cfg.DB, cfg.ReadDB, cfg.ReplicaProbeInterval, cfg.MaxReplicaLag, cfg.Clock, s.metrics.replicaLag, log)
+		s.replica.Start(context.Background())
+	}
 	s.routeAll()
 	s.handler = httpapi.Answered(s.router, log)
 	return s, nil
 }
 
-// Close sends the wake-up the internal ingress still owes. Call it once the
-// HTTP server has stopped.
-func (s *Server) Close() { s.waker.Stop() }
+// Close sends the wake-up the internal ingress still owes and stops
+// measuring the read replica. Call it once the HTTP server has stopped.
+func (s *Server) Close() {
+	s.waker.Stop()
+	if s.replica != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.replica.Stop(ctx)
+	}
+}
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }

@@ -57,9 +57,13 @@ type options struct {
 	minAppVersion string
 	pool          *pgxpool.Pool // default a pool on a fresh test database
 	dbTimeout     time.Duration
-	live          bool      // serve /v1/stream
-	origins       []string  // AllowedOrigins
-	log           io.Writer // receives central's logs at debug level
+	live          bool             // serve /v1/stream
+	origins       []string         // AllowedOrigins
+	log           io.Writer        // receives central's logs at debug level
+	iss           *oidctest.Issuer // default a new one: share one to call two servers with the same tokens
+	read          *pgxpool.Pool    // ReadDB, the read replica
+	maxReplicaLag time.Duration
+	probeInterval time.Duration // ReplicaProbeInterval
 }
 
 func newHarness(t *testing.T, o options) *harness {
@@ -72,7 +76,10 @@ func newHarness(t *testing.T, o options) *harness {
 		}
 		t.Cleanup(pool.Close)
 	}
-	iss := oidctest.New(t)
+	iss := o.iss
+	if iss == nil {
+		iss = oidctest.New(t)
+	}
 	users, err := auth.NewUserVerifier(auth.UserVerifierConfig{JWKSURL: iss.JWKSURL(), Issuer: iss.URL(), Audience: oidctest.Audience, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +91,11 @@ func newHarness(t *testing.T, o options) *harness {
 		logger = slog.New(slog.NewTextHandler(o.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	cfg := central.Config{DB: pool, DBTimeout: o.dbTimeout, Users: users, Services: services, Versions: o.versions, OpenAPI: docs.OpenAPI,
-		Logger: logger, AllowedOrigins: o.origins, Registry: httpapi.NewRegistry()}
+		Logger: logger, AllowedOrigins: o.origins, Registry: httpapi.NewRegistry(),
+		MaxReplicaLag: o.maxReplicaLag, ReplicaProbeInterval: o.probeInterval}
+	if o.read != nil {
+		cfg.ReadDB = o.read
+	}
 	if o.live {
 		hub, err := live.New(live.Config{DB: pool, Metrics: live.NewMetrics(cfg.Registry), Logger: logger})
 		if err != nil {

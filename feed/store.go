@@ -80,14 +80,22 @@ type Query struct {
 type Store struct {
 	db         DB
 	clock      clock.Clock
-	partitions partitionCache
+	partitions *partitionCache
 }
 
 // NewStore returns a store over db that tells time by clk: the newest
 // created_at a read expects, and when a missing partition is looked up
 // again; nil is the wall clock.
 func NewStore(db DB, clk clock.Clock) *Store {
-	return &Store{db: db, clock: clock.Or(clk)}
+	return &Store{db: db, clock: clock.Or(clk), partitions: &partitionCache{}}
+}
+
+// On returns the store reading and writing through db instead (a read
+// replica, a transaction), sharing what this one knows of the partitions:
+// they are the same on a streaming standby, and a partition it does not
+// have yet is only read through the partitioned table for a while.
+func (s *Store) On(db DB) *Store {
+	return &Store{db: db, clock: s.clock, partitions: s.partitions}
 }
 
 // The notification read shape, shared with the live stream's reads: the

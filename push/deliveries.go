@@ -55,12 +55,29 @@ type DeliveryPage struct {
 	NextCursor *string    `json:"next_cursor"`
 }
 
+// Validate reports a cursor this server did not make (ErrBadCursor) before
+// any read: a caller that may read from a replica, then the primary, learns
+// of it once.
+func (q DeliveryQuery) Validate() error {
+	if q.Cursor == "" {
+		return nil
+	}
+	_, _, err := decodeCursor(q.Cursor)
+	return err
+}
+
+// DeliveryReader is what Deliveries needs of Postgres: a pool, a connection,
+// or a transaction (on a read replica).
+type DeliveryReader interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // States lists the dispatch states, for validating a filter.
 var States = []string{StateQueued, StateSent, StateDelivered, StateReceiptError, StateReceiptMissing, StateFailed, StateSkipped}
 
 // Deliveries returns a keyset page of dispatches on (created_at DESC, id
 // DESC), with their notification's title and category and the token masked.
-func Deliveries(ctx context.Context, db DB, q DeliveryQuery) (DeliveryPage, error) {
+func Deliveries(ctx context.Context, db DeliveryReader, q DeliveryQuery) (DeliveryPage, error) {
 	limit := q.Limit
 	if limit == 0 {
 		limit = DefaultDeliveriesLimit

@@ -34,6 +34,8 @@ import (
 type centralOptions struct {
 	listen              string
 	databaseURL         string
+	databaseReadURL     string
+	maxReplicaLag       time.Duration
 	oidcIssuer          string
 	oidcAudience        string
 	jwksURL             string
@@ -66,8 +68,10 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.adminRole, "admin-role", "admin", "role that /v1/admin routes require")
 	fs.StringVar(&o.minAppVersion, "min-app-version", "", "oldest Spoolcast-App-Version served; older apps get 426 (empty serves all)")
 	fs.StringVar(&o.databaseURL, "database-url", "", "Postgres URL (required)")
+	fs.StringVar(&o.databaseReadURL, "database-read-url", "", "Postgres URL of a read replica (a streaming standby; several hosts in libpq's syntax, e.g. postgres://u@r1,r2/db?target_session_attrs=prefer-standby): feed pages, unread counts and the admin delivery log read from it while it is current and has replayed the caller's last write; unset, every read goes to --database-url")
+	fs.DurationVar(&o.maxReplicaLag, "max-replica-lag", 5*time.Second, "the most --database-read-url may lag behind the primary and serve reads (measured every second); a replica further behind, or down, sends reads to the primary, and a write's read-your-writes window is this plus 2s")
 	fs.StringVar(&o.jwtSecretFile, "service-jwt-secret-file", "", "file holding the HS256 secret of service tokens for /internal routes (unset: they answer 401)")
-	fs.IntVar(&o.dbMaxConns, "db-max-conns", 10, "Postgres connections central may open")
+	fs.IntVar(&o.dbMaxConns, "db-max-conns", 10, "Postgres connections central may open (to --database-url, and as many again to --database-read-url)")
 	fs.DurationVar(&o.dbConnectTimeout, "db-connect-timeout", 5*time.Second, "longest wait to open a Postgres connection")
 	fs.DurationVar(&o.dbStatementTimeout, "db-statement-timeout", 5*time.Second, "longest a request waits on Postgres; past it the request gets 503 + Retry-After and the statement is cancelled")
 	fs.DurationVar(&o.maintenanceInterval, "maintenance-interval", time.Hour, "how often central runs a maintenance pass (one replica at a time); 0 leaves it to `spoolcast maintain`")
@@ -105,6 +109,7 @@ type runningCentral struct {
 	log         *slog.Logger
 	http        *httpService
 	pool        *pgxpool.Pool
+	readPool    *pgxpool.Pool // nil without --database-read-url
 	verifier    *auth.UserVerifier
 	maintenance *lifecycle.Scheduler // nil with --maintenance-interval 0
 	push        *pushWorkers         // nil with --push=false
@@ -125,6 +130,8 @@ func (o centralOptions) validate() error {
 		return fmt.Errorf("--db-max-conns %d: want at least 1", o.dbMaxConns)
 	case o.dbConnectTimeout < 0 || o.dbStatementTimeout < 0 || o.shutdownTimeout < 0 || o.maintenanceInterval < 0 || o.wakeUpInterval < 0:
 		return errors.New("--db-connect-timeout, --db-statement-timeout, --maintenance-interval, --shutdown-timeout and --wake-up-interval must not be negative")
+	case o.maxReplicaLag < 0:
+		return fmt.Errorf("--max-replica-lag %s: want a duration of 0 (the default, 5s) or more", o.maxReplicaLag)
 	case o.maintenanceInterval > 0 && o.dbMaxConns < 2:
 		return errors.New("--db-max-conns must be at least 2 while central runs maintenance (--maintenance-interval): a pass holds one connection for its lock")
 	}
@@ -197,6 +204,9 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		if c.pool != nil {
 			c.pool.Close()
 		}
+		if c.readPool != nil {
+			c.readPool.Close()
+		}
 		return nil, err
 	}
 	users, err := auth.NewUserVerifier(auth.UserVerifierConfig{
@@ -209,6 +219,13 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	c.verifier = users
 	if c.pool, err = pgpool.New(ctx, pgpool.Config{URL: o.databaseURL, MaxConns: o.dbMaxConns, ConnectTimeout: o.dbConnectTimeout}); err != nil {
 		return fail(fmt.Errorf("--database-url: %w", err))
+	}
+	var readDB central.ReadDB // a nil *pgxpool.Pool would not be a nil ReadDB
+	if o.databaseReadURL != "" {
+		if c.readPool, err = pgpool.New(ctx, pgpool.Config{URL: o.databaseReadURL, MaxConns: o.dbMaxConns, ConnectTimeout: o.dbConnectTimeout}); err != nil {
+			return fail(fmt.Errorf("--database-read-url: %w", err))
+		}
+		readDB = c.readPool
 	}
 	reg := httpapi.NewRegistry()
 	pushMetrics := push.NewMetrics(reg)
@@ -232,7 +249,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		return fail(err)
 	}
 	api, err := central.New(central.Config{
-		DB: c.pool, DBTimeout: o.dbStatementTimeout, Users: users, Services: services, AdminRole: o.adminRole,
+		DB: c.pool, ReadDB: readDB, MaxReplicaLag: o.maxReplicaLag, DBTimeout: o.dbStatementTimeout, Users: users, Services: services, AdminRole: o.adminRole,
 		Devices: devices, Preferences: builtin, PreferencesExternal: builtin == nil,
 		Live: c.live, SchemaReady: schemaReady(c.pool), AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval, Inbox: o.inbox,
 		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Registry: reg, Logger: logger,
@@ -307,6 +324,9 @@ func (c *runningCentral) shutdown(timeout time.Duration) error {
 	}
 	c.verifier.Close()
 	c.pool.Close()
+	if c.readPool != nil {
+		c.readPool.Close()
+	}
 	if err != nil {
 		return fmt.Errorf("central shutdown: %w", err)
 	}

@@ -438,6 +438,10 @@ func TestFeedReadsAnswerFromTheStandbyWhileThePrimaryIsDown(t *testing.T) {
 	if h.reads("primary", "replica_down")+h.reads("primary", "replica_lagging")+h.reads("primary", "replica_failed") != 0 {
 		t.Error("a read was sent to the primary while the standby could answer it")
 	}
+	// Readiness says what the replica can do: serve reads from the standby.
+	if r := h.request(http.MethodGet, "/readyz", "", ""); r.status != http.StatusOK {
+		t.Errorf("/readyz with the primary down and a current standby = %d %s; want 200: reads are served", r.status, r.raw)
+	}
 
 	for _, w := range []struct{ method, path, body string }{
 		{http.MethodPost, "/v1/notifications/" + id + "/read", ""},

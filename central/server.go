@@ -289,12 +289,22 @@ func (s *Server) routeAll() {
 // so the next ones find the new primary (target_session_attrs=read-write).
 func (s *Server) ready(ctx context.Context) error {
 	var readOnly bool
-	if err := s.cfg.DB.QueryRow(ctx, `SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'`).Scan(&readOnly); err != nil {
-		return errors.New("Postgres is not reachable")
-	}
-	if readOnly {
+	err := s.cfg.DB.QueryRow(ctx, `SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'`).Scan(&readOnly)
+	if err == nil && readOnly {
 		if pool, ok := s.cfg.DB.(interface{ Reset() }); ok {
 			pool.Reset()
+		}
+	}
+	if err != nil || readOnly {
+		// Without the primary, a replica still serves what it can: feed
+		// reads from a current read replica (writes answer 503).
+		if s.replica != nil {
+			if ok, _ := s.replica.route(); ok {
+				return nil
+			}
+		}
+		if err != nil {
+			return errors.New("Postgres is not reachable")
 		}
 		return errors.New("Postgres answers read-only (a standby, or a primary fenced during a failover): waiting for the primary; list every host in --database-url with target_session_attrs=read-write")
 	}

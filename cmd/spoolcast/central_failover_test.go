@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/spoolcast/spoolcast/internal/oidctest"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
-	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 )
 
@@ -23,22 +20,8 @@ func TestCentralIsNotReadyWithoutAPrimaryAndReadyAgainOnThePromotedStandby(t *te
 	t.Parallel()
 	pair := pgtest.Primary(t, false)
 	pair.Migrate(t)
-	iss := oidctest.New(t)
-	addr := proctest.FreeAddr(t)
-	p := proctest.Start(t, nil, "central", "--listen", addr, "--database-url", pair.URL, "--db-connect-timeout", "1s",
-		"--oidc-issuer", iss.URL(), "--oidc-audience", oidctest.Audience, "--jwks-url", iss.JWKSURL(),
-		"--push=false", "--maintenance-interval", "0", "--log-level", "error")
-	base := "http://" + addr
-	p.WaitHealthy(base)
-	readyz := func() (int, string) {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	base, _ := startCentralProcess(t, pair.URL, "--db-connect-timeout", "1s")
+	readyz := func() (int, string) { return readyz(t, base) }
 	ready := func() bool { code, _ := readyz(); return code == http.StatusOK }
 	testsignal.Eventually(t, "central to be ready on the primary", 30*time.Second, ready)
 

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spoolcast/spoolcast/internal/oidctest"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
@@ -25,13 +24,7 @@ func TestCentralReadsTheFeedFromTheDatabaseReadURL(t *testing.T) {
 	t.Parallel()
 	pair := pgtest.Primary(t, false)
 	pair.Migrate(t)
-	iss := oidctest.New(t)
-	addr := proctest.FreeAddr(t)
-	p := proctest.Start(t, nil, "central", "--listen", addr, "--database-url", pair.URL, "--database-read-url", pair.Standby.URL,
-		"--max-replica-lag", "1m", "--oidc-issuer", iss.URL(), "--oidc-audience", oidctest.Audience, "--jwks-url", iss.JWKSURL(),
-		"--push=false", "--maintenance-interval", "0", "--log-level", "error")
-	base := "http://" + addr
-	p.WaitHealthy(base)
+	base, iss := startCentralProcess(t, pair.URL, "--database-read-url", pair.Standby.URL, "--max-replica-lag", "1m")
 	get := func(path, token string) string {
 		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
 		if token != "" {

@@ -2,15 +2,12 @@ package main
 
 import (
 	"bytes"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/spoolcast/spoolcast/internal/oidctest"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
-	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 )
 
@@ -19,22 +16,8 @@ import (
 // whose schema is not there yet.
 func TestCentralIsNotReadyUntilItsSchemaIsMigrated(t *testing.T) {
 	dbURL := pgtest.EmptyDB(t)
-	iss := oidctest.New(t)
-	addr := proctest.FreeAddr(t)
-	p := proctest.Start(t, nil, "central", "--listen", addr, "--database-url", dbURL,
-		"--oidc-issuer", iss.URL(), "--oidc-audience", oidctest.Audience, "--jwks-url", iss.JWKSURL(),
-		"--push=false", "--maintenance-interval", "0", "--log-level", "error")
-	base := "http://" + addr
-	p.WaitHealthy(base)
-	readyz := func() (int, string) {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	base, _ := startCentralProcess(t, dbURL)
+	readyz := func() (int, string) { return readyz(t, base) }
 	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "the schema is at migration 0") || !strings.Contains(body, "run spoolcast migrate up") {
 		t.Fatalf("/readyz before the migration = %d %s; want 503 saying to migrate", code, body)
 	}

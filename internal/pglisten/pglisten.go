@@ -9,6 +9,7 @@ package pglisten
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -27,15 +28,18 @@ type Listener struct {
 	log     *slog.Logger
 	failLog *lograte.Limiter
 	clock   clock.Clock
-	subs    []chan struct{}
-	svc     startstop.Service
-	mu      sync.Mutex
+	// checkEvery is how long a wait for a notification lasts before the
+	// listener checks that its server still takes writes.
+	checkEvery time.Duration
+	subs       []chan struct{}
+	svc        startstop.Service
+	mu         sync.Mutex
 }
 
 // New returns a listener on channel whose reconnections wait on clk (nil:
 // the wall clock); Subscribe, then Start.
 func New(url, channel string, clk clock.Clock, log *slog.Logger) *Listener {
-	return &Listener{url: url, channel: channel, clock: clock.Or(clk), log: log.With("component", "listen", "channel", channel),
+	return &Listener{url: url, channel: channel, clock: clock.Or(clk), checkEvery: 10 * time.Second, log: log.With("component", "listen", "channel", channel),
 		failLog: lograte.New(30 * time.Second)}
 }
 
@@ -102,9 +106,31 @@ func (l *Listener) listen(ctx context.Context) (listened bool, err error) {
 	}
 	l.wake() // hints sent while no one listened are lost: read now
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		// Wait a while at most, then ask whether the server still takes
+		// writes: a primary fenced read-only in a failover keeps this
+		// connection open, but the hints now come from the promoted one.
+		wctx, cancel := context.WithTimeout(ctx, l.checkEvery)
+		_, err := conn.WaitForNotification(wctx)
+		timedOut := wctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		switch {
+		case timedOut:
+			var readOnly bool
+			if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'`).Scan(&readOnly); err != nil {
+				return true, err
+			}
+			if readOnly {
+				return true, errReadOnly
+			}
+		case err != nil:
 			return true, err
+		default:
+			l.wake()
 		}
-		l.wake()
 	}
 }
+
+// errReadOnly: the server listened to no longer takes writes (a standby, or
+// a primary fenced during a failover); the listener connects again, to the
+// primary its URL leads to.
+var errReadOnly = errors.New("the server turned read-only (a failover): listening on the primary again")

@@ -417,10 +417,9 @@ func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capp
 		// read-all covered, and below it the few whose transactions were
 		// still open when it was asked (they started at most IngestSlack
 		// before), which it left unread.
-		var args []any
 		newer := `SELECT 1 FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n
 				WHERE n.user_id = $1 AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
-		args = []any{userID, UnreadCap + 1 - count, IngestSlack}
+		args := []any{userID, UnreadCap + 1 - count, IngestSlack}
 		newer, args = sp.bound(newer, args)
 		late := `SELECT 1 FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n
 				WHERE n.user_id = $1 AND n.read_at IS NULL AND (n.created_at, n.id) <= (w.at, w.id)

@@ -200,13 +200,19 @@ type dbState struct {
 	history       History
 }
 
+// scanTargets returns where readState's columns scan into, and the function
+// that sets the history once they have.
+func (st *dbState) scanTargets() (dest []any, scanned func()) {
+	history, h := pghistory.Scan()
+	return append([]any{&st.horizon, &st.xmax, &st.at}, history...), func() { st.history = h() }
+}
+
 // readStateOf reads the database's state in a statement of its own.
 func readStateOf(ctx context.Context, db DB) (dbState, error) {
 	var st dbState
-	var sys int64
-	var tl int32
-	err := db.QueryRow(ctx, readState, pgx.QueryExecModeCacheDescribe).Scan(&st.horizon, &st.xmax, &st.at, &sys, &tl)
-	st.history = History{System: uint64(sys), Timeline: uint32(tl)}
+	dest, scanned := st.scanTargets()
+	err := db.QueryRow(ctx, readState, pgx.QueryExecModeCacheDescribe).Scan(dest...)
+	scanned()
 	return st, err
 }
 
@@ -260,17 +266,16 @@ func (r *reader) readNotifications(ctx context.Context) (more, held bool, err er
 	var ds []delivery
 	n := 0
 	for rows.Next() {
-		var sys int64
-		var tl int32
 		var tx *uint64
 		var user *string
 		var note feed.Notification
 		var fields orNull
-		dest := []any{&st.horizon, &st.xmax, &st.at, &sys, &tl, &held, &tx, &user}
+		dest, scanned := st.scanTargets()
+		dest = append(dest, &held, &tx, &user)
 		if err := rows.Scan(append(dest, fields.wrap(note.ScanTargets())...)...); err != nil {
 			return false, false, err
 		}
-		st.history = History{System: uint64(sys), Timeline: uint32(tl)}
+		scanned()
 		if tx == nil {
 			break // nothing new: the state alone
 		}

@@ -69,16 +69,15 @@ func since(ctx context.Context, db DB, user string, after Cursor, limit int, sla
 	var st dbState
 	var held bool
 	for rows.Next() {
-		var sys int64
-		var tl int32
 		var tx *uint64
 		var note feed.Notification
 		var fields orNull
-		dest := []any{&st.horizon, &st.xmax, &st.at, &sys, &tl, &held, &tx}
+		dest, scanned := st.scanTargets()
+		dest = append(dest, &held, &tx)
 		if err := rows.Scan(append(dest, fields.wrap(note.ScanTargets())...)...); err != nil {
 			return Changes{}, err
 		}
-		st.history = History{System: uint64(sys), Timeline: uint32(tl)}
+		scanned()
 		if tx == nil {
 			break
 		}

@@ -9,7 +9,7 @@ import (
 )
 
 // Schedule says when a pass runs: every Interval on Clock, and at once when
-// any of Wake receives.
+// Wake or Kick receives.
 type Schedule struct {
 	// Interval is the longest wait between two passes. Required.
 	Interval time.Duration
@@ -26,10 +26,7 @@ type Schedule struct {
 // Every runs pass by the schedule until ctx ends. A pass that returns true
 // found more work than it took: the next one runs at once.
 func Every(ctx context.Context, s Schedule, pass func(ctx context.Context) (again bool)) {
-	clk := s.Clock
-	if clk == nil {
-		clk = clock.Real{}
-	}
+	clk := clock.Or(s.Clock)
 	wait := s.Delay
 	for ctx.Err() == nil {
 		if wait {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/internal/pghistory"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
@@ -37,10 +38,9 @@ const (
 // own position: it is as current as a server can be. Both name their
 // database system, which a standby shares with its primary.
 const (
-	primaryProbe = `SELECT pg_current_wal_lsn()::text, (SELECT system_identifier FROM pg_control_system())`
+	primaryProbe = `SELECT pg_current_wal_lsn()::text, ` + pghistory.System
 	replicaProbe = `SELECT pg_is_in_recovery(),
-		(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text,
-		(SELECT system_identifier FROM pg_control_system())`
+		(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text, ` + pghistory.System
 )
 
 // errNotACopy: the read replica is another database than the primary.
@@ -111,16 +111,23 @@ func (m *replicaMonitor) Start(ctx context.Context) {
 // Stop ends the passes; it is safe to call twice.
 func (m *replicaMonitor) Stop(ctx context.Context) error { return m.svc.Stop(ctx) }
 
-// pass measures the primary's position, then the replica's.
+// pass measures the primary's position, then the replica's, each within its
+// own timeout: a primary that hangs (rather than refuses) must not make the
+// replica look down too.
 func (m *replicaMonitor) pass(parent context.Context) {
-	ctx, cancel := context.WithTimeout(parent, max(m.interval, time.Second))
-	defer cancel()
+	probe := func(db interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}, sql string, dest ...any) error {
+		ctx, cancel := context.WithTimeout(parent, max(m.interval, time.Second))
+		defer cancel()
+		return db.QueryRow(ctx, sql).Scan(dest...)
+	}
 	asked := m.clock.Now()
 	var primaryPos, replicaPos *string
 	var primarySys, replicaSys int64
-	primaryErr := m.primary.QueryRow(ctx, primaryProbe).Scan(&primaryPos, &primarySys)
+	primaryErr := probe(m.primary, primaryProbe, &primaryPos, &primarySys)
 	var inRecovery bool
-	replicaErr := m.replica.QueryRow(ctx, replicaProbe).Scan(&inRecovery, &replicaPos, &replicaSys)
+	replicaErr := probe(m.replica, replicaProbe, &inRecovery, &replicaPos, &replicaSys)
 	if parent.Err() != nil {
 		return // stopping: what failed says nothing of the servers
 	}

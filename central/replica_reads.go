@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/pghistory"
 	"github.com/spoolcast/spoolcast/live"
 )
 
@@ -58,11 +59,7 @@ const (
 // the replica takes its refresh cursor there, before the page: what
 // committed below it is on the page, what committed after it comes from a
 // since read on the primary, as with a page read on the primary.
-const replicaRefresh = `SELECT pg_snapshot_xmin(pg_current_snapshot()), now(),
-	(SELECT system_identifier FROM pg_control_system()),
-	CASE WHEN pg_is_in_recovery()
-		THEN coalesce((SELECT nullif(received_tli, 0) FROM pg_stat_wal_receiver), (SELECT timeline_id FROM pg_control_checkpoint()))
-		ELSE ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int END`
+const replicaRefresh = `SELECT pg_snapshot_xmin(pg_current_snapshot()), now(), ` + pghistory.Columns
 
 // refreshCursor reads the refresh cursor of a first page on db: the
 // primary, or a transaction on the replica.
@@ -71,12 +68,11 @@ func refreshCursor(ctx context.Context, db feed.DB, onReplica bool) (live.Cursor
 		return live.Now(ctx, db)
 	}
 	var c live.Cursor
-	var sys int64
-	var tl int32
-	if err := db.QueryRow(ctx, replicaRefresh).Scan(&c.Tx, &c.At, &sys, &tl); err != nil {
+	history, h := pghistory.Scan()
+	if err := db.QueryRow(ctx, replicaRefresh).Scan(append([]any{&c.Tx, &c.At}, history...)...); err != nil {
 		return live.Cursor{}, err
 	}
-	c.History = live.History{System: uint64(sys), Timeline: uint32(tl)}
+	c.History = h()
 	return c, nil
 }
 
@@ -93,7 +89,7 @@ func (s *Server) readFeed(ctx context.Context, r *http.Request, feedOf string, r
 	if onReplica {
 		need, ok := s.mustSee(r, feedOf)
 		switch {
-		case !ok:
+		case !ok, need == unknownLSN: // a write whose position is not known is never replayed
 			reason = reasonUnreplayed
 		default:
 			var served bool

@@ -29,6 +29,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/problem"
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/push"
@@ -289,7 +290,7 @@ func (s *Server) routeAll() {
 // so the next ones find the new primary (target_session_attrs=read-write).
 func (s *Server) ready(ctx context.Context) error {
 	var readOnly bool
-	err := s.cfg.DB.QueryRow(ctx, `SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'`).Scan(&readOnly)
+	err := s.cfg.DB.QueryRow(ctx, pgpool.ReadOnlySQL).Scan(&readOnly)
 	if err == nil && readOnly {
 		if pool, ok := s.cfg.DB.(interface{ Reset() }); ok {
 			pool.Reset()

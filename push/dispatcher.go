@@ -144,8 +144,8 @@ func (d *Dispatcher) Start(ctx context.Context) {
 	for range d.cfg.Workers {
 		loops = append(loops, d.loop)
 	}
-	if !d.svc.Start(ctx, append(loops, d.gauges)...) {
-		d.abort()
+	if !d.svc.Start(ctx, append(loops, d.gauges)...) && !d.svc.Started() {
+		d.abort() // a Start after Stop: nothing runs, and nothing may send
 	}
 }
 
@@ -271,12 +271,23 @@ func (d *Dispatcher) Pass(ctx context.Context) (int, error) { return d.pass(ctx,
 // before it has written its dispatches gives its notifications back — and
 // sends is the context of everything after the claim: the lookups, the
 // writes and the requests to Expo.
-func (d *Dispatcher) pass(stop, sends context.Context) (int, error) {
+func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 	claimed, err := d.claim(stop)
 	if err != nil || len(claimed) == 0 {
 		return 0, err
 	}
 	ctx := sends // from here on, a stop lets the pass finish
+	written := false
+	defer func() {
+		// A pass stopped or failed before writing its dispatches gives its
+		// rows back at once, rather than leave them leased for the lease's
+		// length.
+		if !written && err != nil && len(claimed) > 0 {
+			if uerr := d.unclaim(context.WithoutCancel(ctx), claimed); uerr != nil {
+				d.log.Warn("give back the push queue's rows; they are taken again after the lease", "err", uerr)
+			}
+		}
+	}()
 	users := make([]string, 0, len(claimed))
 	seen := map[string]bool{}
 	for _, q := range claimed {
@@ -295,10 +306,8 @@ func (d *Dispatcher) pass(stop, sends context.Context) (int, error) {
 		return len(claimed), err
 	}
 	if stop.Err() != nil {
-		// Stopping, and nothing written yet: another replica may take them now.
-		if err := d.unclaim(context.WithoutCancel(ctx), claimed); err != nil {
-			d.log.Warn("give back the push queue's rows; they are taken again after the lease", "err", err)
-		}
+		// Stopping, and nothing written yet: another replica may take them
+		// now (given back above).
 		return 0, stop.Err()
 	}
 	var rows []dispatchRow
@@ -341,6 +350,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (int, error) {
 	if err != nil {
 		return len(claimed), err
 	}
+	written = true
 	d.send(ctx, created)
 	return len(claimed), nil
 }

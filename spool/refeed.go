@@ -16,40 +16,62 @@ import (
 // which holds only pending, dead and kept-for-refeed rows, in seq order (the
 // order they were forwarded in, near enough): no index of their own to write.
 
-// keptPayloads selects the kept rows still holding a payload, oldest first.
-const keptPayloads = `SELECT p.seq FROM payloads p JOIN events e ON e.seq = p.seq
+// keptPayloads selects the kept rows still holding a payload, oldest first
+// in seq order. CROSS JOIN keeps SQLite scanning payloads (a few rows) and
+// looking each up in events, never the other way round (every kept key).
+const keptPayloads = `SELECT p.seq, e.size FROM payloads p CROSS JOIN events e ON e.seq = p.seq
 	WHERE e.forwarded_at IS NOT NULL AND e.dead_reason IS NULL`
 
-// dropKept drops the payloads of the kept rows seqs selects (a query of seq).
-func dropKept(ctx context.Context, tx execer, seqs string, args ...any) (int64, error) {
-	res, err := tx.ExecContext(ctx, `UPDATE events SET size = 0 WHERE seq IN (`+seqs+`)`, args...)
-	if err != nil {
-		return 0, fmt.Errorf("drop refeed payloads: %w", err)
+// dropKept drops the payloads of the kept rows with these seqs.
+func dropKept(ctx context.Context, tx execer, seqs []int64) error {
+	if err := execForSeqs(ctx, tx, "DELETE FROM payloads WHERE seq IN (%s)", nil, seqs); err != nil {
+		return fmt.Errorf("drop refeed payloads: %w", err)
 	}
-	n, _ := res.RowsAffected()
-	if _, err := tx.ExecContext(ctx, `DELETE FROM payloads WHERE seq IN (SELECT p.seq FROM payloads p JOIN events e ON e.seq = p.seq
-		WHERE e.forwarded_at IS NOT NULL AND e.dead_reason IS NULL AND e.size = 0)`); err != nil {
-		return 0, fmt.Errorf("drop refeed payloads: %w", err)
-	}
-	return n, nil
-}
-
-// trimRefeed drops the oldest kept payloads while they are over
-// RefeedMaxBytes, in the writer's open transaction.
-func (s *Spool) trimRefeed(ctx context.Context, tx execer) error {
-	for range 64 { // bounded work per acknowledgement; the pruner does the rest
-		var kept int64
-		if err := tx.QueryRowContext(ctx, `SELECT kept_bytes FROM totals WHERE id = 1`).Scan(&kept); err != nil {
-			return fmt.Errorf("read refeed bytes: %w", err)
-		}
-		if kept <= s.cfg.RefeedMaxBytes {
-			return nil
-		}
-		if n, err := dropKept(ctx, tx, keptPayloads+` ORDER BY p.seq LIMIT 16`); err != nil || n == 0 {
-			return err
-		}
+	if err := execForSeqs(ctx, tx, "UPDATE events SET size = 0 WHERE seq IN (%s)", nil, seqs); err != nil {
+		return fmt.Errorf("drop refeed payloads: %w", err)
 	}
 	return nil
+}
+
+// oldestKept returns the seqs of the oldest kept payloads, taken in order
+// while enough says so.
+func oldestKept(ctx context.Context, tx execer, cond string, args []any, enough func(size int64) bool) ([]int64, error) {
+	rows, err := tx.QueryContext(ctx, keptPayloads+cond+` ORDER BY p.seq`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("find refeed payloads: %w", err)
+	}
+	defer rows.Close()
+	var seqs []int64
+	for rows.Next() {
+		var seq, size int64
+		if err := rows.Scan(&seq, &size); err != nil {
+			return nil, err
+		}
+		seqs = append(seqs, seq)
+		if enough(size) {
+			break
+		}
+	}
+	return seqs, rows.Err()
+}
+
+// trimRefeed drops the oldest kept payloads until they are within
+// RefeedMaxBytes, in the writer's open transaction: it reads as many rows
+// as it drops.
+func (s *Spool) trimRefeed(ctx context.Context, tx execer) error {
+	var kept int64
+	if err := tx.QueryRowContext(ctx, `SELECT kept_bytes FROM totals WHERE id = 1`).Scan(&kept); err != nil {
+		return fmt.Errorf("read refeed bytes: %w", err)
+	}
+	over := kept - s.cfg.RefeedMaxBytes
+	if over <= 0 {
+		return nil
+	}
+	seqs, err := oldestKept(ctx, tx, "", nil, func(size int64) bool { over -= size; return over <= 0 })
+	if err != nil || len(seqs) == 0 {
+		return err
+	}
+	return dropKept(ctx, tx, seqs)
 }
 
 // pruneRefeed drops the payloads of rows forwarded before the refeed window,
@@ -63,8 +85,13 @@ func (s *Spool) pruneRefeed(ctx context.Context) (int64, error) {
 	for {
 		var n int64
 		err := s.write(ctx, func(ctx context.Context, tx execer) error {
-			var err error
-			if n, err = dropKept(ctx, tx, keptPayloads+` AND e.forwarded_at < ? ORDER BY p.seq LIMIT 2000`, cutoff); err != nil {
+			taken := 0
+			seqs, err := oldestKept(ctx, tx, ` AND e.forwarded_at < ?`, []any{cutoff}, func(int64) bool { taken++; return taken == 2000 })
+			if err == nil && len(seqs) > 0 {
+				err = dropKept(ctx, tx, seqs)
+			}
+			n = int64(len(seqs))
+			if err != nil {
 				return err
 			}
 			return s.trimRefeed(ctx, tx)
@@ -86,7 +113,7 @@ func (s *Spool) pruneRefeed(ctx context.Context) (int64, error) {
 func (s *Spool) Refeed(ctx context.Context, since time.Time) (int64, error) {
 	var n int64
 	err := s.write(ctx, func(ctx context.Context, tx execer) error {
-		res, err := tx.ExecContext(ctx, `UPDATE events SET forwarded_at = NULL WHERE seq IN (`+keptPayloads+` AND e.forwarded_at >= ?)`, since.UnixNano())
+		res, err := tx.ExecContext(ctx, `UPDATE events SET forwarded_at = NULL WHERE seq IN (SELECT seq FROM (`+keptPayloads+` AND e.forwarded_at >= ?))`, since.UnixNano())
 		if err != nil {
 			return fmt.Errorf("refeed: %w", err)
 		}

@@ -14,10 +14,17 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Columns are the two history columns for a statement's select list, read
-// on the primary (a standby cannot answer pg_current_wal_lsn).
-const Columns = `(SELECT system_identifier FROM pg_control_system()),
-	('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int`
+// System is the cluster's system identifier as a scalar subquery.
+const System = `(SELECT system_identifier FROM pg_control_system())`
+
+// Columns are the two history columns for a statement's select list. A
+// primary names its timeline by the WAL file it writes; a standby, which
+// cannot, by the stream it receives (by its last restartpoint while it
+// receives none).
+const Columns = System + `,
+	CASE WHEN pg_is_in_recovery()
+		THEN coalesce((SELECT nullif(received_tli, 0) FROM pg_stat_wal_receiver), (SELECT timeline_id FROM pg_control_checkpoint()))
+		ELSE ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int END`
 
 // History is one history of a database.
 type History struct {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
@@ -116,7 +117,7 @@ func (l *Listener) listen(ctx context.Context) (listened bool, err error) {
 		switch {
 		case timedOut:
 			var readOnly bool
-			if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'`).Scan(&readOnly); err != nil {
+			if err := conn.QueryRow(ctx, pgpool.ReadOnlySQL).Scan(&readOnly); err != nil {
 				return true, err
 			}
 			if readOnly {

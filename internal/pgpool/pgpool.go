@@ -117,3 +117,7 @@ func gone(pgErr *pgconn.PgError) bool {
 // readOnly reports SQLSTATE 25006, read_only_sql_transaction: a write
 // reached a server that takes none.
 func readOnly(pgErr *pgconn.PgError) bool { return pgErr.Code == "25006" }
+
+// ReadOnlySQL answers whether the server no longer takes writes: a standby,
+// or a primary fenced read-only during a failover.
+const ReadOnlySQL = `SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'`

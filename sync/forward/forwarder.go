@@ -120,6 +120,7 @@ type Forwarder struct {
 	wake      *ingest.Waker
 	landed    atomic.Int64 // unix nanoseconds when a batch last landed in Postgres
 	historyAt atomic.Int64 // unix nanoseconds when Postgres's history was last read
+	rewind    atomic.Bool  // a refeed put rows back below the cursor: the next take reads from the top
 
 	mu       sync.Mutex
 	cursor   int64               // highest seq handed to a worker
@@ -247,7 +248,7 @@ func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
 	}
 	f.mu.Lock()
 	after := f.cursor
-	if f.inflight == 0 {
+	if f.inflight == 0 || f.rewind.Swap(false) {
 		after = 0
 	}
 	f.mu.Unlock()

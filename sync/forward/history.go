@@ -40,6 +40,10 @@ func (f *Forwarder) checkHistory(ctx context.Context) {
 			f.historyAt.Store(0)
 			return
 		}
+		// The refed rows lie below the shared cursor; behind a backlog they
+		// would wait for no batch to be in flight. Sending one that is also
+		// in flight again is harmless.
+		f.rewind.Store(true)
 		f.cfg.Metrics.refeeds.Inc()
 		f.cfg.Metrics.refed.Add(float64(n))
 		f.log.Warn("Postgres's history changed (a failover to a standby, or a restore): forwarding again the events forwarded within the refeed window; what Postgres has is dropped as duplicates",

@@ -124,20 +124,15 @@ func (e *RequestError) Error() string {
 	return fmt.Sprintf("expo: %d: %s", e.Status, e.Msg)
 }
 
-// Retryable reports whether the request may pass later: no answer, 429, 5xx.
-// A send is tried again only if it is also not Unknown.
-func (e *RequestError) Retryable() bool {
-	return e.Status == 0 || e.Status == http.StatusTooManyRequests || e.Status >= 500
-}
-
-// retryable reports whether a request to endpoint that failed with e is
-// tried again: a send only when Expo surely did not take it (it has no
-// idempotency key: a retry of a send it took delivers twice).
-func retryable(endpoint string, e *RequestError) bool {
-	if endpoint == "send" && e.Unknown {
+// retryable reports whether a request that failed with e is tried again:
+// no answer, 429 or 5xx, and, for a request that is not idempotent (a send:
+// Expo has no idempotency key, a retry of a send it took delivers twice),
+// only when Expo surely did not take it.
+func (e *RequestError) retryable(idempotent bool) bool {
+	if e.Unknown && !idempotent {
 		return false
 	}
-	return e.Retryable()
+	return e.Status == 0 || e.Status == http.StatusTooManyRequests || e.Status >= 500
 }
 
 // ErrMessageTooBig: a message over MaxMessageBytes, refused before sending.
@@ -236,7 +231,7 @@ func (c *Client) Send(ctx context.Context, msgs []Message) ([]Ticket, error) {
 	var out struct {
 		Data []Ticket `json:"data"`
 	}
-	if err := c.post(ctx, "send", msgs, &out); err != nil {
+	if err := c.post(ctx, "send", false, msgs, &out); err != nil {
 		return nil, err
 	}
 	if len(out.Data) != len(msgs) {
@@ -257,7 +252,7 @@ func (c *Client) Receipts(ctx context.Context, ids []string) (map[string]Receipt
 	var out struct {
 		Data map[string]Receipt `json:"data"`
 	}
-	if err := c.post(ctx, "getReceipts", map[string][]string{"ids": ids}, &out); err != nil {
+	if err := c.post(ctx, "getReceipts", true, map[string][]string{"ids": ids}, &out); err != nil {
 		return nil, err
 	}
 	if out.Data == nil {
@@ -273,8 +268,9 @@ func Size(m Message) (int, error) {
 }
 
 // post sends body to endpoint and decodes the answer into out, retrying what
-// may pass later (see retryable).
-func (c *Client) post(ctx context.Context, endpoint string, body, out any) error {
+// may pass later (see RequestError.retryable; idempotent: a retry of a
+// request Expo took does no harm).
+func (c *Client) post(ctx context.Context, endpoint string, idempotent bool, body, out any) error {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("expo: encode %s: %w", endpoint, err)
@@ -282,7 +278,7 @@ func (c *Client) post(ctx context.Context, endpoint string, body, out any) error
 	for attempt := 0; ; attempt++ {
 		wait, err := c.postOnce(ctx, endpoint, raw, out)
 		var re *RequestError
-		if err == nil || !errors.As(err, &re) || !retryable(endpoint, re) || attempt >= c.cfg.Retries {
+		if err == nil || !errors.As(err, &re) || !re.retryable(idempotent) || attempt >= c.cfg.Retries {
 			return err
 		}
 		if ctx.Err() != nil {

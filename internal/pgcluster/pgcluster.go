@@ -22,8 +22,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // ErrNoPostgres: no initdb/pg_ctl could be found.
@@ -346,22 +344,10 @@ func (c *Cluster) running() bool {
 }
 
 func (c *Cluster) waitReady(ctx context.Context) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		conn, err := pgx.Connect(ctx, c.URL)
-		if err == nil {
-			conn.Close(ctx)
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("postgres at %s not ready: %w", c.URL, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := c.waitTrue(ctx, `SELECT true`); err != nil {
+		return fmt.Errorf("postgres at %s not ready: %w", c.URL, err)
 	}
+	return nil
 }
 
 func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte, error) {

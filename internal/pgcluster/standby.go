@@ -118,27 +118,12 @@ func (c *Cluster) canStream(ctx context.Context) error {
 // waitStreaming waits until c streams WAL to the standby called name, and
 // counts it synchronous when its SynchronousStandby names it.
 func (c *Cluster) waitStreaming(ctx context.Context, name string) error {
-	query := `SELECT count(*) FROM pg_stat_replication WHERE application_name = $1 AND state = 'streaming'`
+	query := `SELECT EXISTS (SELECT 1 FROM pg_stat_replication WHERE application_name = $1 AND state = 'streaming'`
 	if c.cfg.SynchronousStandby == name {
 		query += ` AND sync_state = 'sync'`
 	}
-	var last error
-	err := c.poll(ctx, 30*time.Second, func() bool {
-		conn, err := pgx.Connect(ctx, c.URL)
-		if err != nil {
-			last = err
-			return false
-		}
-		defer conn.Close(ctx)
-		var n int
-		if err := conn.QueryRow(ctx, query, name).Scan(&n); err != nil {
-			last = err
-			return false
-		}
-		return n > 0
-	})
-	if err != nil {
-		return fmt.Errorf("standby %s does not stream from %s (last error: %v): %w\n%s", name, c.URL, last, err, tail(filepath.Join(c.cfg.Dir, "postgres.log")))
+	if err := c.waitTrue(ctx, query+`)`, name); err != nil {
+		return fmt.Errorf("standby %s does not stream from %s: %w\n%s", name, c.URL, err, tail(filepath.Join(c.cfg.Dir, "postgres.log")))
 	}
 	return nil
 }
@@ -149,31 +134,34 @@ func (c *Cluster) Promote(ctx context.Context) error {
 	if out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.cfg.Dir, "data"), "-w", "-t", "60", "promote"); err != nil {
 		return fmt.Errorf("pg_ctl promote: %w\n%s\n%s", err, out, tail(filepath.Join(c.cfg.Dir, "postgres.log")))
 	}
-	var last error
-	err := c.poll(ctx, 30*time.Second, func() bool {
-		conn, err := pgx.Connect(ctx, c.URL)
-		if err != nil {
-			last = err
-			return false
-		}
-		defer conn.Close(ctx)
-		var writable bool
-		err = conn.QueryRow(ctx, `SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'`).Scan(&writable)
-		last = err
-		return err == nil && writable
-	})
-	if err != nil {
-		return fmt.Errorf("promoted %s does not accept writes (last error: %v): %w", c.URL, last, err)
+	if err := c.waitTrue(ctx, `SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'`); err != nil {
+		return fmt.Errorf("promoted %s does not accept writes: %w", c.URL, err)
 	}
 	return nil
 }
 
-// poll calls cond every 20ms until it holds, ctx ends or timeout passes.
-func (c *Cluster) poll(ctx context.Context, timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
+// waitTrue runs query, which answers one boolean, on a new connection every
+// 20 ms until it answers true, for at most 30 s; each try gets 5 s.
+func (c *Cluster) waitTrue(ctx context.Context, query string, args ...any) error {
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var ok bool
+		conn, err := pgx.Connect(tctx, c.URL)
+		if err == nil {
+			err = conn.QueryRow(tctx, query, args...).Scan(&ok)
+			conn.Close(context.WithoutCancel(ctx))
+		}
+		cancel()
+		if err == nil && ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("gave up after %s", timeout)
+			return fmt.Errorf("gave up after 30s (last error: %v)", last)
 		}
 		select {
 		case <-ctx.Done():
@@ -181,7 +169,6 @@ func (c *Cluster) poll(ctx context.Context, timeout time.Duration, cond func() b
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return nil
 }
 
 // allowReplication makes sure pg_hba.conf lets replication connections in

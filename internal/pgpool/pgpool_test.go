@@ -16,28 +16,6 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func TestAMultiHostURLReachesPgxAsItIs(t *testing.T) {
-	t.Parallel()
-	pool, err := pgpool.New(context.Background(), pgpool.Config{
-		URL:      "postgres://postgres@127.0.0.1:5001,127.0.0.1:5002/db?sslmode=disable&target_session_attrs=read-write",
-		MaxConns: 1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	cc := pool.Config().ConnConfig
-	if cc.Host != "127.0.0.1" || cc.Port != 5001 || len(cc.Fallbacks) != 1 || cc.Fallbacks[0].Port != 5002 {
-		t.Errorf("hosts = %s:%d then %v; want 127.0.0.1:5001 then 127.0.0.1:5002", cc.Host, cc.Port, cc.Fallbacks)
-	}
-	if cc.ValidateConnect == nil {
-		t.Error("target_session_attrs=read-write was lost: no connection check")
-	}
-	if _, ok := cc.RuntimeParams["target_session_attrs"]; ok {
-		t.Error("target_session_attrs would be sent to the server as a setting")
-	}
-}
-
 // port answers which server a pooled connection reaches.
 func port(t *testing.T, conn *pgxpool.Conn) int {
 	t.Helper()

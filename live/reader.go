@@ -69,7 +69,7 @@ const (
 		ORDER BY n.tx, n.id`
 	readReadEvents = `WITH s AS MATERIALIZED (
 			SELECT s.hz, EXISTS (SELECT 1 FROM read_events h WHERE h.tx >= s.hz AND (h.tx, h.id) > ($1::xid8, $2::bigint)) AS held
-			FROM (SELECT ` + horizon + `) s(hz))
+			FROM (SELECT least(` + horizon + `, $4::xid8)) s(hz))
 		SELECT s.hz, s.held,
 			r.tx, r.id, r.user_id, coalesce(r.read_id, ''), coalesce(r.through_id, ''), r.through_at, r.through_seq, r.snapshot::text
 		FROM s LEFT JOIN LATERAL (
@@ -218,12 +218,17 @@ func readStateOf(ctx context.Context, db DB) (dbState, error) {
 
 // read reads and delivers one page of each table. more: a page was full,
 // read again at once; held: committed rows wait behind an older transaction.
+//
+// Read-state changes are read only below where the notifications were read
+// (that read's horizon, or its last row when the page was full): a read-all
+// frame never overtakes a notification it covers, whose own frame says
+// unread.
 func (r *reader) read(ctx context.Context) (more, held bool, err error) {
-	moreN, heldN, err := r.readNotifications(ctx)
+	moreN, heldN, bound, err := r.readNotifications(ctx)
 	if err != nil {
 		return false, false, err
 	}
-	moreR, heldR, err := r.readReadEvents(ctx)
+	moreR, heldR, err := r.readReadEvents(ctx, bound)
 	if err != nil {
 		return false, false, err
 	}
@@ -256,10 +261,10 @@ func (r *reader) deliver(ds []delivery) error {
 // failover: the reader starts again at the new horizon, and every socket is
 // closed so that its app resumes (and, with a cursor from the old history,
 // starts over).
-func (r *reader) readNotifications(ctx context.Context) (more, held bool, err error) {
+func (r *reader) readNotifications(ctx context.Context) (more, held bool, bound uint64, err error) {
 	rows, err := r.hub.cfg.DB.Query(ctx, readNotifications, r.notes.Tx, r.notes.ID, readPage, r.caughtUp.Add(-r.hub.cfg.txSlack), feed.FutureSlack)
 	if err != nil {
-		return false, false, err
+		return false, false, 0, err
 	}
 	defer rows.Close()
 	var st dbState
@@ -273,7 +278,7 @@ func (r *reader) readNotifications(ctx context.Context) (more, held bool, err er
 		dest, scanned := st.scanTargets()
 		dest = append(dest, &held, &tx, &user)
 		if err := rows.Scan(append(dest, fields.wrap(note.ScanTargets())...)...); err != nil {
-			return false, false, err
+			return false, false, 0, err
 		}
 		scanned()
 		if tx == nil {
@@ -287,19 +292,22 @@ func (r *reader) readNotifications(ctx context.Context) (more, held bool, err er
 		ds = append(ds, delivery{user: *user, frame: func() (frame, error) { return notificationFrame(note, c, true) }})
 	}
 	if err := rows.Err(); err != nil {
-		return false, false, err
+		return false, false, 0, err
 	}
 	rows.Close()
 	if st.history != r.history {
 		r.historyChanged(ctx, st)
-		return false, false, nil
+		return false, false, 0, nil
 	}
 	r.hub.seen(st)
 	more = n == readPage
-	if !more && !held {
+	bound = st.horizon
+	if more {
+		bound = r.notes.Tx
+	} else if !held {
 		r.caughtUp = st.at
 	}
-	return more, held, r.deliver(ds)
+	return more, held, bound, r.deliver(ds)
 }
 
 // historyChanged repositions the reader in a new history and closes every
@@ -347,8 +355,8 @@ func (o *orNull) fill() {
 // readReadEvents reads and delivers one page of read-state changes. A
 // read-all's frame names what it left unread (committed after it was asked),
 // read once every transaction it could not see has ended.
-func (r *reader) readReadEvents(ctx context.Context) (more, held bool, err error) {
-	rows, err := r.hub.cfg.DB.Query(ctx, readReadEvents, r.reads.Tx, r.reads.ID, readPage)
+func (r *reader) readReadEvents(ctx context.Context, bound uint64) (more, held bool, err error) {
+	rows, err := r.hub.cfg.DB.Query(ctx, readReadEvents, r.reads.Tx, r.reads.ID, readPage, bound)
 	if err != nil {
 		return false, false, err
 	}

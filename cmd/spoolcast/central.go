@@ -130,8 +130,8 @@ func (o centralOptions) validate() error {
 		return fmt.Errorf("--db-max-conns %d: want at least 1", o.dbMaxConns)
 	case o.dbConnectTimeout < 0 || o.dbStatementTimeout < 0 || o.shutdownTimeout < 0 || o.maintenanceInterval < 0 || o.wakeUpInterval < 0:
 		return errors.New("--db-connect-timeout, --db-statement-timeout, --maintenance-interval, --shutdown-timeout and --wake-up-interval must not be negative")
-	case o.maxReplicaLag <= 0:
-		return fmt.Errorf("--max-replica-lag %s: want a positive duration, such as the default 5s", o.maxReplicaLag)
+	case o.maxReplicaLag < 0:
+		return fmt.Errorf("--max-replica-lag %s: must not be negative (0 is the default, 5s)", o.maxReplicaLag)
 	case o.maintenanceInterval > 0 && o.dbMaxConns < 2:
 		return errors.New("--db-max-conns must be at least 2 while central runs maintenance (--maintenance-interval): a pass holds one connection for its lock")
 	}

@@ -29,12 +29,16 @@ type History = pghistory.History
 
 // Cursor is where a client resumes the stream: a position, the creation
 // time of the row there (or the time the cursor was made), which keeps the
-// resume read to the partitions that can hold rows after it, and the history
-// the position belongs to.
+// resume read to the partitions that can hold rows after it, the history the
+// position belongs to, and the WAL position of that history below which lies
+// everything the read that made it could see. After a promotion that kept
+// that much of the old timeline, the cursor resumes on the new one
+// (pghistory.Continues); otherwise it is from another history.
 type Cursor struct {
 	Position
 	At      time.Time
 	History History
+	WAL     uint64
 }
 
 // ErrBadCursor: the cursor is not one this server issued.
@@ -54,16 +58,18 @@ var (
 )
 
 // The cursor's forms: version 1 (before histories) holds a position and a
-// time; version 2 adds the history.
+// time; version 2 adds the history, version 3 the WAL position.
 const (
 	cursorV1, cursorV1Bytes = 1, 1 + 8 + 8 + 8
 	cursorV2, cursorV2Bytes = 2, cursorV1Bytes + 8 + 4
+	cursorV3, cursorV3Bytes = 3, cursorV2Bytes + 8
 )
 
-// String returns the cursor's API form: 50 base64url characters (34, the
-// version 1 form, for a cursor without a history).
+// String returns the cursor's API form: 60 base64url characters (50, the
+// version 2 form, for a cursor without a WAL position; 34, the version 1
+// form, for one without a history).
 func (c Cursor) String() string {
-	var b [cursorV2Bytes]byte
+	var b [cursorV3Bytes]byte
 	if c.History == (History{}) {
 		b[0] = cursorV1
 		binary.BigEndian.PutUint64(b[1:], c.Tx)
@@ -77,27 +83,39 @@ func (c Cursor) String() string {
 	binary.BigEndian.PutUint64(b[17:], uint64(c.At.UnixMicro()))
 	binary.BigEndian.PutUint64(b[25:], c.History.System)
 	binary.BigEndian.PutUint32(b[33:], c.History.Timeline)
+	if c.WAL == 0 {
+		return base64.RawURLEncoding.EncodeToString(b[:cursorV2Bytes])
+	}
+	b[0] = cursorV3
+	binary.BigEndian.PutUint64(b[37:], c.WAL)
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // ParseCursor reads a cursor's API form. A version 1 cursor has no history
 // (zero): only the position's own bounds can be checked.
 func ParseCursor(s string) (Cursor, error) {
+	// The decoder skips \r and \n: an input longer than its bytes' encoding
+	// is not one this server wrote.
 	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
-	if err != nil || len(b) < 1 || !(b[0] == cursorV1 && len(b) == cursorV1Bytes || b[0] == cursorV2 && len(b) == cursorV2Bytes) {
+	if err != nil || len(b) < 1 || len(s) != base64.RawURLEncoding.EncodedLen(len(b)) || !(b[0] == cursorV1 && len(b) == cursorV1Bytes || b[0] == cursorV2 && len(b) == cursorV2Bytes || b[0] == cursorV3 && len(b) == cursorV3Bytes) {
 		return Cursor{}, ErrBadCursor
 	}
 	c := Cursor{
 		Position: Position{Tx: binary.BigEndian.Uint64(b[1:]), ID: int64(binary.BigEndian.Uint64(b[9:]))},
 		At:       time.UnixMicro(int64(binary.BigEndian.Uint64(b[17:]))).UTC(),
 	}
-	if b[0] == cursorV2 {
+	if b[0] >= cursorV2 {
 		c.History = History{System: binary.BigEndian.Uint64(b[25:]), Timeline: binary.BigEndian.Uint32(b[33:])}
 		if c.History == (History{}) {
 			return Cursor{}, ErrBadCursor
 		}
 	}
-	if c.ID < 0 || c.Tx > 1<<63-1 || c.At.Before(oldestCursor) || c.At.After(newestCursor) {
+	if b[0] == cursorV3 {
+		if c.WAL = binary.BigEndian.Uint64(b[37:]); c.WAL == 0 {
+			return Cursor{}, ErrBadCursor
+		}
+	}
+	if c.ID < 0 || c.Tx > 1<<63-1 || c.WAL > 1<<63-1 || c.At.Before(oldestCursor) || c.At.After(newestCursor) {
 		return Cursor{}, ErrBadCursor
 	}
 	return c, nil

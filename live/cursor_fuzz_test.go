@@ -16,6 +16,7 @@ func FuzzParseCursor(f *testing.F) {
 	f.Add(live.Cursor{Position: live.Position{Tx: 742, ID: 1}, At: at}.String())
 	f.Add(live.Cursor{Position: live.Position{Tx: 1 << 40}, At: at}.String())
 	f.Add(live.Cursor{Position: live.Position{Tx: 742, ID: 1}, At: at, History: live.History{System: 7714262984282894364, Timeline: 2}}.String())
+	f.Add(live.Cursor{Position: live.Position{Tx: 742, ID: 1}, At: at, History: live.History{System: 7714262984282894364, Timeline: 2}, WAL: 51075264}.String())
 	f.Add(base64.RawURLEncoding.EncodeToString(make([]byte, 25)))
 	f.Add(base64.RawURLEncoding.EncodeToString([]byte{2, 0, 0, 0, 0, 0, 0, 2, 230, 0, 0, 0, 0, 0, 0, 0, 1, 0, 6, 97, 126, 79, 224, 50, 33}))
 	f.Add("")

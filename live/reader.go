@@ -44,8 +44,9 @@ const txSlack = feed.IngestSlack
 const horizon = `pg_snapshot_xmin(pg_current_snapshot())`
 
 // readState is one statement's view: its horizon, the next transaction id
-// (xmax), Postgres's time and the history, computed once per statement.
-const readState = `SELECT ` + horizon + ` AS hz, pg_snapshot_xmax(pg_current_snapshot()) AS xmax, now() AS at, ` + pghistory.Columns
+// (xmax), Postgres's time, the history and the WAL position below which lies
+// everything it sees, computed once per statement.
+const readState = `SELECT ` + horizon + ` AS hz, pg_snapshot_xmax(pg_current_snapshot()) AS xmax, now() AS at, ` + pghistory.Columns + `, ` + pghistory.WAL
 
 // The replica's reads, each in commit-safe order from a position ($1, $2),
 // at most $3 rows, only below the statement's horizon: rows at or above it
@@ -58,8 +59,8 @@ const (
 	readNotifications = `WITH s AS MATERIALIZED (
 			SELECT s.*, EXISTS (SELECT 1 FROM notifications h WHERE h.tx >= s.hz AND (h.tx, h.id) > ($1::xid8, $2::bigint)
 				AND h.created_at >= $4 AND h.created_at < s.at + $5::interval) AS held
-			FROM (` + readState + `) s(hz, xmax, at, sys, tl))
-		SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.held, n.tx, n.user_id, ` + feed.NotificationFields + `, n.read_at
+			FROM (` + readState + `) s(hz, xmax, at, sys, tl, wal))
+		SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.wal, s.held, n.tx, n.user_id, ` + feed.NotificationFields + `, n.read_at
 		FROM s LEFT JOIN LATERAL (
 			SELECT n.* FROM notifications n
 			WHERE (n.tx, n.id) > ($1::xid8, $2::bigint) AND n.tx < s.hz
@@ -190,7 +191,21 @@ func (r *reader) position(ctx context.Context) error {
 	r.caughtUp = st.at
 	r.history = st.history
 	r.hub.seen(st)
+	r.recordSwitch(ctx)
 	return nil
+}
+
+// recordSwitch records where the primary's timeline began, if it was
+// promoted moments ago (pghistory.RecordSwitch): the cursors of every socket
+// it closes then resume on it. A failure only costs those cursors.
+func (r *reader) recordSwitch(ctx context.Context) {
+	recorded, err := pghistory.RecordSwitch(ctx, r.hub.cfg.DB)
+	switch {
+	case err != nil:
+		r.hub.log.Warn("cannot record where the database's timeline began; cursors from before the failover will be refused", "err", err)
+	case recorded:
+		r.hub.log.Info("recorded where the promoted primary's timeline began: cursors from before it resume here when it kept what they saw", "timeline", r.history.Timeline)
+	}
 }
 
 // dbState is what one statement saw of the database.
@@ -198,13 +213,14 @@ type dbState struct {
 	horizon, xmax uint64
 	at            time.Time
 	history       History
+	wal           uint64
 }
 
 // scanTargets returns where readState's columns scan into, and the function
 // that sets the history once they have.
 func (st *dbState) scanTargets() (dest []any, scanned func()) {
 	history, h := pghistory.Scan()
-	return append([]any{&st.horizon, &st.xmax, &st.at}, history...), func() { st.history = h() }
+	return append(append([]any{&st.horizon, &st.xmax, &st.at}, history...), &st.wal), func() { st.history = h() }
 }
 
 // readStateOf reads the database's state in a statement of its own.
@@ -288,7 +304,7 @@ func (r *reader) readNotifications(ctx context.Context) (more, held bool, bound 
 		n++
 		pos := Position{Tx: *tx, ID: note.ID}
 		r.notes = pos
-		c := Cursor{Position: pos, At: note.CreatedAt, History: st.history}
+		c := Cursor{Position: pos, At: note.CreatedAt, History: st.history, WAL: st.wal}
 		ds = append(ds, delivery{user: *user, frame: func() (frame, error) { return notificationFrame(note, c, true) }})
 	}
 	if err := rows.Err(); err != nil {
@@ -318,6 +334,7 @@ func (r *reader) historyChanged(ctx context.Context, st dbState) {
 	r.notes, r.reads = Position{Tx: st.horizon}, Position{Tx: st.horizon}
 	r.caughtUp, r.history = st.at, st.history
 	r.hub.seen(st)
+	r.recordSwitch(ctx)
 	r.hub.closeAll(StatusTryAgainLater, "the database failed over; reconnect")
 }
 

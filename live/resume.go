@@ -8,6 +8,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/pghistory"
 )
 
 // errSocketClosed ends a resume whose socket closed.
@@ -24,8 +25,8 @@ const resumePage = 500
 const readSince = `WITH s AS MATERIALIZED (
 		SELECT s.*, EXISTS (SELECT 1 FROM notifications h WHERE h.user_id = $1 AND h.tx >= s.hz AND (h.tx, h.id) > ($3::xid8, $4::bigint)
 			AND h.created_at >= $2 AND h.created_at < s.at + $6::interval) AS held
-		FROM (` + readState + `) s(hz, xmax, at, sys, tl))
-	SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.held, n.*
+		FROM (` + readState + `) s(hz, xmax, at, sys, tl, wal))
+	SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.wal, s.held, n.*
 	FROM s LEFT JOIN LATERAL (
 		SELECT n.tx, ` + feed.NotificationFields + `, ` + feed.ReadState + ` AS read_state
 		FROM notifications n, ` + feed.ReadMark + ` w
@@ -92,16 +93,16 @@ func since(ctx context.Context, db DB, user string, after Cursor, limit int, sla
 	if err := rows.Err(); err != nil {
 		return Changes{}, err
 	}
-	if after.History != (History{}) && after.History != st.history || after.Tx > st.xmax {
-		return Changes{}, ErrOtherHistory
+	if err := follows(ctx, db, after, st); err != nil {
+		return Changes{}, err
 	}
 	for i := range out.Cursors {
-		out.Cursors[i].History = st.history
+		out.Cursors[i].History, out.Cursors[i].WAL = st.history, st.wal
 	}
 	if len(out.Cursors) > 0 {
 		out.End = out.Cursors[len(out.Cursors)-1]
 	}
-	out.End.History = st.history
+	out.End.History, out.End.WAL = st.history, st.wal
 	if !out.More {
 		// Every row after the cursor and below this read's horizon was read
 		// (the horizon is this statement's): the reader may stand at the
@@ -125,7 +126,27 @@ func Now(ctx context.Context, db DB) (Cursor, error) {
 	if err != nil {
 		return Cursor{}, err
 	}
-	return Cursor{Position: Position{Tx: st.horizon}, At: st.at, History: st.history}, nil
+	return Cursor{Position: Position{Tx: st.horizon}, At: st.at, History: st.history, WAL: st.wal}, nil
+}
+
+// follows tells whether a cursor can be followed in the history a statement
+// saw (st): its own, or an earlier timeline that the new one continues
+// through everything the cursor's read saw (pghistory.Continues), and at or
+// below the next transaction id. Otherwise it is ErrOtherHistory.
+func follows(ctx context.Context, db DB, c Cursor, st dbState) error {
+	if c.History != (History{}) && c.History != st.history {
+		ok, err := pghistory.Continues(ctx, db, c.History, c.WAL, st.history)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return ErrOtherHistory
+		}
+	}
+	if c.Tx > st.xmax {
+		return ErrOtherHistory
+	}
+	return nil
 }
 
 // resume sends s every notification of its user after the cursor, oldest

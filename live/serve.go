@@ -127,8 +127,5 @@ func (h *Hub) checkCursor(ctx context.Context, c Cursor) error {
 	if err != nil {
 		return err
 	}
-	if c.History != (History{}) && c.History != st.history || c.Tx > st.xmax {
-		return ErrOtherHistory
-	}
-	return nil
+	return follows(ctx, h.cfg.DB, c, st)
 }

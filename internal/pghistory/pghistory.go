@@ -26,6 +26,12 @@ const Columns = System + `,
 		THEN coalesce((SELECT nullif(received_tli, 0) FROM pg_stat_wal_receiver), (SELECT timeline_id FROM pg_control_checkpoint()))
 		ELSE ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int END`
 
+// WAL is the statement's place in its history's WAL, as a bigint: on a
+// primary the position its next record goes to, on a standby the position it
+// has replayed. Every commit the statement can see lies below it, and so
+// does the end of every transaction older than its snapshot's horizon.
+const WAL = `(CASE WHEN pg_is_in_recovery() THEN coalesce(pg_last_wal_replay_lsn(), '0/0') ELSE pg_current_wal_insert_lsn() END - '0/0'::pg_lsn)::bigint`
+
 // History is one history of a database.
 type History struct {
 	System   uint64
@@ -49,6 +55,7 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+
 // Read reads the database's history in a statement of its own.
 func Read(ctx context.Context, db DB) (History, error) {
 	targets, history := Scan()
@@ -56,4 +63,57 @@ func Read(ctx context.Context, db DB) (History, error) {
 		return History{}, fmt.Errorf("read the database's history: %w", err)
 	}
 	return history(), nil
+}
+
+// recordSwitch notes where the parent timeline ended, on a primary promoted
+// from a standby of that timeline: the position its recovery stopped
+// replaying (pg_last_wal_replay_lsn), which this server can tell only until
+// its first checkpoint after the promotion (after a crash and restart the
+// same function names where crash recovery ended instead). A promotion seen
+// later, or one from a timeline other than the one just below, is not
+// recorded: cursors from before it are then refused, never trusted.
+const recordSwitch = `WITH recorded AS (INSERT INTO timeline_switches (system_identifier, timeline, parent_ended_at)
+	SELECT s.sys, s.tl, s.ended FROM (
+		SELECT ` + System + ` AS sys,
+			CASE WHEN pg_is_in_recovery() THEN NULL ELSE ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int END AS tl,
+			(SELECT timeline_id FROM pg_control_checkpoint()) AS checkpointed,
+			pg_last_wal_replay_lsn() AS ended) s
+	WHERE s.tl IS NOT NULL AND s.ended IS NOT NULL AND s.checkpointed = s.tl - 1
+	ON CONFLICT DO NOTHING RETURNING 1)
+	SELECT count(*) > 0 FROM recorded`
+
+// RecordSwitch records, on a primary promoted moments ago, where its
+// timeline left its parent (see recordSwitch), and reports whether it did;
+// elsewhere it does nothing. Whoever first sees a promotion calls it: the
+// record outlives the server's ability to tell.
+func RecordSwitch(ctx context.Context, db DB) (bool, error) {
+	var recorded bool
+	if err := db.QueryRow(ctx, recordSwitch).Scan(&recorded); err != nil {
+		return false, fmt.Errorf("record where the timeline began: %w", err)
+	}
+	return recorded, nil
+}
+
+// continues counts the recorded switches from timeline $2 (exclusive) to $3
+// (inclusive) of system $1, and tells whether position $4 of timeline $2 is
+// at or below where the first of them left it.
+const continues = `SELECT count(*), coalesce(bool_and(timeline <> $2 + 1 OR (parent_ended_at - '0/0'::pg_lsn)::bigint >= $4), false)
+	FROM timeline_switches WHERE system_identifier = $1 AND timeline > $2 AND timeline <= $3`
+
+// Continues reports whether history to holds everything written in history
+// from up to WAL position seen: to is a later timeline of the same system,
+// every promotion in between was recorded, and the first left from's
+// timeline at or after seen. A transaction id of from at or below seen then
+// names the same transaction in to, and every transaction to begins
+// afterwards has a larger id.
+func Continues(ctx context.Context, db DB, from History, seen uint64, to History) (bool, error) {
+	if from.System != to.System || from.Timeline >= to.Timeline || seen == 0 || seen > 1<<63-1 {
+		return false, nil
+	}
+	var n int64
+	var below bool
+	if err := db.QueryRow(ctx, continues, int64(from.System), int32(from.Timeline), int32(to.Timeline), int64(seen)).Scan(&n, &below); err != nil {
+		return false, fmt.Errorf("read the timeline switches: %w", err)
+	}
+	return n == int64(to.Timeline-from.Timeline) && below, nil
 }

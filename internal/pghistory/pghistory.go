@@ -55,7 +55,6 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-
 // Read reads the database's history in a statement of its own.
 func Read(ctx context.Context, db DB) (History, error) {
 	targets, history := Scan()

@@ -89,7 +89,9 @@ func (s *Server) writePageWithRefresh(w http.ResponseWriter, r *http.Request, us
 	var refresh live.Cursor
 	var page feed.Page
 	err := s.readFeed(ctx, r, userID, func(ctx context.Context, db feed.DB, onReplica bool) (err error) {
-		if refresh, err = refreshCursor(ctx, db, onReplica); err != nil {
+		// Read before the page, on the same database: what committed below
+		// it is on the page; what commits after comes from a since read.
+		if refresh, err = live.Now(ctx, db, userID); err != nil {
 			return fmt.Errorf("read the refresh cursor: %w", err)
 		}
 		page, err = s.feed.On(db).Page(ctx, q)

@@ -27,8 +27,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spoolcast/spoolcast/feed"
-	"github.com/spoolcast/spoolcast/internal/pghistory"
-	"github.com/spoolcast/spoolcast/live"
 )
 
 // The names of the write position a client carries back.
@@ -51,30 +49,6 @@ const (
 	writtenAtSQL = `SELECT pg_current_wal_insert_lsn()::text`
 	replayedSQL  = `SELECT coalesce(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END >= $1::pg_lsn, false)`
 )
-
-// replicaRefresh is live.Now read on a standby: the horizon of its
-// snapshot, its time and the database's history, where a standby, which
-// cannot name its WAL file, tells its timeline by the stream it receives
-// (by its last restartpoint while it receives none). A first page read on
-// the replica takes its refresh cursor there, before the page: what
-// committed below it is on the page, what committed after it comes from a
-// since read on the primary, as with a page read on the primary.
-const replicaRefresh = `SELECT pg_snapshot_xmin(pg_current_snapshot()), now(), ` + pghistory.Columns
-
-// refreshCursor reads the refresh cursor of a first page on db: the
-// primary, or a transaction on the replica.
-func refreshCursor(ctx context.Context, db feed.DB, onReplica bool) (live.Cursor, error) {
-	if !onReplica {
-		return live.Now(ctx, db)
-	}
-	var c live.Cursor
-	history, h := pghistory.Scan()
-	if err := db.QueryRow(ctx, replicaRefresh).Scan(append([]any{&c.Tx, &c.At}, history...)...); err != nil {
-		return live.Cursor{}, err
-	}
-	c.History = h()
-	return c, nil
-}
 
 // readFeed runs read on the replica when it may answer it, else on the
 // primary (see the file's comment). read may run twice, on the replica and

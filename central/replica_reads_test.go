@@ -181,7 +181,7 @@ func TestFeedReadsAreServedByTheStandbyWhileItIsCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	primaryCursor, err := live.Now(ctx, r.primary)
+	primaryCursor, err := live.Now(ctx, r.primary, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +407,7 @@ func TestFeedReadsAnswerFromTheStandbyWhileThePrimaryIsDown(t *testing.T) {
 	h := r.central(t, nil, 5*time.Second)
 	alice, admin := h.iss.Token("alice"), h.iss.Token("root", "admin")
 	h.servesFromReplica(alice)
-	before, err := live.Now(ctx, r.primary)
+	before, err := live.Now(ctx, r.primary, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,14 +31,16 @@ type History = pghistory.History
 // time of the row there (or the time the cursor was made), which keeps the
 // resume read to the partitions that can hold rows after it, the history the
 // position belongs to, and the WAL position of that history below which lies
-// everything the read that made it could see. After a promotion that kept
-// that much of the old timeline, the cursor resumes on the new one
-// (pghistory.Continues); otherwise it is from another history.
+// everything the read that made it could see, and whether that read ran on
+// a primary that replicated its commits synchronously. After a promotion
+// that kept what the read saw, the cursor resumes on the new timeline
+// (follows); otherwise it is from another history.
 type Cursor struct {
 	Position
-	At      time.Time
-	History History
-	WAL     uint64
+	At          time.Time
+	History     History
+	WAL         uint64
+	Synchronous bool
 }
 
 // ErrBadCursor: the cursor is not one this server issued.
@@ -58,14 +60,16 @@ var (
 )
 
 // The cursor's forms: version 1 (before histories) holds a position and a
-// time; version 2 adds the history, version 3 the WAL position.
+// time; version 2 adds the history, version 3 the WAL position and whether
+// the read was replicated synchronously (flag 1).
 const (
 	cursorV1, cursorV1Bytes = 1, 1 + 8 + 8 + 8
 	cursorV2, cursorV2Bytes = 2, cursorV1Bytes + 8 + 4
-	cursorV3, cursorV3Bytes = 3, cursorV2Bytes + 8
+	cursorV3, cursorV3Bytes = 3, cursorV2Bytes + 8 + 1
+	cursorSynchronous       = 1
 )
 
-// String returns the cursor's API form: 60 base64url characters (50, the
+// String returns the cursor's API form: 62 base64url characters (50, the
 // version 2 form, for a cursor without a WAL position; 34, the version 1
 // form, for one without a history).
 func (c Cursor) String() string {
@@ -83,11 +87,14 @@ func (c Cursor) String() string {
 	binary.BigEndian.PutUint64(b[17:], uint64(c.At.UnixMicro()))
 	binary.BigEndian.PutUint64(b[25:], c.History.System)
 	binary.BigEndian.PutUint32(b[33:], c.History.Timeline)
-	if c.WAL == 0 {
+	if c.WAL == 0 { // a version 2 cursor, read again as it came
 		return base64.RawURLEncoding.EncodeToString(b[:cursorV2Bytes])
 	}
 	b[0] = cursorV3
 	binary.BigEndian.PutUint64(b[37:], c.WAL)
+	if c.Synchronous {
+		b[45] = cursorSynchronous
+	}
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
@@ -111,9 +118,10 @@ func ParseCursor(s string) (Cursor, error) {
 		}
 	}
 	if b[0] == cursorV3 {
-		if c.WAL = binary.BigEndian.Uint64(b[37:]); c.WAL == 0 {
+		if c.WAL = binary.BigEndian.Uint64(b[37:]); c.WAL == 0 || b[45] > cursorSynchronous {
 			return Cursor{}, ErrBadCursor
 		}
+		c.Synchronous = b[45] == cursorSynchronous
 	}
 	if c.ID < 0 || c.Tx > 1<<63-1 || c.WAL > 1<<63-1 || c.At.Before(oldestCursor) || c.At.After(newestCursor) {
 		return Cursor{}, ErrBadCursor

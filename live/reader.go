@@ -46,7 +46,8 @@ const horizon = `pg_snapshot_xmin(pg_current_snapshot())`
 // readState is one statement's view: its horizon, the next transaction id
 // (xmax), Postgres's time, the history and the WAL position below which lies
 // everything it sees, computed once per statement.
-const readState = `SELECT ` + horizon + ` AS hz, pg_snapshot_xmax(pg_current_snapshot()) AS xmax, now() AS at, ` + pghistory.Columns + `, ` + pghistory.WAL
+const readState = `SELECT ` + horizon + ` AS hz, pg_snapshot_xmax(pg_current_snapshot()) AS xmax, now() AS at, ` +
+	pghistory.Columns + `, ` + pghistory.WAL + `, ` + pghistory.Synchronous
 
 // The replica's reads, each in commit-safe order from a position ($1, $2),
 // at most $3 rows, only below the statement's horizon: rows at or above it
@@ -59,8 +60,8 @@ const (
 	readNotifications = `WITH s AS MATERIALIZED (
 			SELECT s.*, EXISTS (SELECT 1 FROM notifications h WHERE h.tx >= s.hz AND (h.tx, h.id) > ($1::xid8, $2::bigint)
 				AND h.created_at >= $4 AND h.created_at < s.at + $5::interval) AS held
-			FROM (` + readState + `) s(hz, xmax, at, sys, tl, wal))
-		SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.wal, s.held, n.tx, n.user_id, ` + feed.NotificationFields + `, n.read_at
+			FROM (` + readState + `) s(hz, xmax, at, sys, tl, wal, sync))
+		SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.wal, s.sync, s.held, n.tx, n.user_id, ` + feed.NotificationFields + `, n.read_at
 		FROM s LEFT JOIN LATERAL (
 			SELECT n.* FROM notifications n
 			WHERE (n.tx, n.id) > ($1::xid8, $2::bigint) AND n.tx < s.hz
@@ -214,13 +215,19 @@ type dbState struct {
 	at            time.Time
 	history       History
 	wal           uint64
+	sync          bool
 }
 
 // scanTargets returns where readState's columns scan into, and the function
 // that sets the history once they have.
 func (st *dbState) scanTargets() (dest []any, scanned func()) {
 	history, h := pghistory.Scan()
-	return append(append([]any{&st.horizon, &st.xmax, &st.at}, history...), &st.wal), func() { st.history = h() }
+	return append(append([]any{&st.horizon, &st.xmax, &st.at}, history...), &st.wal, &st.sync), func() { st.history = h() }
+}
+
+// cursor is a cursor at pos, made by the statement that saw st.
+func (st *dbState) cursor(pos Position, at time.Time) Cursor {
+	return Cursor{Position: pos, At: at, History: st.history, WAL: st.wal, Synchronous: st.sync}
 }
 
 // readStateOf reads the database's state in a statement of its own.
@@ -304,7 +311,7 @@ func (r *reader) readNotifications(ctx context.Context) (more, held bool, bound 
 		n++
 		pos := Position{Tx: *tx, ID: note.ID}
 		r.notes = pos
-		c := Cursor{Position: pos, At: note.CreatedAt, History: st.history, WAL: st.wal}
+		c := st.cursor(pos, note.CreatedAt)
 		ds = append(ds, delivery{user: *user, frame: func() (frame, error) { return notificationFrame(note, c, true) }})
 	}
 	if err := rows.Err(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/pghistory"
@@ -25,8 +26,8 @@ const resumePage = 500
 const readSince = `WITH s AS MATERIALIZED (
 		SELECT s.*, EXISTS (SELECT 1 FROM notifications h WHERE h.user_id = $1 AND h.tx >= s.hz AND (h.tx, h.id) > ($3::xid8, $4::bigint)
 			AND h.created_at >= $2 AND h.created_at < s.at + $6::interval) AS held
-		FROM (` + readState + `) s(hz, xmax, at, sys, tl, wal))
-	SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.wal, s.held, n.*
+		FROM (` + readState + `) s(hz, xmax, at, sys, tl, wal, sync))
+	SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.wal, s.sync, s.held, n.*
 	FROM s LEFT JOIN LATERAL (
 		SELECT n.tx, ` + feed.NotificationFields + `, ` + feed.ReadState + ` AS read_state
 		FROM notifications n, ` + feed.ReadMark + ` w
@@ -97,45 +98,66 @@ func since(ctx context.Context, db DB, user string, after Cursor, limit int, sla
 		return Changes{}, err
 	}
 	for i := range out.Cursors {
-		out.Cursors[i].History, out.Cursors[i].WAL = st.history, st.wal
+		out.Cursors[i] = st.cursor(out.Cursors[i].Position, out.Cursors[i].At)
 	}
 	if len(out.Cursors) > 0 {
 		out.End = out.Cursors[len(out.Cursors)-1]
 	}
-	out.End.History, out.End.WAL = st.history, st.wal
-	if !out.More {
-		// Every row after the cursor and below this read's horizon was read
-		// (the horizon is this statement's): the reader may stand at the
-		// horizon. Its time moves to now only when no row of the user waits
-		// above it; otherwise it keeps the time that bounds those rows.
-		if h := (Position{Tx: st.horizon}); out.End.Position.Less(h) {
-			out.End.Position = h
-		}
-		if !held && out.End.At.Before(st.at) {
-			out.End.At = st.at
-		}
+	out.End = st.cursor(out.End.Position, out.End.At)
+	// When every row after the cursor and below this read's horizon was
+	// read, the end stays at the last of them (no row of the user lies
+	// between it and the horizon, nor can one commit there): a committed
+	// row, which a failover that kept it keeps below every new transaction
+	// (see follows). Its time moves to now only when no row of the user
+	// waits above the horizon; otherwise it keeps the time that bounds them.
+	if !out.More && !held && out.End.At.Before(st.at) {
+		out.End.At = st.at
 	}
 	return out, nil
 }
 
-// Now is where a reader without a cursor starts: at the horizon. What
-// committed below it is visible to any read that starts after this one;
-// every row above it is returned by Since from this cursor.
-func Now(ctx context.Context, db DB) (Cursor, error) {
-	st, err := readStateOf(ctx, db)
+// readNow is where a user's stream stands now: the statement's state, and
+// the position of the user's last row below its horizon among those a read
+// from a cursor at now would consider (created within the slack $2 before
+// now), or none.
+const readNow = `WITH s AS MATERIALIZED (` + readState + `)
+	SELECT s.*, coalesce(n.tx, '0'::xid8), coalesce(n.id, 0)
+	FROM s LEFT JOIN LATERAL (
+		SELECT n.tx, n.id FROM notifications n
+		WHERE n.user_id = $1 AND n.tx < s.hz AND n.created_at >= s.at - $2::interval AND n.created_at < s.at + $3::interval
+		ORDER BY n.tx DESC, n.id DESC
+		LIMIT 1) n ON true`
+
+// Now is where a reader of user's notifications without a cursor starts:
+// what committed before this statement is visible to any read that starts
+// after it, and every row after it is returned by Since from this cursor.
+// Its position is the user's last row below the horizon, or zero when none
+// is recent: one that a failover that kept it keeps below every new
+// transaction, where the horizon itself could be passed by reused ids
+// (see follows).
+func Now(ctx context.Context, db DB, user string) (Cursor, error) {
+	return now(ctx, db, user, txSlack)
+}
+
+func now(ctx context.Context, db DB, user string, slack time.Duration) (Cursor, error) {
+	var st dbState
+	var pos Position
+	dest, scanned := st.scanTargets()
+	err := db.QueryRow(ctx, readNow, pgx.QueryExecModeCacheDescribe, user, slack, feed.FutureSlack).Scan(append(dest, &pos.Tx, &pos.ID)...)
 	if err != nil {
 		return Cursor{}, err
 	}
-	return Cursor{Position: Position{Tx: st.horizon}, At: st.at, History: st.history, WAL: st.wal}, nil
+	scanned()
+	return st.cursor(pos, st.at), nil
 }
 
 // follows tells whether a cursor can be followed in the history a statement
-// saw (st): its own, or an earlier timeline that the new one continues
-// through everything the cursor's read saw (pghistory.Continues), and at or
-// below the next transaction id. Otherwise it is ErrOtherHistory.
+// saw (st): its own, or an earlier timeline that the new one continues (see
+// continues); and it must be at or below the next transaction id.
+// Otherwise it is ErrOtherHistory.
 func follows(ctx context.Context, db DB, c Cursor, st dbState) error {
 	if c.History != (History{}) && c.History != st.history {
-		ok, err := pghistory.Continues(ctx, db, c.History, c.WAL, st.history)
+		ok, err := continues(ctx, db, c, st.history)
 		if err != nil {
 			return err
 		}
@@ -147,6 +169,37 @@ func follows(ctx context.Context, db DB, c Cursor, st dbState) error {
 		return ErrOtherHistory
 	}
 	return nil
+}
+
+// continues tells whether a cursor of an earlier timeline resumes in history
+// to with nothing skipped and nothing repeated: to must hold every commit
+// the cursor's read saw, and give every transaction it began a larger id
+// than the cursor's position. Both hold when the new timeline left the old
+// one at or past the cursor's WAL position (pghistory.Descends): every
+// commit and every end of a transaction below the read's horizon is below
+// it. A read on a primary that replicated synchronously saw only commits the
+// standby had too, though the WAL position may lie past where it stopped (a
+// wake-up's commit, which does not wait; another application's): then the
+// cursor's own row, kept on the new timeline, is below every transaction it
+// began; a cursor at no row has nothing to skip.
+func continues(ctx context.Context, db DB, c Cursor, to History) (bool, error) {
+	if c.WAL == 0 {
+		return false, nil
+	}
+	left, ok, err := pghistory.Descends(ctx, db, c.History, to)
+	switch {
+	case err != nil || !ok:
+		return false, err
+	case c.WAL <= left:
+		return true, nil
+	case !c.Synchronous:
+		return false, nil
+	case c.Position == Position{}:
+		return true, nil
+	}
+	var kept bool
+	err = db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM notifications WHERE id = $1 AND tx = $2::xid8)`, c.ID, c.Tx).Scan(&kept)
+	return kept, err
 }
 
 // resume sends s every notification of its user after the cursor, oldest
@@ -193,7 +246,7 @@ func (h *Hub) catchUp(s *socket, from Cursor) {
 // ready.
 func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor, error) {
 	if after == nil {
-		return Now(ctx, h.cfg.DB)
+		return now(ctx, h.cfg.DB, s.user, h.cfg.txSlack)
 	}
 	end := *after
 	for {

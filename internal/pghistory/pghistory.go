@@ -32,6 +32,12 @@ const Columns = System + `,
 // does the end of every transaction older than its snapshot's horizon.
 const WAL = `(CASE WHEN pg_is_in_recovery() THEN coalesce(pg_last_wal_replay_lsn(), '0/0') ELSE pg_current_wal_insert_lsn() END - '0/0'::pg_lsn)::bigint`
 
+// Synchronous tells whether the server is a primary whose commits wait for
+// a synchronous standby (synchronous_standby_names, and synchronous_commit
+// at least remote_write): then every commit a statement sees is on that
+// standby too.
+const Synchronous = `(NOT pg_is_in_recovery() AND current_setting('synchronous_standby_names') <> '' AND current_setting('synchronous_commit') IN ('on', 'remote_apply', 'remote_write'))`
+
 // History is one history of a database.
 type History struct {
 	System   uint64
@@ -93,26 +99,27 @@ func RecordSwitch(ctx context.Context, db DB) (bool, error) {
 	return recorded, nil
 }
 
-// continues counts the recorded switches from timeline $2 (exclusive) to $3
-// (inclusive) of system $1, and tells whether position $4 of timeline $2 is
-// at or below where the first of them left it.
-const continues = `SELECT count(*), coalesce(bool_and(timeline <> $2 + 1 OR (parent_ended_at - '0/0'::pg_lsn)::bigint >= $4), false)
+// parentEnded counts the recorded switches from timeline $2 (exclusive) to
+// $3 (inclusive) of system $1, and reads where the first of them left
+// timeline $2.
+const parentEnded = `SELECT count(*), coalesce(max((parent_ended_at - '0/0'::pg_lsn)::bigint) FILTER (WHERE timeline = $2 + 1), 0)
 	FROM timeline_switches WHERE system_identifier = $1 AND timeline > $2 AND timeline <= $3`
 
-// Continues reports whether history to holds everything written in history
-// from up to WAL position seen: to is a later timeline of the same system,
-// every promotion in between was recorded, and the first left from's
-// timeline at or after seen. A transaction id of from at or below seen then
-// names the same transaction in to, and every transaction to begins
-// afterwards has a larger id.
-func Continues(ctx context.Context, db DB, from History, seen uint64, to History) (bool, error) {
-	if from.System != to.System || from.Timeline >= to.Timeline || seen == 0 || seen > 1<<63-1 {
-		return false, nil
+// Descends reports whether history to is a later timeline of from's system
+// with every promotion in between recorded, and if so the WAL position at
+// which it left from's timeline: what from had written below it is in to,
+// the same transactions under the same ids, and every transaction to began
+// afterwards has a larger id than any that had ended below it.
+func Descends(ctx context.Context, db DB, from, to History) (leftAt uint64, ok bool, err error) {
+	if from.System != to.System || from.Timeline >= to.Timeline {
+		return 0, false, nil
 	}
-	var n int64
-	var below bool
-	if err := db.QueryRow(ctx, continues, int64(from.System), int32(from.Timeline), int32(to.Timeline), int64(seen)).Scan(&n, &below); err != nil {
-		return false, fmt.Errorf("read the timeline switches: %w", err)
+	var n, left int64
+	if err := db.QueryRow(ctx, parentEnded, int64(from.System), int32(from.Timeline), int32(to.Timeline)).Scan(&n, &left); err != nil {
+		return 0, false, fmt.Errorf("read the timeline switches: %w", err)
 	}
-	return n == int64(to.Timeline-from.Timeline) && below, nil
+	if n != int64(to.Timeline-from.Timeline) || left <= 0 {
+		return 0, false, nil
+	}
+	return uint64(left), true, nil
 }

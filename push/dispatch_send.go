@@ -14,6 +14,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
 // outcome is what became of one dispatch.
@@ -82,11 +83,34 @@ func (d *Dispatcher) send(ctx context.Context, items []created) {
 	// not is given back (after the tickets, so that whoever takes it again
 	// sees which devices already have it).
 	bg := context.WithoutCancel(ctx)
-	if err := d.record(bg, answered); err != nil {
+	if err := d.persist(bg, func(ctx context.Context) error { return d.record(ctx, answered) }); err != nil {
 		d.log.Error("record push tickets; the dispatches stay queued and end failed (interrupted)", "err", err)
 	}
-	if err := d.release(bg, unsent); err != nil {
+	if err := d.persist(bg, func(ctx context.Context) error { return d.release(ctx, unsent) }); err != nil {
 		d.log.Error("give back unsent dispatches; they stay queued and end failed (interrupted)", "err", err)
+	}
+}
+
+// persist runs write until it succeeds, for at most the lease: what it
+// writes (tickets of pushes Expo took, dispatches to give back) exists only
+// in this process, and a failover or a restart of Postgres takes seconds.
+// Each try gets 10 s.
+func (d *Dispatcher) persist(ctx context.Context, write func(context.Context) error) error {
+	deadline := d.cfg.Clock.Now().Add(d.cfg.Lease)
+	for failures := 1; ; failures++ {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := write(tctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		wait := startstop.Backoff(failures, 100*time.Millisecond, 5*time.Second)
+		if d.cfg.Clock.Now().Add(wait).After(deadline) || !startstop.Sleep(ctx, d.cfg.Clock, wait) {
+			return err
+		}
+		if failures == 1 {
+			d.log.Warn("cannot write what became of pushes; trying again until Postgres answers", "err", err)
+		}
 	}
 }
 

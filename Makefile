@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 BIN       ?= bin/spoolcast
 
-.PHONY: run build test lint check-deploy check-tour bench fuzz clean
+.PHONY: run build test lint check-deploy check-tour chaos chaos-selfcheck bench fuzz clean
 
 ## run: the whole pipeline locally (Postgres under ./data/pg, migrations, relay + forwarder); Ctrl-C stops it
 ## (installs PostgreSQL with apt-get when missing, unless DATABASE_URL names one)
@@ -37,6 +37,27 @@ check-deploy:
 check-tour:
 	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql
 	scripts/check-readme-tour
+
+## chaos: the whole system (Postgres primary + synchronous standby, two relays, two central replicas, fake Expo,
+## apps on sockets) under every production fault for CHAOS_DURATION (default 10m), then one row per invariant;
+## non-zero on any violation. CHAOS_SEED replays a run. Needs root (tmpfs spool volumes); installs PostgreSQL
+CHAOS_DURATION ?= 10m
+CHAOS_SEED     ?= 0
+chaos: build
+	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql
+	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) $(GO) run ./benchmarks/chaos -spoolcast $(BIN)
+
+## chaos-selfcheck: 30 s of chaos traffic without faults, then a lost event, a duplicate and a stuck dispatch
+## planted: it must report all three and fail, or the checks cannot fail
+chaos-selfcheck: build
+	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql
+	@out=$$(mktemp); status=0; \
+	CHAOS_DURATION=30s CHAOS_SEED=$(CHAOS_SEED) $(GO) run ./benchmarks/chaos -spoolcast $(BIN) -selfcheck -faults=false >$$out 2>&1 || status=$$?; cat $$out; \
+	for row in "every event answered 2xx is stored for each recipient" "no notification is stored twice" "every notification's push ended"; do \
+		grep -q "^| $$row.* | \*\*NO\*\* |" $$out || { echo "chaos-selfcheck: the planted violation of \"$$row\" was not reported"; exit 1; }; \
+	done; \
+	[ $$status -eq 1 ] || { echo "chaos-selfcheck: exit status $$status, want 1"; exit 1; }; \
+	echo "chaos-selfcheck: all three planted violations were reported, and the run failed, as it must"
 
 ## lint: go vet and gofmt must both be clean
 lint:

@@ -32,6 +32,7 @@ type Server struct {
 	goneAtReceipt map[string]bool // tokens whose receipts say DeviceNotRegistered
 	holdReceipts  int
 	failures      []failure
+	failing       *failure      // every request's answer while set
 	delay         time.Duration // before reading a request
 	answerDelay   time.Duration // after processing it, before answering
 	onAnswer      func(endpoint string)
@@ -67,6 +68,17 @@ func (s *Server) Fail(n, status int, retryAfter string) {
 	defer s.mu.Unlock()
 	for range n {
 		s.failures = append(s.failures, failure{status, retryAfter})
+	}
+}
+
+// SetFailing makes every request answer status, with Retry-After when
+// retryAfter is set, until it is called with status 0: an outage.
+func (s *Server) SetFailing(status int, retryAfter string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failing = nil
+	if status != 0 {
+		s.failing = &failure{status, retryAfter}
 	}
 }
 
@@ -125,6 +137,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(s.failures) > 0 {
 		fail = &s.failures[0]
 		s.failures = s.failures[1:]
+	} else if s.failing != nil {
+		fail = s.failing
 	}
 	s.mu.Unlock()
 	if delay > 0 {

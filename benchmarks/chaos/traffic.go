@@ -1,0 +1,472 @@
+package main
+
+// What users send: producers emitting through the relays with retries (the
+// client package), and apps on the live stream and the API.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolcast/spoolcast/client"
+	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/wsclient"
+	"github.com/spoolcast/spoolcast/live"
+)
+
+// appUsers have apps; fan-outs also reach bulk users, who have none.
+const (
+	appUsers  = 16
+	bulkUsers = 200
+)
+
+func appUser(i int) string  { return fmt.Sprintf("app-%02d", i) }
+func bulkUser(i int) string { return fmt.Sprintf("bulk-%03d", i) }
+
+// sent is what producers were told about one event.
+type sent struct {
+	recipients []string
+	accepted   bool // a 2xx answer: the event is promised
+	rejected   bool // a 4xx answer
+}
+
+// ledger is every answer producers got.
+type ledger struct {
+	mu     sync.Mutex
+	events map[string]*sent // idempotency key →
+	// bad5xx are answers 5xx other than 503 with Retry-After.
+	bad5xx    []string
+	answers   map[int]int // status → count, over every attempt
+	emitErrs  map[string]int
+	halfClose atomic.Int64
+}
+
+func newLedger() *ledger {
+	return &ledger{events: map[string]*sent{}, answers: map[int]int{}, emitErrs: map[string]int{}}
+}
+
+func (l *ledger) answered(status int, retryAfter string, where string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.answers[status]++
+	if status >= 500 && !(status == http.StatusServiceUnavailable && retryAfter != "") && len(l.bad5xx) < 20 {
+		l.bad5xx = append(l.bad5xx, fmt.Sprintf("%d from %s", status, where))
+	}
+}
+
+func (l *ledger) record(key string, recipients []string, accepted, rejected bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.events[key]
+	if s == nil {
+		s = &sent{recipients: recipients}
+		l.events[key] = s
+	}
+	s.accepted = s.accepted || accepted
+	s.rejected = s.rejected || rejected
+}
+
+// recording is a transport that notes every answer a producer gets.
+type recording struct {
+	next http.RoundTripper
+	l    *ledger
+}
+
+func (t recording) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	if err == nil {
+		t.l.answered(resp.StatusCode, resp.Header.Get("Retry-After"), r.URL.Host)
+	}
+	return resp, err
+}
+
+// uuid4 is a random UUIDv4, the key producers send.
+func uuid4(rng *rand.Rand) string {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// producer emits events until ctx ends: mostly one or two app users, now
+// and then a fan-out or the largest legal event, sometimes the same event
+// again (to either relay), sometimes an invalid one, sometimes over a socket
+// it half-closes after the request.
+func producer(ctx context.Context, w *world, l *ledger, seed uint64, n int) {
+	rng := rand.New(rand.NewPCG(seed, uint64(n)))
+	clients := make([]*client.Client, len(w.relays))
+	for i, r := range w.relays {
+		c, err := client.New(client.Config{
+			RelayURL:    r.base,
+			HTTPClient:  &http.Client{Transport: recording{http.DefaultTransport, l}},
+			MaxAttempts: 100, MaxElapsed: 3 * time.Minute, MaxBackoff: 2 * time.Second,
+		})
+		if err != nil {
+			panic(err) // the configuration above is valid
+		}
+		clients[i] = c
+	}
+	for ctx.Err() == nil {
+		// About 15 events a second per producer: a load the machine's one
+		// Postgres and the pushes' Expo rate (600/s) keep up with, so that
+		// the run ends settled.
+		sleep(ctx, time.Duration(40+rng.IntN(50))*time.Millisecond)
+		ev := client.Event{IdempotencyKey: uuid4(rng), Type: "chaos.event", Category: "chaos"}
+		ev.Recipients = []string{appUser(rng.IntN(appUsers))}
+		if rng.IntN(3) == 0 {
+			ev.Recipients = append(ev.Recipients, appUser(rng.IntN(appUsers)))
+		}
+		switch r := rng.IntN(100); {
+		case r < 1: // a fan-out
+			for range 50 + rng.IntN(150) {
+				ev.Recipients = append(ev.Recipients, bulkUser(rng.IntN(bulkUsers)))
+			}
+		case r < 4: // the largest legal event
+			ev.Title = strings.Repeat("t", event.MaxTitleLen)
+			ev.Body = strings.Repeat("b", event.MaxBodyLen)
+		case r < 5: // invalid: answered 422, never stored
+			ev.Type = ""
+		}
+		ev.Recipients = dedupe(ev.Recipients)
+		if ev.Title == "" {
+			ev.Title = "chaos " + ev.IdempotencyKey
+		}
+		relay := rng.IntN(len(clients))
+		if ev.Type == "" || rng.IntN(50) == 0 { // the client would refuse an invalid event itself
+			halfClosed(ctx, w.relays[relay].base, ev, l)
+			continue
+		}
+		emit(ctx, clients[relay], ev, l)
+		if rng.IntN(10) == 0 { // a retry by the producer, the same key
+			emit(ctx, clients[rng.IntN(len(clients))], ev, l)
+		}
+	}
+}
+
+func dedupe(users []string) []string {
+	seen := map[string]bool{}
+	out := users[:0]
+	for _, u := range users {
+		if !seen[u] {
+			seen[u] = true
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func emit(ctx context.Context, c *client.Client, ev client.Event, l *ledger) {
+	_, err := c.Emit(ctx, ev)
+	var se *client.StatusError
+	switch {
+	case err == nil:
+		l.record(ev.IdempotencyKey, ev.Recipients, true, false)
+	case errors.Is(err, client.ErrInvalidEvent) || errors.Is(err, client.ErrConflict) ||
+		errors.As(err, &se) && se.StatusCode >= 400 && se.StatusCode < 500:
+		l.record(ev.IdempotencyKey, ev.Recipients, false, true)
+	default:
+		if ctx.Err() == nil {
+			l.mu.Lock()
+			l.emitErrs[errKind(err)]++
+			l.mu.Unlock()
+		}
+		l.record(ev.IdempotencyKey, ev.Recipients, false, false)
+	}
+}
+
+func errKind(err error) string {
+	s := err.Error()
+	if len(s) > 60 {
+		s = s[:60]
+	}
+	return s
+}
+
+// halfClosed sends ev over a connection it half-closes after the request,
+// as a producer that stops writing before it reads.
+func halfClosed(ctx context.Context, base string, ev client.Event, l *ledger) {
+	u, _ := url.Parse(base)
+	body, _ := json.Marshal(ev)
+	conn, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		l.record(ev.IdempotencyKey, ev.Recipients, false, false)
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(15 * time.Second))
+	fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", u.Host, len(body), body)
+	_ = conn.(*net.TCPConn).CloseWrite()
+	l.halfClose.Add(1)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		l.record(ev.IdempotencyKey, ev.Recipients, false, false)
+		return
+	}
+	resp.Body.Close()
+	l.answered(resp.StatusCode, resp.Header.Get("Retry-After"), u.Host)
+	ok := resp.StatusCode/100 == 2
+	l.record(ev.IdempotencyKey, ev.Recipients, ok, resp.StatusCode/100 == 4)
+}
+
+// app is one user's app: a socket it keeps open (reconnecting with its last
+// cursor), and what it does through the API.
+type app struct {
+	user, token string
+	bases       []string
+
+	mu sync.Mutex
+	// frames counts the notification frames per id, over every socket.
+	frames map[string]int
+	// loaded are ids the app read from the feed after a cursor was refused.
+	loaded map[string]bool
+	// read is the app's view of each notification's read state, from its
+	// frames (and feed reloads).
+	read     map[string]bool
+	created  map[string]feed.ID
+	cursor   string
+	resumes  int
+	refusals int
+	// disorder counts frames whose position came before the previous one
+	// on the same socket.
+	disorder int
+	apiCalls map[string]int
+}
+
+func newApp(user, token string, bases []string) *app {
+	return &app{user: user, token: token, bases: bases, frames: map[string]int{}, loaded: map[string]bool{},
+		read: map[string]bool{}, created: map[string]feed.ID{}, apiCalls: map[string]int{}}
+}
+
+// stream keeps a socket open until ctx ends, on either replica.
+func (a *app) stream(ctx context.Context, rng *rand.Rand) {
+	for ctx.Err() == nil {
+		base := a.bases[rng.IntN(len(a.bases))]
+		a.mu.Lock()
+		cursor := a.cursor
+		a.mu.Unlock()
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		c, err := wsclient.Dial(dctx, base, a.token, cursor)
+		cancel()
+		if err != nil {
+			if strings.Contains(err.Error(), "HTTP 400") {
+				a.mu.Lock()
+				a.refusals++
+				a.cursor = ""
+				a.mu.Unlock()
+				a.reload(ctx, base)
+			}
+			sleep(ctx, 200*time.Millisecond)
+			continue
+		}
+		if cursor != "" {
+			a.mu.Lock()
+			a.resumes++
+			a.mu.Unlock()
+		}
+		a.readFrames(ctx, c)
+		c.Close()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func (a *app) readFrames(ctx context.Context, c *wsclient.Conn) {
+	var last live.Position
+	for ctx.Err() == nil {
+		m, err := c.Next(time.Second)
+		if err != nil {
+			var ne net.Error
+			if _, closed := wsclient.Closed(err); closed || !errors.As(err, &ne) || !ne.Timeout() {
+				return
+			}
+			continue
+		}
+		a.mu.Lock()
+		switch m.Type {
+		case "notification":
+			var it struct {
+				ID     string     `json:"id"`
+				ReadAt *time.Time `json:"read_at"`
+			}
+			if json.Unmarshal(m.Data, &it) == nil {
+				a.frames[it.ID]++
+				a.read[it.ID] = it.ReadAt != nil
+				if id, err := feed.ParseID(it.ID); err == nil {
+					a.created[it.ID] = id
+				}
+			}
+			if c, err := live.ParseCursor(m.Cursor); err == nil {
+				if c.Position.Less(last) || c.Position == last {
+					a.disorder++
+				}
+				last = c.Position
+			}
+		case "read":
+			a.applyRead(m)
+		}
+		if m.Cursor != "" {
+			a.cursor = m.Cursor
+		}
+		a.mu.Unlock()
+	}
+}
+
+// applyRead applies a read frame: one notification, or a read-all through
+// one in feed order, but for those it names unread.
+func (a *app) applyRead(m wsclient.Message) {
+	if m.ID != "" {
+		a.read[m.ID] = true
+		return
+	}
+	through, err := feed.ParseID(m.Through)
+	if err != nil {
+		return
+	}
+	unread := map[string]bool{}
+	for _, id := range m.Unread {
+		unread[id] = true
+	}
+	for id, at := range a.created {
+		if !unread[id] && !afterInFeed(at, through) {
+			a.read[id] = true
+		}
+	}
+}
+
+// afterInFeed: a comes before b in feed order (newer).
+func afterInFeed(a, b feed.ID) bool {
+	return a.CreatedAt.After(b.CreatedAt) || a.CreatedAt.Equal(b.CreatedAt) && a.Seq > b.Seq
+}
+
+// call makes one API request as the app's user.
+func (a *app) call(ctx context.Context, method, u, body string) (int, []byte) {
+	req, err := http.NewRequestWithContext(ctx, method, u, strings.NewReader(body))
+	if err != nil {
+		return 0, nil
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	return resp.StatusCode, raw
+}
+
+type feedPage struct {
+	Data []struct {
+		ID     string     `json:"id"`
+		ReadAt *time.Time `json:"read_at"`
+	} `json:"data"`
+	NextCursor string `json:"next_cursor"`
+}
+
+// wholeFeed reads every page of the user's feed: id → read.
+func (a *app) wholeFeed(ctx context.Context, base string) (map[string]bool, error) {
+	out := map[string]bool{}
+	cursor := ""
+	for {
+		u := base + "/v1/notifications?limit=100"
+		if cursor != "" {
+			u += "&cursor=" + url.QueryEscape(cursor)
+		}
+		status, raw := a.call(ctx, http.MethodGet, u, "")
+		if status != http.StatusOK {
+			return nil, fmt.Errorf("GET %s: %d %s", u, status, raw)
+		}
+		var p feedPage
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, err
+		}
+		for _, it := range p.Data {
+			out[it.ID] = it.ReadAt != nil
+		}
+		if p.NextCursor == "" {
+			return out, nil
+		}
+		cursor = p.NextCursor
+	}
+}
+
+// reload is what an app does when its cursor is refused: it reads its feed.
+func (a *app) reload(ctx context.Context, base string) {
+	for ctx.Err() == nil {
+		f, err := a.wholeFeed(ctx, base)
+		if err == nil {
+			a.mu.Lock()
+			for id, read := range f {
+				a.loaded[id] = true
+				a.read[id] = read
+				if fid, err := feed.ParseID(id); err == nil {
+					a.created[id] = fid
+				}
+			}
+			a.mu.Unlock()
+			return
+		}
+		sleep(ctx, time.Second)
+	}
+}
+
+// act does what users do in the app, now and then, until ctx ends: read a
+// page, mark one read, read all, register (again) a device, or take over
+// another user's phone.
+func (a *app) act(ctx context.Context, rng *rand.Rand, others []*app) {
+	for ctx.Err() == nil {
+		sleep(ctx, time.Duration(500+rng.IntN(2000))*time.Millisecond)
+		base := a.bases[rng.IntN(len(a.bases))]
+		var name string
+		var status int
+		switch r := rng.IntN(100); {
+		case r < 40:
+			name = "page"
+			var raw []byte
+			status, raw = a.call(ctx, http.MethodGet, base+"/v1/notifications?limit=20", "")
+			var p feedPage
+			if status == http.StatusOK && json.Unmarshal(raw, &p) == nil && len(p.Data) > 0 && rng.IntN(2) == 0 {
+				name = "mark-read"
+				status, _ = a.call(ctx, http.MethodPost, base+"/v1/notifications/"+p.Data[rng.IntN(len(p.Data))].ID+"/read", "")
+			}
+		case r < 50:
+			name = "read-all"
+			status, _ = a.call(ctx, http.MethodPost, base+"/v1/notifications/read-all", "")
+		case r < 60:
+			name = "unread-count"
+			status, _ = a.call(ctx, http.MethodGet, base+"/v1/notifications/unread-count", "")
+		case r < 90:
+			name = "register-device"
+			status, _ = a.call(ctx, http.MethodPut, base+"/v1/devices", fmt.Sprintf(`{"token":"ExponentPushToken[%s]","platform":"ios"}`, a.user))
+		default:
+			name = "take-over-device"
+			other := others[rng.IntN(len(others))]
+			status, _ = a.call(ctx, http.MethodPut, base+"/v1/devices", fmt.Sprintf(`{"token":"ExponentPushToken[%s]","platform":"android"}`, other.user))
+		}
+		a.mu.Lock()
+		a.apiCalls[fmt.Sprintf("%s %d", name, status)]++
+		a.mu.Unlock()
+	}
+}

@@ -1,0 +1,346 @@
+package main
+
+// The world the run drives: Postgres (a primary with a synchronous streaming
+// standby), two relays, two central replicas, and the outside services as
+// small HTTP servers that speak their protocols (Expo, an OIDC issuer's
+// JWKS, a preference service).
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/spoolcast/spoolcast/internal/expofake"
+	"github.com/spoolcast/spoolcast/internal/pgcluster"
+	"github.com/spoolcast/spoolcast/migrations"
+)
+
+// proc is one spoolcast process the run starts, kills and starts again.
+type proc struct {
+	name, binary string
+	args         []string
+	base         string // its HTTP base URL
+	logPath      string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	started time.Time
+	starts  int
+	// firstSample is what the process held soon after its latest start.
+	firstSample *sample
+}
+
+// start runs the process and waits until it answers /healthz.
+func (p *proc) start(ctx context.Context) error {
+	log, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.binary, p.args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+	p.mu.Lock()
+	p.cmd, p.done, p.started, p.firstSample = cmd, done, time.Now(), nil
+	p.starts++
+	p.mu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return fmt.Errorf("%s exited at start; see %s", p.name, p.logPath)
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		if resp, err := http.Get(p.base + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer /healthz within 60s; see %s", p.name, p.logPath)
+}
+
+// signal sends sig and waits up to wait for the process to exit.
+func (p *proc) signal(sig syscall.Signal, wait time.Duration) error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(wait):
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("%s did not exit within %s of %s", p.name, wait, sig)
+	}
+}
+
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// world holds everything the run started.
+type world struct {
+	dir, binary string
+	primary     *pgcluster.Cluster
+	standby     *pgcluster.Cluster
+	failedOver  atomic.Bool
+	dbURL       string
+	relays      []*proc
+	centrals    []*proc
+	spoolMounts []string
+	expo        *expofake.Server
+	expoURL     string
+	prefs       *prefsService
+	issuer      *issuer
+	servers     []*http.Server
+}
+
+// current is the primary of the moment: the standby once it was promoted.
+func (w *world) current() *pgcluster.Cluster {
+	if w.failedOver.Load() {
+		return w.standby
+	}
+	return w.primary
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// serve runs h on a free loopback port and returns its base URL.
+func (w *world) serve(h http.Handler) (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	w.servers = append(w.servers, srv)
+	go func() { _ = srv.Serve(l) }()
+	return "http://" + l.Addr().String(), nil
+}
+
+// setUp starts the whole system.
+func setUp(ctx context.Context, dir, binary string) (*world, error) {
+	w := &world{dir: dir, binary: binary}
+	if err := w.startPostgres(ctx); err != nil {
+		return w, err
+	}
+	if _, err := migrations.Up(ctx, w.dbURL, nil); err != nil {
+		return w, fmt.Errorf("migrate: %w", err)
+	}
+	w.expo = expofake.New()
+	var err error
+	if w.expoURL, err = w.serve(w.expo); err != nil {
+		return w, err
+	}
+	w.prefs = &prefsService{}
+	prefsURL, err := w.serve(w.prefs)
+	if err != nil {
+		return w, err
+	}
+	if w.issuer, err = newIssuer(); err != nil {
+		return w, err
+	}
+	if w.issuer.url, err = w.serve(w.issuer); err != nil {
+		return w, err
+	}
+	secret := filepath.Join(dir, "service-secret")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("chaos-service-secret-", 3)), 0o600); err != nil {
+		return w, err
+	}
+	for i := range 2 {
+		spoolDir := filepath.Join(dir, fmt.Sprintf("relay-%d", i))
+		if err := os.MkdirAll(spoolDir, 0o755); err != nil {
+			return w, err
+		}
+		// Each spool on a volume of its own, which the disk-full fault fills.
+		if err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", spoolDir).Run(); err != nil {
+			return w, fmt.Errorf("mount the spool volume of relay %d (the disk-full fault needs root): %w", i, err)
+		}
+		w.spoolMounts = append(w.spoolMounts, spoolDir)
+		addr, err := freeAddr()
+		if err != nil {
+			return w, err
+		}
+		w.relays = append(w.relays, &proc{
+			name: fmt.Sprintf("relay-%d", i), binary: binary, base: "http://" + addr,
+			logPath: filepath.Join(dir, fmt.Sprintf("relay-%d.log", i)),
+			args: []string{"relay", "--producer", "chaos", "--listen", addr,
+				"--spool", filepath.Join(spoolDir, "spool.db"), "--database-url", w.dbURL, "--sync", "full",
+				"--spool-max-bytes", "128MiB", "--refeed-max-bytes", "32MiB", "--log-level", "warn"},
+		})
+	}
+	for i := range 2 {
+		addr, err := freeAddr()
+		if err != nil {
+			return w, err
+		}
+		w.centrals = append(w.centrals, &proc{
+			name: fmt.Sprintf("central-%d", i), binary: binary, base: "http://" + addr,
+			logPath: filepath.Join(dir, fmt.Sprintf("central-%d.log", i)),
+			args: []string{"central", "--listen", addr, "--database-url", w.dbURL,
+				"--oidc-issuer", w.issuer.url, "--oidc-audience", audience, "--jwks-url", w.issuer.url + "/jwks.json",
+				"--push=true", "--expo-url", w.expoURL, "--receipt-interval", "1s",
+				"--prefs-url", prefsURL, "--service-jwt-secret-file", secret, "--prefs-timeout", "300ms", "--prefs-cache-ttl", "2s",
+				"--maintenance-interval", "0", "--db-connect-timeout", "2s", "--shutdown-timeout", "20s", "--log-level", "warn"},
+		})
+	}
+	for _, p := range append(append([]*proc{}, w.relays...), w.centrals...) {
+		if err := p.start(ctx); err != nil {
+			return w, err
+		}
+	}
+	return w, nil
+}
+
+// startPostgres starts a primary whose commits wait for its standby
+// (synchronous_standby_names, the zero-loss setting) and the standby.
+func (w *world) startPostgres(ctx context.Context) error {
+	var err error
+	w.primary, err = pgcluster.Start(ctx, pgcluster.Config{
+		Dir:                filepath.Join(w.dir, "primary"),
+		Durable:            true,
+		Settings:           []string{"wal_level=replica", "max_wal_senders=10", "synchronous_commit=on", "max_connections=300"},
+		SynchronousStandby: "chaos_standby",
+	})
+	if err != nil {
+		return fmt.Errorf("start the primary: %w", err)
+	}
+	w.standby, err = w.primary.Standby(ctx, pgcluster.StandbyConfig{Dir: filepath.Join(w.dir, "standby"), Name: "chaos_standby"})
+	if err != nil {
+		return fmt.Errorf("start the standby: %w", err)
+	}
+	u, err := url.Parse(w.primary.URL)
+	if err != nil {
+		return err
+	}
+	u.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(w.primary.Port())) + "," + net.JoinHostPort("127.0.0.1", strconv.Itoa(w.standby.Port()))
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	u.RawQuery = q.Encode()
+	w.dbURL = u.String()
+	return nil
+}
+
+// tearDown stops everything the run started.
+func (w *world) tearDown() {
+	for _, p := range append(append([]*proc{}, w.relays...), w.centrals...) {
+		_ = p.signal(syscall.SIGKILL, 10*time.Second)
+	}
+	for _, s := range w.servers {
+		_ = s.Close()
+	}
+	for _, c := range []*pgcluster.Cluster{w.primary, w.standby} {
+		if c != nil {
+			_ = c.Stop()
+		}
+	}
+	for _, m := range w.spoolMounts {
+		_ = exec.Command("umount", "-l", m).Run()
+	}
+}
+
+// prefsService is the product's preference service: every category pushes,
+// or, while down, 503 to every request.
+type prefsService struct {
+	down  atomic.Bool
+	asked atomic.Int64
+}
+
+func (s *prefsService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.asked.Add(1)
+	if s.down.Load() {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"categories":{}}`)
+}
+
+const audience = "spoolcast-chaos"
+
+// issuer is an OIDC issuer's signing side: one RSA key, its JWKS, tokens.
+type issuer struct {
+	url string
+	key *rsa.PrivateKey
+}
+
+func newIssuer() (*issuer, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	return &issuer{key: key}, nil
+}
+
+func (iss *issuer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/jwks.json" {
+		http.NotFound(w, r)
+		return
+	}
+	pub := iss.key.PublicKey
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"keys": []map[string]string{{
+		"kty": "RSA", "kid": "chaos-1", "use": "sig", "alg": "RS256",
+		"n": base64.RawURLEncoding.EncodeToString(pub.N.Bytes()),
+		"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(pub.E)).Bytes()),
+	}}})
+}
+
+// token is a valid token for user, good for a day.
+func (iss *issuer) token(user string) string {
+	now := time.Now()
+	t := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{
+		"iss": iss.url, "aud": audience, "sub": user, "iat": now.Unix(), "nbf": now.Add(-time.Minute).Unix(), "exp": now.Add(24 * time.Hour).Unix(),
+	})
+	t.Header["kid"] = "chaos-1"
+	s, err := t.SignedString(iss.key)
+	if err != nil {
+		panic(err) // an RSA key of our own always signs
+	}
+	return s
+}
+

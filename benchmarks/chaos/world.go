@@ -343,4 +343,3 @@ func (iss *issuer) token(user string) string {
 	}
 	return s
 }
-

@@ -9,10 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/spoolcast/spoolcast/expo"
@@ -82,6 +85,7 @@ type Dispatcher struct {
 	failLog *lograte.Limiter
 	kick    chan struct{} // a worker that took a full batch wakes another
 	svc     startstop.Service
+	passes  atomic.Uint64 // numbers each pass's claim (claimToken)
 
 	// sends is the context of the passes' writes and requests to Expo once
 	// they have taken their notifications: Stop leaves it running, and ends
@@ -251,6 +255,9 @@ type queued struct {
 	// lease ran out or that gave it back, and may have dispatched it to
 	// some of the devices already.
 	retaken bool
+	// claimedBy is the pass's claim token (claimToken), which its later
+	// statements name.
+	claimedBy string
 }
 
 // dispatchRow is a dispatch to write.
@@ -272,7 +279,15 @@ func (d *Dispatcher) Pass(ctx context.Context) (int, error) { return d.pass(ctx,
 // sends is the context of everything after the claim: the lookups, the
 // writes and the requests to Expo.
 func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
-	claimed, err := d.claim(stop)
+	token := d.claimToken()
+	claimed, err := d.claim(stop, token)
+	if err != nil && !pgconn.SafeToRetry(err) {
+		// The claim may have committed though its answer was lost: give
+		// back what this pass may hold, or its rows wait out the lease.
+		if perr := d.persist(stop, func(ctx context.Context) error { return d.unclaimAll(ctx, token) }); perr != nil {
+			d.log.Warn("give back the push queue's rows of a failed claim; they are taken again after the lease", "err", perr)
+		}
+	}
 	if err != nil || len(claimed) == 0 {
 		return 0, err
 	}
@@ -283,7 +298,10 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 		// rows back at once, rather than leave them leased for the lease's
 		// length.
 		if !written && err != nil && len(claimed) > 0 {
-			if uerr := d.unclaim(context.WithoutCancel(ctx), claimed); uerr != nil {
+			// Written again until Postgres answers: a pass that failed
+			// because Postgres went away (a failover) would otherwise leave
+			// its rows leased, and their pushes late, for the lease's length.
+			if uerr := d.persist(context.WithoutCancel(ctx), func(ctx context.Context) error { return d.unclaim(ctx, claimed) }); uerr != nil {
 				d.log.Warn("give back the push queue's rows; they are taken again after the lease", "err", uerr)
 			}
 		}
@@ -348,18 +366,72 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 	}
 	created, err := d.create(ctx, claimed, rows)
 	if err != nil {
-		return len(claimed), err
+		// The write may have committed though its answer was lost (Postgres
+		// went away during the commit, which a synchronous standby kept):
+		// then its dispatches are queued and no one else will send them.
+		var committed bool
+		if perr := d.persist(ctx, func(ctx context.Context) (err error) {
+			created, committed, err = d.written(ctx, claimed)
+			return err
+		}); perr != nil || !committed {
+			return len(claimed), err
+		}
+		d.log.Warn("the dispatches' write had committed though its answer was lost; sending them", "err", err)
 	}
 	written = true
 	d.send(ctx, created)
 	return len(claimed), nil
 }
 
+// written tells whether a write of claimed's dispatches (create) committed,
+// and if so returns its queued dispatches. The write deletes the claimed
+// queue rows in the same statement: either all are gone or none is. Its
+// dispatches are read from those still queued and written within the lease.
+func (d *Dispatcher) written(ctx context.Context, claimed []queued) ([]created, bool, error) {
+	ids := make([]int64, len(claimed))
+	byKey := map[string]*queued{}
+	for i := range claimed {
+		ids[i] = claimed[i].id
+		byKey[fmt.Sprint(claimed[i].id)] = &claimed[i]
+	}
+	var left int
+	if err := d.cfg.DB.QueryRow(ctx, `SELECT count(*) FROM push_queue WHERE notification_id = ANY($1) AND claimed_by = $2`, ids, claimed[0].claimedBy).Scan(&left); err != nil {
+		return nil, false, err
+	}
+	if left > 0 {
+		return nil, false, nil
+	}
+	rows, err := d.cfg.DB.Query(ctx, `SELECT id, created_at, notification_id, coalesce(token, ''), state FROM push_dispatches
+		WHERE state = 'queued' AND created_at > now() - $2::interval AND notification_id = ANY($1)`, ids, 2*d.cfg.Lease)
+	if err != nil {
+		return nil, false, err
+	}
+	out, err := collectCreated(rows, byKey)
+	return out, err == nil, err
+}
+
+// claimToken names one pass's claim in claimed_by: the replica and the
+// pass's number, so that a pass can give back exactly the rows it holds
+// even when it never learned which (unclaimAll).
+func (d *Dispatcher) claimToken() string {
+	return d.cfg.Replica + "/" + strconv.FormatUint(d.passes.Add(1), 10)
+}
+
+// unclaimAll gives back the rows a pass's claim (token) holds, whether or
+// not it committed.
+func (d *Dispatcher) unclaimAll(ctx context.Context, token string) error {
+	tag, err := d.cfg.DB.Exec(ctx, `UPDATE push_queue SET claimed_until = NULL WHERE claimed_by = $1 AND claimed_until IS NOT NULL`, token)
+	if err == nil {
+		d.cfg.Metrics.released.Add(float64(tag.RowsAffected()))
+	}
+	return err
+}
+
 // claim leases up to BatchSize queue rows no one holds, oldest first, with
-// their notifications' text. A row claimed before keeps claimed_by when it is
-// given back or its lease runs out: that is how a dispatcher knows it was
-// retaken.
-func (d *Dispatcher) claim(ctx context.Context) ([]queued, error) {
+// their notifications' text, under the pass's token. A row claimed before
+// keeps claimed_by when it is given back or its lease runs out: that is how
+// a dispatcher knows it was retaken.
+func (d *Dispatcher) claim(ctx context.Context, token string) ([]queued, error) {
 	rows, err := d.cfg.DB.Query(ctx, `WITH c AS (
 			UPDATE push_queue q SET claimed_until = now() + $3::interval, claimed_by = $2
 			FROM (SELECT notification_id, claimed_by FROM push_queue
@@ -372,7 +444,7 @@ func (d *Dispatcher) claim(ctx context.Context) ([]queued, error) {
 		SELECT c.notification_id, coalesce(c.notification_created_at, '-infinity'), c.enqueued_at, c.user_id, c.category,
 		       coalesce(n.title, ''), coalesce(n.body, ''), c.retaken
 		FROM c LEFT JOIN notifications n ON n.id = c.notification_id AND n.created_at = c.notification_created_at
-		ORDER BY c.notification_id`, d.cfg.BatchSize, d.cfg.Replica, d.cfg.Lease)
+		ORDER BY c.notification_id`, d.cfg.BatchSize, token, d.cfg.Lease)
 	if err != nil {
 		return nil, fmt.Errorf("claim the push queue: %w", err)
 	}
@@ -383,6 +455,7 @@ func (d *Dispatcher) claim(ctx context.Context) ([]queued, error) {
 		if created.InfinityModifier == pgtype.Finite {
 			q.createdAt = created.Time
 		}
+		q.claimedBy = token
 		return q, err
 	})
 	if err != nil {
@@ -443,7 +516,7 @@ func (d *Dispatcher) unclaim(ctx context.Context, claimed []queued) error {
 		ids[i] = q.id
 	}
 	tag, err := d.cfg.DB.Exec(ctx, `UPDATE push_queue SET claimed_until = NULL
-		WHERE notification_id = ANY($1) AND claimed_by = $2`, ids, d.cfg.Replica)
+		WHERE notification_id = ANY($1) AND claimed_by = $2`, ids, claimed[0].claimedBy)
 	if err != nil {
 		return err
 	}
@@ -491,7 +564,7 @@ func (d *Dispatcher) create(ctx context.Context, claimed []queued, rows []dispat
 			     AS r(nid, ncreated, user_id, token, state, error)
 			WHERE r.nid IN (SELECT notification_id FROM released)
 			RETURNING id, created_at, notification_id, coalesce(token, ''), state`,
-			ids, d.cfg.Replica, nid, ncreated, users, tokens, states, errs)
+			ids, claimed[0].claimedBy, nid, ncreated, users, tokens, states, errs)
 	}
 	res, err := insert()
 	var out []created

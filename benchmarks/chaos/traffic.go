@@ -268,7 +268,6 @@ func (a *app) stream(ctx context.Context, rng *rand.Rand) {
 				a.refusals++
 				a.cursor = ""
 				a.mu.Unlock()
-				a.reload(ctx, base)
 			}
 			sleep(ctx, 200*time.Millisecond)
 			continue
@@ -278,7 +277,7 @@ func (a *app) stream(ctx context.Context, rng *rand.Rand) {
 			a.resumes++
 			a.mu.Unlock()
 		}
-		a.readFrames(ctx, c)
+		a.readFrames(ctx, c, base)
 		c.Close()
 	}
 }
@@ -290,7 +289,7 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (a *app) readFrames(ctx context.Context, c *wsclient.Conn) {
+func (a *app) readFrames(ctx context.Context, c *wsclient.Conn, base string) {
 	var last live.Position
 	for ctx.Err() == nil {
 		m, err := c.Next(time.Second)
@@ -324,10 +323,16 @@ func (a *app) readFrames(ctx context.Context, c *wsclient.Conn) {
 		case "read":
 			a.applyRead(m)
 		}
+		// Started over without a cursor, as after a refused one: what
+		// committed before ready is in the feed, read after it.
+		fresh := m.Type == "ready" && a.cursor == "" && a.refusals > 0
 		if m.Cursor != "" {
 			a.cursor = m.Cursor
 		}
 		a.mu.Unlock()
+		if fresh {
+			a.reload(ctx, base)
+		}
 	}
 }
 

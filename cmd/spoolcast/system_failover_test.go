@@ -15,11 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/expofake"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/internal/wsclient"
+	"github.com/spoolcast/spoolcast/live"
 )
 
 // streamApp is an app on the live stream: it reconnects with its last
@@ -29,9 +31,10 @@ type streamApp struct {
 
 	mu       sync.Mutex
 	cursor   string
-	seen     map[string]int // notification id → frames
-	resumes  int            // connections made with a cursor
-	refusals int            // handshakes that refused the cursor
+	seen     map[string]int  // notification id → frames
+	loaded   map[string]bool // ids read from the feed after a refusal
+	resumes  int             // connections made with a cursor
+	refusals int             // handshakes that refused the cursor
 }
 
 func (a *streamApp) run(ctx context.Context) {
@@ -44,7 +47,7 @@ func (a *streamApp) run(ctx context.Context) {
 			if strings.Contains(err.Error(), "HTTP 400") {
 				a.mu.Lock()
 				a.refusals++
-				a.cursor = "" // an app would reload its feed here
+				a.cursor = ""
 				a.mu.Unlock()
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -57,6 +60,38 @@ func (a *streamApp) run(ctx context.Context) {
 		}
 		a.read(ctx, c)
 		c.Close()
+	}
+}
+
+// reload reads the whole feed, as an app whose cursor was refused does.
+func (a *streamApp) reload(ctx context.Context) {
+	for cursor := ""; ctx.Err() == nil; {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/v1/notifications?limit=100&cursor="+cursor, nil)
+		req.Header.Set("Authorization", "Bearer "+a.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		var page struct {
+			Data       []struct{ ID string } `json:"data"`
+			NextCursor string                `json:"next_cursor"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		a.mu.Lock()
+		for _, it := range page.Data {
+			a.loaded[it.ID] = true
+		}
+		a.mu.Unlock()
+		if page.NextCursor == "" {
+			return
+		}
+		cursor = page.NextCursor
 	}
 }
 
@@ -80,8 +115,14 @@ func (a *streamApp) read(ctx context.Context, c *wsclient.Conn) {
 				a.seen[it.ID]++
 			}
 		}
+		fresh := m.Type == "ready" && a.cursor == ""
 		a.cursor = m.Cursor
 		a.mu.Unlock()
+		if fresh && a.refusals > 0 {
+			// Started over without a cursor: what committed before ready
+			// is in the feed, read after it (docs/api.md).
+			a.reload(ctx)
+		}
 	}
 }
 
@@ -106,11 +147,26 @@ func uuid4() string {
 // with its cursor and sees each notification of its user exactly once; each
 // device gets each push once, and every dispatch ends delivered.
 func TestThePipelineLosesAndRepeatsNothingAcrossAFailover(t *testing.T) {
+	pipelineFailover(t, true)
+}
+
+// The same with asynchronous replication, where the promoted standby lacks
+// the last commits: the relays' refeed window still stores every event
+// answered 202 once per recipient, and every app ends up with each of its
+// notifications exactly once. What Postgres lost shows: apps whose cursor
+// saw the lost commits are refused and reload their feed, a notification an
+// app saw before the failure may be re-sent under a new id, and a push
+// whose dispatch row was lost may go out again (design.md#failover).
+func TestThePipelineLosesNothingAcrossAFailoverToAnAsynchronousStandby(t *testing.T) {
+	pipelineFailover(t, false)
+}
+
+func pipelineFailover(t *testing.T, synchronous bool) {
 	if testing.Short() {
 		t.Skip("runs a primary, a standby, central and two relays as subprocesses")
 	}
 	t.Parallel()
-	r := pgtest.Primary(t, true)
+	r := pgtest.Primary(t, synchronous)
 	r.Migrate(t)
 	expo := expofake.New()
 	expo.SetAnswerDelay(50 * time.Millisecond) // sends in flight at the kill
@@ -134,7 +190,7 @@ func TestThePipelineLosesAndRepeatsNothingAcrossAFailover(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range users {
 		user := fmt.Sprintf("user-%d", i)
-		a := &streamApp{user: user, token: iss.Token(user), base: base, seen: map[string]int{}}
+		a := &streamApp{user: user, token: iss.Token(user), base: base, seen: map[string]int{}, loaded: map[string]bool{}}
 		req, _ := http.NewRequest(http.MethodPut, base+"/v1/devices", strings.NewReader(fmt.Sprintf(`{"token":"ExponentPushToken[%s]","platform":"ios"}`, user)))
 		req.Header.Set("Authorization", "Bearer "+a.token)
 		req.Header.Set("Content-Type", "application/json")
@@ -216,43 +272,106 @@ func TestThePipelineLosesAndRepeatsNothingAcrossAFailover(t *testing.T) {
 	}
 
 	// Every app sees each notification of its user exactly once.
-	perUser := map[string]int{}
-	for _, rs := range accepted {
-		for _, u := range rs {
-			perUser[u]++
-		}
+	ids := map[string]map[string]bool{}
+	rows, err = db.Query(context.Background(), `SELECT user_id, created_at, id FROM notifications`)
+	if err != nil {
+		t.Fatal(err)
 	}
-	testsignal.Eventually(t, "every app to see its user's notifications", 60*time.Second, func() bool {
-		for _, a := range apps {
-			a.mu.Lock()
-			n := len(a.seen)
-			a.mu.Unlock()
-			if n < perUser[a.user] {
-				return false
+	for rows.Next() {
+		var user string
+		var id feed.ID
+		if err := rows.Scan(&user, &id.CreatedAt, &id.Seq); err != nil {
+			t.Fatal(err)
+		}
+		if ids[user] == nil {
+			ids[user] = map[string]bool{}
+		}
+		ids[user][id.String()] = true
+	}
+	rows.Close()
+	unseen := func(a *streamApp) (n int) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for id := range ids[a.user] {
+			if a.seen[id] == 0 && !a.loaded[id] {
+				n++
 			}
 		}
-		return true
-	})
+		return n
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		behind := 0
+		for _, a := range apps {
+			behind += unseen(a)
+		}
+		if behind == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, a := range apps {
+				a.mu.Lock()
+				var missed []string
+				for id := range ids[a.user] {
+					if a.seen[id] == 0 && !a.loaded[id] {
+						fid, _ := feed.ParseID(id)
+						var tx string
+						_ = db.QueryRow(context.Background(), `SELECT tx::text FROM notifications WHERE id = $1`, fid.Seq).Scan(&tx)
+						missed = append(missed, fmt.Sprintf("%d (tx %s, %s)", fid.Seq, tx, fid.CreatedAt.Format("15:04:05.000")))
+					}
+				}
+				c, _ := live.ParseCursor(a.cursor)
+				t.Logf("%s: resumed %d, refused %d, cursor %+v %+v wal %d sync %v; missed %v", a.user, a.resumes, a.refusals, c.Position, c.History, c.WAL, c.Synchronous, missed)
+				a.mu.Unlock()
+			}
+			var switches string
+			_ = db.QueryRow(context.Background(), `SELECT coalesce(string_agg(timeline || ' from ' || parent_ended_at || ' (' || (parent_ended_at - '0/0'::pg_lsn)::bigint || ')', ', '), 'none') FROM timeline_switches`).Scan(&switches)
+			t.Fatalf("%d notifications never reached their apps; timeline switches: %s", behind, switches)
+		}
+	}
 	cancel()
 	wg.Wait()
+	var refusals, phantoms int
 	for _, a := range apps {
-		twice := 0
-		for _, n := range a.seen {
+		twice, phantom := 0, 0
+		for id, n := range a.seen {
 			if n > 1 {
 				twice++
 			}
+			if !ids[a.user][id] {
+				phantom++
+			}
 		}
-		if len(a.seen) != perUser[a.user] || twice > 0 || a.refusals > 0 || a.resumes == 0 {
-			t.Errorf("%s's app saw %d notifications (%d more than once) of %d, resumed %d times, refused %d; want each once, resumed, never refused",
-				a.user, len(a.seen), twice, perUser[a.user], a.resumes, a.refusals)
+		refusals += a.refusals
+		phantoms += phantom
+		if unseen(a) > 0 || twice > 0 || synchronous && (phantom > 0 || a.refusals > 0 || a.resumes == 0) {
+			t.Errorf("%s's app missed %d of %d notifications, saw %d more than once and %d Postgres does not hold; resumed %d times, refused %d",
+				a.user, unseen(a), len(ids[a.user]), twice, phantom, a.resumes, a.refusals)
 		}
 	}
+	t.Logf("apps: %d cursors refused, %d notifications seen that the failover lost (sent again under new ids)", refusals, phantoms)
 
 	// Each device got each push once, and every dispatch ended delivered.
-	testsignal.Eventually(t, "every dispatch to end", 60*time.Second, func() bool {
+	var last string
+	ended := func() bool {
+		_ = db.QueryRow(context.Background(), `SELECT format('%s queued, %s sent, %s in all, %s in the push queue, %s of them leased',
+			count(*) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'sent'), count(*),
+			(SELECT count(*) FROM push_queue), (SELECT count(*) FROM push_queue WHERE claimed_until > now())) FROM push_dispatches`).Scan(&last)
+		if !synchronous {
+			// A dispatch whose ticket's write the failover lost stays
+			// queued until the receipt pass ends it failed (interrupted).
+			return pgtest.Count(t, db, `SELECT count(*) FROM push_queue`) == 0 &&
+				pgtest.Count(t, db, `SELECT count(*) FROM push_dispatches`) >= want
+		}
 		return pgtest.Count(t, db, `SELECT count(*) FROM push_dispatches WHERE state IN ('queued', 'sent')`) == 0 &&
 			pgtest.Count(t, db, `SELECT count(*) FROM push_dispatches`) >= want
-	})
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for !ended() {
+		if time.Now().After(deadline) {
+			t.Fatalf("dispatches did not end: %s", last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	states := map[string]int{}
 	rows, err = db.Query(context.Background(), `SELECT state || coalesce(': ' || error, ''), count(*) FROM push_dispatches GROUP BY 1`)
 	if err != nil {
@@ -267,20 +386,25 @@ func TestThePipelineLosesAndRepeatsNothingAcrossAFailover(t *testing.T) {
 		states[state] = n
 	}
 	rows.Close()
-	if states["delivered"] != want || len(states) != 1 {
+	if synchronous && (states["delivered"] != want || len(states) != 1) {
 		t.Errorf("dispatch states %v; want all %d delivered", states, want)
 	}
 	pushes := map[string]int{}
 	for _, m := range expo.Messages() {
 		pushes[fmt.Sprint(m.To, m.Data["notification_id"])]++
 	}
+	again := 0
 	for p, n := range pushes {
 		if n > 1 {
-			t.Errorf("push %s sent %d times", p, n)
+			again++
+			if synchronous {
+				t.Errorf("push %s sent %d times", p, n)
+			}
 		}
 	}
-	if len(pushes) != want {
+	if synchronous && len(pushes) != want {
 		t.Errorf("%d distinct pushes reached Expo; want %d", len(pushes), want)
 	}
+	t.Logf("dispatches %v; %d pushes sent more than once", states, again)
 	t.Logf("%d events (%d notifications) accepted across the failover", len(accepted), want)
 }

@@ -45,6 +45,13 @@ type Config struct {
 	// user fits; only a socket that stops reading reaches them.
 	QueueFrames int
 	QueueBytes  int
+	// MaxSocketsPerUser caps one user's sockets on this replica: the next
+	// handshake is refused 429 before the upgrade. 0: 16.
+	MaxSocketsPerUser int
+	// MaxSockets caps this replica's sockets: past it a handshake is
+	// refused 503, so that the load balancer tries another replica. 0: no
+	// cap.
+	MaxSockets int
 	// Metrics receives the stream's metrics. Default: not exported.
 	Metrics *Metrics
 	// Logger receives the stream's logs. Default slog.Default().
@@ -83,6 +90,10 @@ type Hub struct {
 	mu      sync.RWMutex
 	users   map[string][]*socket
 	stopped bool
+	// total counts the sockets registered; admitting counts, in all and by
+	// user, the handshakes admitted and not registered yet.
+	total, admittingTotal int
+	admitting             map[string]int
 
 	svc     startstop.Service // the reader, the pinger and the resumes
 	reader  reader
@@ -102,6 +113,7 @@ func New(cfg Config) (*Hub, error) {
 	cfg.WriteTimeout = cmp.Or(cfg.WriteTimeout, 10*time.Second)
 	cfg.QueueFrames = cmp.Or(cfg.QueueFrames, 1024)
 	cfg.QueueBytes = cmp.Or(cfg.QueueBytes, 1<<20)
+	cfg.MaxSocketsPerUser = cmp.Or(cfg.MaxSocketsPerUser, 16)
 	cfg.txSlack = cmp.Or(cfg.txSlack, txSlack)
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
@@ -115,8 +127,9 @@ func New(cfg Config) (*Hub, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "live"),
 		metrics: cfg.Metrics,
-		users:   map[string][]*socket{},
-		ready:   make(chan struct{}),
+		users:     map[string][]*socket{},
+		admitting: map[string]int{},
+		ready:     make(chan struct{}),
 	}
 	h.reader.hub = h
 	return h, nil
@@ -181,9 +194,43 @@ func (h *Hub) add(s *socket) bool {
 		return false
 	}
 	h.users[s.user] = append(h.users[s.user], s)
+	h.total++
 	h.sockets.Add(1)
 	h.metrics.connections.Inc()
 	return true
+}
+
+// Why a handshake is not admitted (admit).
+var (
+	errUserSockets    = errors.New("this user holds the most sockets a replica serves one user")
+	errReplicaSockets = errors.New("this replica holds the most sockets it serves")
+)
+
+// admit reserves a place for one more socket of user, counting the sockets
+// registered and the handshakes admitted before it: errUserSockets past
+// MaxSocketsPerUser, errReplicaSockets past MaxSockets. The returned
+// function gives the place back once the socket is registered, or not.
+func (h *Hub) admit(user string) (release func(), err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case len(h.users[user])+h.admitting[user] >= h.cfg.MaxSocketsPerUser:
+		h.metrics.refused.WithLabelValues("user").Inc()
+		return nil, errUserSockets
+	case h.cfg.MaxSockets > 0 && h.total+h.admittingTotal >= h.cfg.MaxSockets:
+		h.metrics.refused.WithLabelValues("replica").Inc()
+		return nil, errReplicaSockets
+	}
+	h.admitting[user]++
+	h.admittingTotal++
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.admitting[user]--; h.admitting[user] == 0 {
+			delete(h.admitting, user)
+		}
+		h.admittingTotal--
+	}, nil
 }
 
 // remove unregisters s; called once, when its connection is closed.
@@ -201,6 +248,7 @@ func (h *Hub) remove(s *socket) {
 	} else {
 		h.users[s.user] = ss
 	}
+	h.total--
 	h.mu.Unlock()
 	h.metrics.connections.Dec()
 	h.sockets.Done()

@@ -20,6 +20,7 @@ type Metrics struct {
 	authFailed  prometheus.Counter
 	lag         prometheus.Histogram
 	reads       *prometheus.CounterVec
+	refused     *prometheus.CounterVec
 	heldGauge   prometheus.GaugeFunc
 	heldSince   atomic.Int64                // unix nanos since committed rows wait for the horizon; 0 when none do
 	clk         atomic.Pointer[clock.Clock] // the hub's, which sets heldSince; nil: the wall clock
@@ -42,6 +43,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"From a notification's ingest transaction (its created_at) to its frame written to a socket; live frames only, not resumed ones.", []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
 		reads: metric.CounterVec("spoolcast_live_reads_total",
 			"Reads of newly committed rows by this replica's live reader, by result (ok, error).", "result"),
+		refused: metric.CounterVec("spoolcast_ws_refused_total",
+			"Stream handshakes refused for a limit, by which: user (--max-sockets-per-user, 429) or replica (--max-sockets, 503).", "limit"),
+	}
+	for _, l := range []string{"user", "replica"} {
+		m.refused.WithLabelValues(l)
 	}
 	for _, k := range []frameKind{kindNotification, kindRead, kindReady} {
 		m.frames.WithLabelValues(k.label())
@@ -60,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return clock.Since(m.clock(), time.Unix(0, since)).Seconds()
 	})
 	if reg != nil {
-		reg.MustRegister(m.connections, m.frames, m.slowClosed, m.catchUps, m.authFailed, m.lag, m.reads, m.heldGauge)
+		reg.MustRegister(m.connections, m.frames, m.slowClosed, m.catchUps, m.authFailed, m.lag, m.reads, m.refused, m.heldGauge)
 	}
 	return m
 }

@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -52,6 +53,19 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "this replica is not serving the stream right now; reconnect"))
 		return
 	}
+	release, err := h.admit(user)
+	switch {
+	case errors.Is(err, errUserSockets):
+		w.Header().Set("Retry-After", "10")
+		problem.Write(w, r, problem.New(http.StatusTooManyRequests, problem.TooManySockets,
+			fmt.Sprintf("this user already has %d sockets open on this replica; close one (or reuse one per app) and retry", h.cfg.MaxSocketsPerUser)))
+		return
+	case err != nil:
+		w.Header().Set("Retry-After", "1")
+		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "this replica serves as many sockets as it may; reconnect (another replica answers)"))
+		return
+	}
+	defer release()
 	upgrader := ws.HTTPUpgrader{
 		Timeout:  h.cfg.WriteTimeout,
 		Protocol: func(p string) bool { return p == auth.WebSocketProtocol }, // never the token

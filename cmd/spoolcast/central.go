@@ -244,7 +244,8 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	c.listener = pglisten.New(direct, ingest.NotifyChannel, nil, logger)
 	if c.live, err = live.New(live.Config{
 		DB: c.pool, Wake: c.listener.Subscribe(), PollInterval: o.live.pollInterval, PingInterval: o.live.pingInterval,
-		QueueBytes: int(o.live.queueBytes), Metrics: live.NewMetrics(reg), Logger: logger,
+		QueueBytes: int(o.live.queueBytes), MaxSocketsPerUser: o.live.maxPerUser, MaxSockets: o.live.maxSockets,
+		Metrics: live.NewMetrics(reg), Logger: logger,
 	}); err != nil {
 		return fail(err)
 	}

@@ -66,6 +66,8 @@ var (
 	StreamDisabled = Type{"stream-disabled", "Not found"}
 	// StreamUnavailable: the live stream cannot serve now; retry shortly.
 	StreamUnavailable = Type{"stream-unavailable", "Stream unavailable"}
+	// TooManySockets: the user holds the most stream sockets one replica serves one user.
+	TooManySockets = Type{"too-many-sockets", "Too many sockets"}
 	// Unauthorized: no valid token; detail says why.
 	Unauthorized = Type{"unauthorized", "Unauthorized"}
 	// UnknownAPIVersion: the API version asked for is not served.
@@ -102,6 +104,7 @@ var Types = []Type{
 	Starting,
 	StreamDisabled,
 	StreamUnavailable,
+	TooManySockets,
 	Unauthorized,
 	UnknownAPIVersion,
 	UnsupportedMediaType,

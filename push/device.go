@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Platforms a device may register.
@@ -21,7 +22,11 @@ const (
 	DisabledByUser      = "user_request"          // DELETE /v1/devices/{token}
 	DisabledUnreachable = "device_not_registered" // Expo: DeviceNotRegistered
 	DisabledInvalid     = "invalid_token"         // a stored token that is not an Expo push token
+	DisabledReplaced    = "replaced"              // the user registered one more than MaxEnabledPerUser
 )
+
+// DefaultMaxEnabledPerUser is Devices.MaxEnabledPerUser's default.
+const DefaultMaxEnabledPerUser = 20
 
 // ErrInvalidToken: not an Expo push token (ExponentPushToken[…] or ExpoPushToken[…]).
 var ErrInvalidToken = errors.New("not an Expo push token: want ExponentPushToken[…] or ExpoPushToken[…]")
@@ -47,6 +52,12 @@ type Device struct {
 
 // Devices registers and lists users' push tokens.
 type Devices struct {
+	// MaxEnabledPerUser is the most enabled devices a user keeps: a
+	// registration past it disables the user's least recently seen ones
+	// (DisabledReplaced). Default (0 or less) DefaultMaxEnabledPerUser, 20.
+	// Set it before the first Register.
+	MaxEnabledPerUser int
+
 	db      DB
 	metrics *Metrics
 }
@@ -61,7 +72,10 @@ func NewDevices(db DB, metrics *Metrics) *Devices {
 
 // Register records token for user: a new token, a token seen again, a
 // disabled token turned back on, or a token that moved to another user (a
-// phone that changed hands follows its new owner).
+// phone that changed hands follows its new owner). The user then keeps at
+// most MaxEnabledPerUser enabled devices, token among them: the least
+// recently seen others are disabled as DisabledReplaced, so that a user who
+// reinstalls is never locked out by the tokens of the old installs.
 func (d *Devices) Register(ctx context.Context, userID, token, platform string) (Device, error) {
 	if !ValidToken(token) {
 		return Device{}, ErrInvalidToken
@@ -69,18 +83,74 @@ func (d *Devices) Register(ctx context.Context, userID, token, platform string) 
 	if platform != IOS && platform != Android {
 		return Device{}, fmt.Errorf("platform %q: want ios or android", platform)
 	}
-	rows, err := d.db.Query(ctx, `INSERT INTO devices (token, user_id, platform) VALUES ($1, $2, $3)
-		ON CONFLICT (token) DO UPDATE SET user_id = EXCLUDED.user_id, platform = EXCLUDED.platform,
-			enabled = true, disabled_reason = NULL, disabled_at = NULL, last_seen_at = now()
-		RETURNING `+deviceColumns, token, userID, platform)
-	if err != nil {
-		return Device{}, fmt.Errorf("register device: %w", err)
+	// A deadlock is possible, and Postgres breaks it by failing one side:
+	// two users taking over each other's tokens at once, or a dispatcher
+	// disabling a token this registration replaces. Both are rare; retry.
+	for attempt := 1; ; attempt++ {
+		dev, replaced, err := d.register(ctx, userID, token, platform)
+		var pgErr *pgconn.PgError
+		if attempt < 3 && errors.As(err, &pgErr) && pgErr.Code == deadlockDetected {
+			continue
+		}
+		if err != nil {
+			return Device{}, fmt.Errorf("register device: %w", err)
+		}
+		d.metrics.tokensDisabled.WithLabelValues(DisabledReplaced).Add(float64(replaced))
+		return dev, nil
 	}
-	dev, err := pgx.CollectExactlyOneRow(rows, scanDevice)
-	if err != nil {
-		return Device{}, fmt.Errorf("register device: %w", err)
+}
+
+// deadlockDetected is Postgres's deadlock_detected SQLSTATE.
+const deadlockDetected = "40P01"
+
+// devicesLockClass is the first key of the per-user advisory lock
+// registrations take, with hashtext(user_id) the second. The two-key lock
+// space does not overlap the one-key space lifecycle's lock is in; two users
+// whose ids hash alike merely wait for each other.
+const devicesLockClass = 0x64657673 // "devs"
+
+// register is one attempt of Register, in one transaction; it returns how
+// many devices it replaced.
+func (d *Devices) register(ctx context.Context, userID, token, platform string) (dev Device, replaced int64, err error) {
+	limit := d.MaxEnabledPerUser
+	if limit <= 0 {
+		limit = DefaultMaxEnabledPerUser
 	}
-	return dev, nil
+	err = pgx.BeginFunc(ctx, d.db, func(tx pgx.Tx) error {
+		// Every registration of the user waits here for the one before to
+		// commit, so that the count below is not raced: two replicas, or an
+		// app retrying, never leave the user past the limit. A row lock
+		// would not do: a user with no device yet has no row to lock.
+		// Nothing else turns a device on, so only registrations need it.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, devicesLockClass, userID); err != nil {
+			return fmt.Errorf("lock the user's devices: %w", err)
+		}
+		rows, err := tx.Query(ctx, `INSERT INTO devices (token, user_id, platform) VALUES ($1, $2, $3)
+			ON CONFLICT (token) DO UPDATE SET user_id = EXCLUDED.user_id, platform = EXCLUDED.platform,
+				enabled = true, disabled_reason = NULL, disabled_at = NULL, last_seen_at = now()
+			RETURNING `+deviceColumns, token, userID, platform)
+		if err != nil {
+			return err
+		}
+		if dev, err = pgx.CollectExactlyOneRow(rows, scanDevice); err != nil {
+			return err
+		}
+		// Keep the limit-1 most recently seen other devices; disable the rest.
+		// The outer conditions are checked again on a row changed meanwhile:
+		// one another user took over, or Expo disabled, is left alone (the
+		// user has one device fewer either way).
+		tag, err := tx.Exec(ctx, `UPDATE devices SET enabled = false, disabled_reason = $4, disabled_at = now()
+			WHERE user_id = $1 AND enabled AND token IN (
+				SELECT token FROM devices WHERE user_id = $1 AND enabled AND token <> $2
+				ORDER BY last_seen_at DESC, created_at DESC, token DESC
+				OFFSET $3)`, userID, token, limit-1, DisabledReplaced)
+		if err != nil {
+			return fmt.Errorf("replace devices: %w", err)
+		}
+		replaced = tag.RowsAffected()
+		return nil
+	})
+	return dev, replaced, err
 }
 
 // Disable soft-disables the user's token with why; another user's token is ErrNoDevice.

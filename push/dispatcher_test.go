@@ -96,6 +96,7 @@ func TestAStoppedDispatcherGivesBackWhatItHasNotSentAndNoDeviceGetsItTwice(t *te
 	for i := range tokens {
 		tokens[i] = fmt.Sprintf("ExponentPushToken[d%03d]", i)
 	}
+	s.devices.MaxEnabledPerUser = len(tokens) // past the default cap of 20
 	s.register("u1", tokens...)
 	s.ingest("e1", "general", "u1")
 	s.fake.SetDelay(300 * time.Millisecond)

@@ -37,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		requestTook: metric.HistogramVec("spoolcast_push_request_duration_seconds",
 			"Expo API request time by endpoint (send, getReceipts), retries counted apart.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, "endpoint"),
 		tokensDisabled: metric.CounterVec("spoolcast_tokens_disabled_total",
-			"Push tokens disabled, by reason: device_not_registered (Expo), invalid_token (not an Expo token), user_request.", "reason"),
+			"Push tokens disabled, by reason: device_not_registered (Expo), invalid_token (not an Expo token), user_request, replaced (the user registered one more than the cap of enabled devices).", "reason"),
 		prefsLookups: metric.CounterVec("spoolcast_prefs_lookups_total",
 			"Preference lookups per user by result: hit, miss (the external service answered), fail_open (it failed: pushed anyway), builtin.", "result"),
 		queueOldest: metric.Gauge("spoolcast_push_queue_oldest_seconds",
@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{SentOK, SentError, SentFailed} {
 		m.sent.WithLabelValues(r)
 	}
-	for _, r := range []string{DisabledByUser, DisabledUnreachable, DisabledInvalid} {
+	for _, r := range []string{DisabledByUser, DisabledUnreachable, DisabledInvalid, DisabledReplaced} {
 		m.tokensDisabled.WithLabelValues(r)
 	}
 	for _, r := range []string{PrefsHit, PrefsMiss, PrefsFailOpen, PrefsBuiltin} {

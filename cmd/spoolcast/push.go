@@ -30,6 +30,7 @@ type pushFlags struct {
 	prefsCacheTTL   time.Duration
 	prefsTimeout    time.Duration
 	receiptInterval time.Duration
+	maxDevices      int // enabled push devices per user; 0 is push.DefaultMaxEnabledPerUser
 }
 
 func (p *pushFlags) register(fs *flag.FlagSet) {
@@ -43,6 +44,7 @@ func (p *pushFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.prefsCacheTTL, "prefs-cache-ttl", time.Minute, "how long an answer of --prefs-url is kept per user (failures never are)")
 	fs.DurationVar(&p.prefsTimeout, "prefs-timeout", 300*time.Millisecond, "longest wait for --prefs-url; past it the notification is pushed anyway (fail open)")
 	fs.DurationVar(&p.receiptInterval, "receipt-interval", 30*time.Second, "how often push receipts are fetched")
+	fs.IntVar(&p.maxDevices, "max-devices-per-user", push.DefaultMaxEnabledPerUser, "most enabled push devices a user keeps; registering one more disables the user's least recently seen (disabled_reason replaced)")
 }
 
 func (p *pushFlags) validate() error {
@@ -51,6 +53,9 @@ func (p *pushFlags) validate() error {
 		return errors.New("--expo-rate must not be negative and --expo-concurrency must be at least 1")
 	case p.maxAge < 0 || p.prefsCacheTTL < 0 || p.prefsTimeout < 0 || p.receiptInterval < 0:
 		return errors.New("--push-max-age, --prefs-cache-ttl, --prefs-timeout and --receipt-interval must not be negative")
+	case p.maxDevices < 0:
+		// 0 is the default, not "no device": spoolcast dev leaves it unset.
+		return fmt.Errorf("--max-devices-per-user %d: must be at least 1 (0 is the default, %d)", p.maxDevices, push.DefaultMaxEnabledPerUser)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,9 @@ import (
 // centralOptions are central's flags.
 type centralOptions struct {
 	listen              string
+	opsListen           string
+	pprof               bool
+	timeouts            httpTimeouts
 	databaseURL         string
 	databaseReadURL     string
 	maxReplicaLag       time.Duration
@@ -60,6 +64,9 @@ type centralOptions struct {
 
 func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the API on")
+	fs.StringVar(&o.opsListen, "ops-listen", "", "address serving only /healthz, /readyz, /metrics and /internal/… (and /debug/pprof/ with --pprof), for probes, scrapers and in-cluster producers; --listen then serves only the public API (/v1, /inbox, /openapi.yaml). Unset, --listen serves everything")
+	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --ops-listen (never on the public address)")
+	o.timeouts.register(fs)
 	fs.StringVar(&o.oidcIssuer, "oidc-issuer", "", "issuer (iss) of end users' OIDC tokens (required)")
 	fs.StringVar(&o.oidcAudience, "oidc-audience", "", "audience (aud) end users' tokens must carry (required)")
 	fs.StringVar(&o.jwksURL, "jwks-url", "", "URL of the issuer's JWKS (required)")
@@ -106,8 +113,10 @@ func centralCommand() (*flag.FlagSet, runFunc) {
 // runningCentral is a started central API.
 type runningCentral struct {
 	addr        string
+	opsAddr     string // "" without --ops-listen
 	log         *slog.Logger
 	http        *httpService
+	ops         *httpService // nil without --ops-listen
 	pool        *pgxpool.Pool
 	readPool    *pgxpool.Pool // nil without --database-read-url
 	verifier    *auth.UserVerifier
@@ -134,6 +143,11 @@ func (o centralOptions) validate() error {
 		return fmt.Errorf("--max-replica-lag %s: must not be negative (0 is the default, 5s)", o.maxReplicaLag)
 	case o.maintenanceInterval > 0 && o.dbMaxConns < 2:
 		return errors.New("--db-max-conns must be at least 2 while central runs maintenance (--maintenance-interval): a pass holds one connection for its lock")
+	case o.pprof && o.opsListen == "":
+		return errors.New("--pprof needs --ops-listen: the profiler is never served on the public address")
+	}
+	if err := o.timeouts.validate(); err != nil {
+		return err
 	}
 	if err := o.push.validate(); err != nil {
 		return err
@@ -174,6 +188,13 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
+	var opsLn net.Listener
+	if o.opsListen != "" {
+		if opsLn, err = net.Listen("tcp", o.opsListen); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("--ops-listen: %w", err)
+		}
+	}
 	var apiHandler atomic.Pointer[http.Handler]
 	mux := http.NewServeMux()
 	for path, h := range extra {
@@ -187,17 +208,32 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		w.Header().Set("Retry-After", "1")
 		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.Starting, "central is starting; retry in a moment"))
 	})
+	var public http.Handler = mux
+	if opsLn != nil {
+		public = onlyPublic(mux, extra)
+	}
 	c := &runningCentral{
 		addr:            ln.Addr().String(),
 		log:             logger.With("component", "central"),
-		http:            serveHTTP(ln, mux, logger),
+		http:            serveHTTPWith(ln, public, logger, o.timeouts),
 		listenersClosed: make(chan struct{}),
 	}
 	c.http.server.RegisterOnShutdown(func() { close(c.listenersClosed) })
+	if opsLn != nil {
+		var ops http.Handler = onlyOps(mux)
+		if o.pprof {
+			ops = withProfiler(ops)
+		}
+		c.ops, c.opsAddr = serveHTTPWith(opsLn, ops, logger, o.timeouts), opsLn.Addr().String()
+		c.log.Info("serving probes, metrics and /internal", "addr", c.opsAddr, "pprof", o.pprof)
+	}
 	fail := func(err error) (*runningCentral, error) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // no grace: nothing was served yet
 		_ = c.http.stop(ctx)
+		if c.ops != nil {
+			_ = c.ops.stop(ctx)
+		}
 		if c.verifier != nil {
 			c.verifier.Close()
 		}
@@ -230,6 +266,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	reg := httpapi.NewRegistry()
 	pushMetrics := push.NewMetrics(reg)
 	devices := push.NewDevices(c.pool, pushMetrics)
+	devices.MaxEnabledPerUser = o.push.maxDevices
 	var prefs push.Preferences
 	var builtin *push.BuiltinPreferences
 	if o.push.prefsURL != "" {
@@ -249,8 +286,14 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	}); err != nil {
 		return fail(err)
 	}
+	// A nil *ServiceVerifier in the interface would not be nil: /internal
+	// would answer 500, not 401, without --service-jwt-secret-file.
+	var serviceAuth central.ServiceAuthorizer
+	if services != nil {
+		serviceAuth = services
+	}
 	api, err := central.New(central.Config{
-		DB: c.pool, ReadDB: readDB, MaxReplicaLag: o.maxReplicaLag, DBTimeout: o.dbStatementTimeout, Users: users, Services: services, AdminRole: o.adminRole,
+		DB: c.pool, ReadDB: readDB, MaxReplicaLag: o.maxReplicaLag, DBTimeout: o.dbStatementTimeout, Users: users, Services: serviceAuth, AdminRole: o.adminRole,
 		Devices: devices, Preferences: builtin, PreferencesExternal: builtin == nil,
 		Live: c.live, SchemaReady: schemaReady(c.pool), AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval, Inbox: o.inbox,
 		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Registry: reg, Logger: logger,
@@ -323,6 +366,9 @@ func (c *runningCentral) shutdown(timeout time.Duration) error {
 	if c.maintenance != nil {
 		err = errors.Join(err, c.maintenance.Stop(ctx))
 	}
+	if c.ops != nil { // the probes answered 503 to the end
+		err = errors.Join(err, c.ops.stop(ctx))
+	}
 	c.verifier.Close()
 	c.pool.Close()
 	if c.readPool != nil {
@@ -349,4 +395,31 @@ func schemaReady(db migrations.Querier) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// onlyPublic serves, of central's routes, the public API: /v1/…, the inbox,
+// the OpenAPI document (and the dev stack's extra paths); everything else is
+// on --ops-listen.
+func onlyPublic(h http.Handler, extra map[string]http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if strings.HasPrefix(p, "/v1/") || p == "/inbox" || strings.HasPrefix(p, "/inbox/") || p == "/openapi.yaml" || extra[p] != nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "not on central's public address: /healthz, /readyz, /metrics and /internal/… are served on --ops-listen"))
+	})
+}
+
+// onlyOps serves, of central's routes, the probes, the metrics and the
+// internal ingress.
+func onlyOps(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if p == "/healthz" || p == "/readyz" || p == "/metrics" || strings.HasPrefix(p, "/internal/") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "not on central's ops address: the public API (/v1, /inbox, /openapi.yaml) is served on --listen"))
+	})
 }

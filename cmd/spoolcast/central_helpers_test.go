@@ -11,7 +11,7 @@ import (
 
 // startCentralProcess runs `spoolcast central` on dbURL with a test issuer,
 // without push or maintenance, and returns its base URL once it answers
-// /healthz, with the issuer for tokens.
+// /healthz (on --ops-listen when flags set it), with the issuer for tokens.
 func startCentralProcess(t *testing.T, dbURL string, flags ...string) (base string, iss *oidctest.Issuer) {
 	t.Helper()
 	iss = oidctest.New(t)
@@ -21,7 +21,13 @@ func startCentralProcess(t *testing.T, dbURL string, flags ...string) (base stri
 		"--push=false", "--maintenance-interval", "0", "--log-level", "error"}, flags...)
 	p := proctest.Start(t, nil, args...)
 	base = "http://" + addr
-	p.WaitHealthy(base)
+	probes := base // with --ops-listen the probes are there
+	for i, f := range flags {
+		if f == "--ops-listen" && i+1 < len(flags) {
+			probes = "http://" + flags[i+1]
+		}
+	}
+	p.WaitHealthy(probes)
 	return base, iss
 }
 

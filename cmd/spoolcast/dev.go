@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -48,6 +49,7 @@ func devCommand() (*flag.FlagSet, runFunc) {
 	o.register(fs)
 	fs.StringVar(&dataDir, "data-dir", "./data", "where the local Postgres cluster (pg/), the spool and the dev signing keys live")
 	fs.StringVar(&co.listen, "central-listen", "127.0.0.1:8080", "address central serves its API on")
+	fs.StringVar(&co.opsListen, "central-ops-listen", "127.0.0.1:8081", "address central serves /healthz, /readyz, /metrics and /internal/… on, as a deployment does (empty: on --central-listen)")
 	fs.StringVar(&co.minAppVersion, "min-app-version", "", "oldest Spoolcast-App-Version central serves")
 	fs.StringVar(&co.push.expoURL, "expo-url", "", "Expo push API base to push through; unset, a fake Expo runs in the dev stack and logs each push it gets")
 	fs.StringVar(&tokenUser, "user", "", "token: mint a user token for this user id")
@@ -161,7 +163,7 @@ spoolcast dev is running — Ctrl-C stops all of it.
   relay     http://%[1]s   (producer %[2]q, spool %[3]s)
   central   http://%[4]s   (API description at /openapi.yaml)
   postgres  %[5]s
-  metrics   http://%[1]s/metrics and http://%[4]s/metrics
+  metrics   http://%[1]s/metrics and http://%[8]s/metrics (central's probes and /internal/… are there too)
 
 Post an event for u_123:
   %[6]s
@@ -172,7 +174,7 @@ Read u_123's feed (mint other tokens with: spoolcast dev token --user NAME [--ad
 Watch u_123's inbox in a browser (the token rides in the link's fragment, never sent to a server):
   http://%[4]s/inbox#token=%[7]s
 
-`, r.addr, o.producer, o.spoolPath, c.addr, o.databaseURL, sampleCurl(r.addr), token)
+`, r.addr, o.producer, o.spoolPath, c.addr, o.databaseURL, sampleCurl(r.addr), token, cmp.Or(c.opsAddr, c.addr))
 	timeout := max(o.shutdownTimeout, 5*time.Second)
 	err = r.wait(ctx, timeout)
 	return errors.Join(err, c.shutdown(timeout))

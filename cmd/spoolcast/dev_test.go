@@ -25,7 +25,8 @@ type devStack struct {
 func startDev(t *testing.T, dataDir string) *devStack {
 	t.Helper()
 	relay, central := proctest.FreeAddr(t), proctest.FreeAddr(t)
-	p := proctest.Start(t, []string{"DATABASE_URL="}, "dev", "--data-dir", dataDir, "--listen", relay, "--central-listen", central, "--log-level", "warn")
+	p := proctest.Start(t, []string{"DATABASE_URL="}, "dev", "--data-dir", dataDir, "--listen", relay, "--central-listen", central,
+		"--central-ops-listen", proctest.FreeAddr(t), "--log-level", "warn")
 	return &devStack{Process: p, relay: "http://" + relay}
 }
 

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,12 +21,38 @@ type httpService struct {
 }
 
 func serveHTTP(ln net.Listener, h http.Handler, logger *slog.Logger) *httpService {
+	return serveHTTPWith(ln, h, logger, defaultHTTPTimeouts)
+}
+
+// httpTimeouts bound what a slow or idle client may hold: a connection
+// that sends its headers too slowly (slowloris), a request whose body does
+// not arrive, a kept-alive connection left idle.
+type httpTimeouts struct {
+	header, read, idle time.Duration
+}
+
+var defaultHTTPTimeouts = httpTimeouts{header: 10 * time.Second, read: 30 * time.Second, idle: 2 * time.Minute}
+
+func (t *httpTimeouts) register(fs *flag.FlagSet) {
+	fs.DurationVar(&t.header, "read-header-timeout", defaultHTTPTimeouts.header, "longest a client may take to send a request's headers; past it the connection is closed (a slowloris holds nothing longer)")
+	fs.DurationVar(&t.read, "read-timeout", defaultHTTPTimeouts.read, "longest a client may take to send a whole request, body included")
+	fs.DurationVar(&t.idle, "idle-timeout", defaultHTTPTimeouts.idle, "how long a kept-alive connection may wait for its next request; keep it above the load balancer's own")
+}
+
+func (t httpTimeouts) validate() error {
+	if t.header < 0 || t.read < 0 || t.idle < 0 {
+		return errors.New("--read-header-timeout, --read-timeout and --idle-timeout must not be negative (0 is the default)")
+	}
+	return nil
+}
+
+func serveHTTPWith(ln net.Listener, h http.Handler, logger *slog.Logger, t httpTimeouts) *httpService {
 	s := &httpService{
 		server: &http.Server{
 			Handler:           h,
-			ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout:       30 * time.Second,
-			IdleTimeout:       2 * time.Minute,
+			ReadHeaderTimeout: cmp.Or(t.header, defaultHTTPTimeouts.header),
+			ReadTimeout:       cmp.Or(t.read, defaultHTTPTimeouts.read),
+			IdleTimeout:       cmp.Or(t.idle, defaultHTTPTimeouts.idle),
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		},
 		served: make(chan error, 1),

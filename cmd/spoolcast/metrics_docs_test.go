@@ -75,12 +75,12 @@ func TestEveryMetricDashboardsAndAlertsUseIsExportedAndDocumented(t *testing.T) 
 		t.Skip("runs the dev stack")
 	}
 	dataDir := t.TempDir()
-	relay, central := proctest.FreeAddr(t), proctest.FreeAddr(t)
+	relay, central, ops := proctest.FreeAddr(t), proctest.FreeAddr(t), proctest.FreeAddr(t)
 	dev := proctest.Start(t, nil, "dev", "--data-dir", dataDir, "--database-url", pgtest.DB(t),
-		"--listen", relay, "--central-listen", central, "--log-level", "warn")
-	relayURL, centralURL := "http://"+relay, "http://"+central
+		"--listen", relay, "--central-listen", central, "--central-ops-listen", ops, "--log-level", "warn")
+	relayURL, centralURL, opsURL := "http://"+relay, "http://"+central, "http://"+ops
 	dev.WaitHealthy(relayURL)
-	dev.WaitHealthy(centralURL)
+	dev.WaitHealthy(opsURL)
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 
 	// Drive the path once, so that every labelled metric has its series:
@@ -130,7 +130,7 @@ func TestEveryMetricDashboardsAndAlertsUseIsExportedAndDocumented(t *testing.T) 
 	call(http.MethodGet, centralURL+"/v1/notifications", "")
 
 	families := exported(t, relayURL)
-	for name, typ := range exported(t, centralURL) {
+	for name, typ := range exported(t, opsURL) {
 		families[name] = typ
 	}
 	if len(families) < 30 {

@@ -149,7 +149,7 @@ func (c *checker) run(t reporter) {
 	}
 	t.Run("every spoolcast container has a memory limit above its GOMEMLIMIT", c.memory)
 	for _, r := range c.central {
-		t.Run("central is ready on /readyz and live on /healthz, on its listen port", func(t reporter) { c.centralProbes(t, r) })
+		t.Run("central is ready on /readyz and live on /healthz, on its ops (else listen) port", func(t reporter) { c.centralProbes(t, r) })
 		t.Run("central queries through the pooled URL and listens on the direct one", func(t reporter) { c.centralDatabase(t, r) })
 		t.Run("central reads its service secret from a mounted Secret and its origins are set", func(t reporter) { c.centralSecrets(t, r) })
 		t.Run("central's grace period covers its preStop pause and shutdown timeout", func(t reporter) { c.centralGrace(t, r) })
@@ -252,6 +252,17 @@ func (c *checker) centralProbes(t reporter, r spoolcastRun) {
 	if err != nil {
 		t.Errorf("%s: --listen %q: %v", r, listen.Value, err)
 		return
+	}
+	// With --ops-listen the probes are served there, and only there.
+	if ops := r.in.Get("ops-listen"); ops.Value != "" {
+		if IsLoopback(ops.Value) {
+			t.Errorf("%s: --ops-listen %s (%s) takes no connections from outside the pod: the kubelet's probes and Prometheus could not reach it", r, ops.Value, ops.Source)
+			return
+		}
+		if port, err = ListenPort(ops.Value); err != nil {
+			t.Errorf("%s: --ops-listen %q: %v", r, ops.Value, err)
+			return
+		}
 	}
 	ct := r.in.Container
 	for _, p := range []struct {
@@ -449,6 +460,13 @@ func (c *checker) centralService(t reporter, r spoolcastRun) {
 		t.Errorf("%s: --listen: %v", r, err)
 		return
 	}
+	metricsPort := listen // where /metrics is served
+	if ops := r.in.Get("ops-listen").Value; ops != "" {
+		if metricsPort, err = ListenPort(ops); err != nil {
+			t.Errorf("%s: --ops-listen: %v", r, err)
+			return
+		}
+	}
 	var svcs []*corev1.Service
 	for _, s := range c.m.Services {
 		if len(s.Spec.Selector) > 0 && Selects(selectorOf(s.Spec.Selector), r.w.Template.Labels) {
@@ -470,8 +488,8 @@ func (c *checker) centralService(t reporter, r spoolcastRun) {
 			n, err := ContainerPort(r.in.Container, target)
 			if err != nil {
 				t.Errorf("Service/%s port %s: %v", s.Name, p.Name, err)
-			} else if n != listen {
-				t.Errorf("Service/%s port %s reaches container port %d, but central listens on %d", s.Name, p.Name, n, listen)
+			} else if n != listen && n != metricsPort {
+				t.Errorf("Service/%s port %s reaches container port %d, but central listens on %d (and %d)", s.Name, p.Name, n, listen, metricsPort)
 			}
 			ports[p.Name] = n
 		}
@@ -487,8 +505,10 @@ func (c *checker) centralService(t reporter, r spoolcastRun) {
 				if err := e.Validate(); err != nil {
 					t.Errorf("ServiceMonitor/%s: %v", sm.Name, err)
 				}
-				if _, ok := ports[e.Port]; !ok {
+				if n, ok := ports[e.Port]; !ok {
 					t.Errorf("ServiceMonitor/%s scrapes port %q, which Service/%s does not name", sm.Name, e.Port, s.Name)
+				} else if n != metricsPort {
+					t.Errorf("ServiceMonitor/%s scrapes container port %d, but central serves /metrics on %d", sm.Name, n, metricsPort)
 				}
 				if e.Path != "/metrics" && e.Path != "" {
 					t.Errorf("ServiceMonitor/%s scrapes %s: central serves /metrics", sm.Name, e.Path)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -105,6 +106,9 @@ type Report struct {
 	// Created and Dropped name the partitions created ahead and dropped past retention.
 	Created []string `json:"partitions_created"`
 	Dropped []string `json:"partitions_dropped"`
+	// Analyzed names the tables whose planner statistics the pass renewed
+	// (see analyze).
+	Analyzed []string `json:"analyzed"`
 	// RowsDropped is Postgres's estimate of the rows the dropped partitions held.
 	RowsDropped int64 `json:"rows_dropped_estimate"`
 	// LockTimeouts are the DDL statements that gave up waiting for a lock
@@ -138,6 +142,7 @@ const (
 	OpDetach   = "detach"
 	OpFinalize = "finalize"
 	OpDrop     = "drop"
+	OpAnalyze  = "analyze"
 )
 
 // Partition is one weekly partition.
@@ -223,6 +228,9 @@ func (p *pass) run(ctx context.Context) error {
 				p.rep.Created = append(p.rep.Created, weekly.Partition(table, at))
 			}
 		}
+	}
+	if err := p.analyze(ctx); err != nil {
+		return err
 	}
 	if cfg.Retention > 0 {
 		parts, err := Partitions(ctx, cfg.DB)
@@ -376,6 +384,71 @@ func (p *pass) detach(ctx context.Context, table, partition string) error {
 		return fmt.Errorf("%w: %w", errDetachTimedOut, err)
 	}
 	return err
+}
+
+// staleStatistics lists the partitions of $1 whose planner statistics lag
+// their rows: never analyzed though they hold rows, or changed by more than
+// a tenth (and a thousand rows) since. Autovacuum reaches a new week's
+// partition late, its threshold counting from an empty table, and until
+// then the planner reads it by sequential scan: 4.8 ms a live read at 25,000
+// rows, against 0.04 ms analyzed.
+const staleStatistics = `SELECT c.oid::regclass::text FROM pg_inherits i
+	JOIN pg_class c ON c.oid = i.inhrelid
+	JOIN pg_stat_user_tables s ON s.relid = c.oid
+	WHERE i.inhparent = ANY($1::regclass[]) AND s.n_live_tup > 0
+	  AND (coalesce(s.last_analyze, s.last_autoanalyze) IS NULL OR s.n_mod_since_analyze > greatest(1000, s.n_live_tup / 10))
+	ORDER BY 1`
+
+// parentsAnalyzedEvery is how often the partitioned tables themselves are
+// analyzed. Postgres never analyzes a partitioned table on its own, and
+// its statistics plan every query that reads it whole (the feed past its
+// newest weeks, joins); before Postgres 17 an ANALYZE of it also samples
+// every partition again, so once a day.
+const parentsAnalyzedEvery = 24 * time.Hour
+
+// analyze renews the statistics of the partitions that lag (staleStatistics)
+// and, once a day, of the partitioned tables, each within the lock timeout
+// (ANALYZE waits behind DDL and VACUUM of its table).
+func (p *pass) analyze(ctx context.Context) error {
+	rows, err := p.cfg.DB.Query(ctx, staleStatistics, Partitioned)
+	if err != nil {
+		return fmt.Errorf("maintenance: find stale statistics: %w", err)
+	}
+	stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("maintenance: find stale statistics: %w", err)
+	}
+	var due bool
+	if err := p.cfg.DB.QueryRow(ctx, `SELECT coalesce((SELECT value::timestamptz FROM spoolcast_settings WHERE name = 'parents_analyzed_at') < now() - $1::interval, true)`,
+		parentsAnalyzedEvery).Scan(&due); err != nil {
+		return fmt.Errorf("maintenance: read when the partitioned tables were analyzed: %w", err)
+	}
+	if due {
+		stale = append(stale, Partitioned...)
+	}
+
+	parents := 0
+	for _, name := range stale {
+		err := p.ddl(ctx, `ANALYZE `+name)
+		if weekly.LockTimeout(err) {
+			p.timedOut(OpAnalyze, name, err)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("maintenance: analyze %s: %w", name, err)
+		}
+		p.rep.Analyzed = append(p.rep.Analyzed, name)
+		if slices.Contains(Partitioned, name) {
+			parents++
+		}
+	}
+	if parents == len(Partitioned) { // else the next pass tries again
+		if _, err := p.cfg.DB.Exec(ctx, `INSERT INTO spoolcast_settings (name, value) VALUES ('parents_analyzed_at', now()::text)
+			ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`); err != nil {
+			return fmt.Errorf("maintenance: record when the partitioned tables were analyzed: %w", err)
+		}
+	}
+	return nil
 }
 
 // ddl runs statements in one transaction whose lock waits end after the

@@ -50,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"ran", "skipped", "failed"} {
 		m.passes.WithLabelValues(r)
 	}
-	for _, op := range []string{OpCreate, OpDetach, OpFinalize, OpDrop} {
+	for _, op := range []string{OpCreate, OpDetach, OpFinalize, OpDrop, OpAnalyze} {
 		m.lockWaits.WithLabelValues(op)
 	}
 	if reg != nil {

@@ -107,6 +107,7 @@ func printReport(rep lifecycle.Report) error {
 	fmt.Fprintf(tw, "pass as of\t%s (took %s)\n", rep.At.Format(time.RFC3339), rep.Took.Round(time.Millisecond))
 	fmt.Fprintf(tw, "partitions created\t%s\n", listOrNone(rep.Created))
 	fmt.Fprintf(tw, "partitions dropped\t%s (about %d rows)\n", listOrNone(rep.Dropped), rep.RowsDropped)
+	fmt.Fprintf(tw, "analyzed\t%s\n", listOrNone(rep.Analyzed))
 	if len(rep.LockTimeouts) > 0 {
 		fmt.Fprintf(tw, "lock timeouts\t%s (retried by the next pass)\n", lockTimeoutList(rep.LockTimeouts))
 	}

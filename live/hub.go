@@ -124,9 +124,9 @@ func New(cfg Config) (*Hub, error) {
 	cfg.Clock = clock.Or(cfg.Clock)
 	cfg.Metrics.setClock(cfg.Clock)
 	h := &Hub{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "live"),
-		metrics: cfg.Metrics,
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "live"),
+		metrics:   cfg.Metrics,
 		users:     map[string][]*socket{},
 		admitting: map[string]int{},
 		ready:     make(chan struct{}),

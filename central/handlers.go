@@ -16,6 +16,7 @@ import (
 	"github.com/spoolcast/spoolcast/apiversion"
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/internal/problem"
+	"github.com/spoolcast/spoolcast/internal/ratelimit"
 )
 
 // access says which end users may call a route.
@@ -48,6 +49,9 @@ func (s *Server) handleUser(method, path string, a access, h userHandler) {
 			s.denied(w, r, err)
 			return
 		}
+		if !s.allowUser(w, r, u.ID) {
+			return
+		}
 		h(w, r, httprouter.ParamsFromContext(r.Context()), u)
 	})
 	versioned := s.cfg.Versions.Wrap(name, apiversion.RequireApp(s.cfg.MinAppVersion, inner))
@@ -73,14 +77,44 @@ func (s *Server) handleService(method, path, scope string, h serviceHandler) {
 	s.router.Handler(method, path, s.metrics.instrumentVersioned(name, s.cfg.Versions, s.cfg.Versions.Wrap(name, inner)))
 }
 
+// allowUser counts a request of user against --rate-limit-user, writes the
+// RateLimit fields, and answers 429 (false) past the limit.
+func (s *Server) allowUser(w http.ResponseWriter, r *http.Request, user string) bool {
+	d := s.cfg.UserLimit.Allow(user)
+	return s.limited(w, r, d, "user", "too many requests from this user; retry after Retry-After seconds (--rate-limit-user)")
+}
+
+// allowFailedAuth counts a request refused for its token against
+// --rate-limit-ip, keyed by the client's address, and answers 429 (false)
+// past the limit.
+func (s *Server) allowFailedAuth(w http.ResponseWriter, r *http.Request) bool {
+	d := s.cfg.FailedAuthLimit.Allow(ratelimit.ClientIP(r))
+	return s.limited(w, r, d, "ip", "too many requests with a missing or bad token from this address; retry after Retry-After seconds (--rate-limit-ip)")
+}
+
+func (s *Server) limited(w http.ResponseWriter, r *http.Request, d ratelimit.Decision, limit, detail string) bool {
+	d.SetHeaders(w.Header())
+	if d.Allowed {
+		return true
+	}
+	s.metrics.limited.WithLabelValues(limit).Inc()
+	problem.Write(w, r, problem.New(http.StatusTooManyRequests, problem.RateLimited, detail))
+	return false
+}
+
 // denied answers 401 for a missing or bad token and 403 for a valid one that
-// lacks the role or scope, with a Bearer challenge either way.
+// lacks the role or scope, with a Bearer challenge either way; past
+// --rate-limit-ip for the client's address, 429.
 func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
-	w.Header().Set("WWW-Authenticate", auth.Challenge(err))
 	if errors.Is(err, auth.ErrForbidden) || errors.Is(err, auth.ErrNoRole) {
+		w.Header().Set("WWW-Authenticate", auth.Challenge(err))
 		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, err.Error()))
 		return
 	}
+	if !s.allowFailedAuth(w, r) {
+		return
+	}
+	w.Header().Set("WWW-Authenticate", auth.Challenge(err))
 	reason := auth.Reason(err)
 	s.refused(r, reason)
 	detail := reason

@@ -21,6 +21,7 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	feedReads   *prometheus.CounterVec
 	replicaLag  prometheus.Gauge
+	limited     *prometheus.CounterVec
 	clock       clock.Clock
 }
 
@@ -37,8 +38,13 @@ func newMetrics(reg prometheus.Registerer, clk clock.Clock) *metrics {
 			"Feed reads (pages, unread counts, the delivery log) by the server that answered them, replica or primary, and why.", "target", "reason"),
 		replicaLag: metric.Gauge("spoolcast_feed_replica_lag_seconds",
 			"Age of the oldest primary WAL position the read replica had not replayed at its last measurement; 0 when current or without --database-read-url."),
+		limited: metric.CounterVec("spoolcast_rate_limited_total",
+			"Requests answered 429 for a rate limit, by which: user (--rate-limit-user) or ip (--rate-limit-ip, requests with a missing or bad token).", "limit"),
 	}
-	reg.MustRegister(m.requests, m.apiRequests, m.duration, m.feedReads, m.replicaLag)
+	for _, l := range []string{"user", "ip"} {
+		m.limited.WithLabelValues(l)
+	}
+	reg.MustRegister(m.requests, m.apiRequests, m.duration, m.feedReads, m.replicaLag, m.limited)
 	return m
 }
 

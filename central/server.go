@@ -31,6 +31,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/problem"
+	"github.com/spoolcast/spoolcast/internal/ratelimit"
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/sync/ingest"
@@ -69,6 +70,13 @@ type Config struct {
 	DB DB
 	// Users checks end-user tokens. Required.
 	Users UserAuthorizer
+	// UserLimit limits each end user's requests to /v1 (the stream's
+	// handshakes included); nil limits nothing.
+	UserLimit *ratelimit.Limiter
+	// FailedAuthLimit limits, per client address, the requests refused for
+	// their token: past it they are answered 429 rather than 401, so that a
+	// token guesser gets a slower answer than a wrong one; nil limits nothing.
+	FailedAuthLimit *ratelimit.Limiter
 	// Services checks service tokens on /internal routes. Nil refuses every
 	// internal request with 401.
 	Services ServiceAuthorizer

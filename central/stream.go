@@ -26,6 +26,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u, err := s.cfg.Users.AuthorizeWebSocket(r)
+	if err != nil && !s.allowFailedAuth(w, r) {
+		return
+	}
 	if err != nil {
 		s.cfg.Live.Metrics().AuthFailed()
 		reason := auth.Reason(err)
@@ -37,6 +40,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 			detail = "send the token as Sec-WebSocket-Protocol: " + auth.WebSocketProtocol + ", <token>"
 		}
 		problem.Write(w, r, problem.New(http.StatusUnauthorized, problem.Unauthorized, detail))
+		return
+	}
+	if !s.allowUser(w, r, u.ID) {
 		return
 	}
 	s.cfg.Live.Serve(w, r, u.ID)

@@ -24,6 +24,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pglisten"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/problem"
+	"github.com/spoolcast/spoolcast/internal/ratelimit"
 	"github.com/spoolcast/spoolcast/lifecycle"
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/migrations"
@@ -37,6 +38,8 @@ type centralOptions struct {
 	opsListen           string
 	pprof               bool
 	timeouts            httpTimeouts
+	rateLimitUser       ratelimit.Rate
+	rateLimitIP         ratelimit.Rate
 	databaseURL         string
 	databaseReadURL     string
 	maxReplicaLag       time.Duration
@@ -67,6 +70,8 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.opsListen, "ops-listen", "", "address serving only /healthz, /readyz, /metrics and /internal/… (and /debug/pprof/ with --pprof), for probes, scrapers and in-cluster producers; --listen then serves only the public API (/v1, /inbox, /openapi.yaml). Unset, --listen serves everything")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --ops-listen (never on the public address)")
 	o.timeouts.register(fs)
+	fs.TextVar(&o.rateLimitUser, "rate-limit-user", ratelimit.Rate{N: 20, Per: time.Second}, "requests each end user may make to /v1 on this replica (20/s, 100/m, 5/h; bursts of twice that; 0 or off: no limit); past it 429 with Retry-After and the RateLimit fields")
+	fs.TextVar(&o.rateLimitIP, "rate-limit-ip", ratelimit.Rate{N: 10, Per: time.Second}, "requests with a missing or bad token each client address may make on this replica before they are answered 429 instead of 401 (0 or off: no limit). The address is the connection's: behind a proxy that does not keep it, all share one")
 	fs.StringVar(&o.oidcIssuer, "oidc-issuer", "", "issuer (iss) of end users' OIDC tokens (required)")
 	fs.StringVar(&o.oidcAudience, "oidc-audience", "", "audience (aud) end users' tokens must carry (required)")
 	fs.StringVar(&o.jwksURL, "jwks-url", "", "URL of the issuer's JWKS (required)")
@@ -292,7 +297,16 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	if services != nil {
 		serviceAuth = services
 	}
+	userLimit, err := ratelimit.New(ratelimit.Config{Name: "user", Rate: o.rateLimitUser})
+	if err != nil {
+		return fail(fmt.Errorf("--rate-limit-user: %w", err))
+	}
+	ipLimit, err := ratelimit.New(ratelimit.Config{Name: "ip", Rate: o.rateLimitIP})
+	if err != nil {
+		return fail(fmt.Errorf("--rate-limit-ip: %w", err))
+	}
 	api, err := central.New(central.Config{
+		UserLimit: userLimit, FailedAuthLimit: ipLimit,
 		DB: c.pool, ReadDB: readDB, MaxReplicaLag: o.maxReplicaLag, DBTimeout: o.dbStatementTimeout, Users: users, Services: serviceAuth, AdminRole: o.adminRole,
 		Devices: devices, Preferences: builtin, PreferencesExternal: builtin == nil,
 		Live: c.live, SchemaReady: schemaReady(c.pool), AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval, Inbox: o.inbox,

@@ -56,6 +56,8 @@ var (
 	Overloaded = Type{"overloaded", "Service unavailable"}
 	// PreferencesExternal: preferences are served by the producer's own service.
 	PreferencesExternal = Type{"preferences-external", "Preferences are kept elsewhere"}
+	// RateLimited: the caller (a user, or an address sending bad tokens) is past its rate limit.
+	RateLimited = Type{"rate-limited", "Too many requests"}
 	// RequestTimeout: the body did not arrive in time; retry with the same key.
 	RequestTimeout = Type{"request-timeout", "Request timeout"}
 	// SpoolError: the spool could not be written; retry with the same key.
@@ -99,6 +101,7 @@ var Types = []Type{
 	OriginNotAllowed,
 	Overloaded,
 	PreferencesExternal,
+	RateLimited,
 	RequestTimeout,
 	SpoolError,
 	Starting,

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/spoolcast/spoolcast/internal/pgtest"
+)
+
+// get sends GET base+path with token (none when empty) and returns the
+// answer, its body read.
+func get(t *testing.T, url, token string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
+// Each user's requests are limited (a burst of twice the rate, then 429
+// with Retry-After and the RateLimit fields), each user apart; requests
+// with a bad token are limited by address, after which they are 429, not
+// 401.
+func TestCentralLimitsEachUsersRequestsAndBadTokensByAddress(t *testing.T) {
+	t.Parallel()
+	base, iss := startCentralProcess(t, pgtest.DB(t), "--rate-limit-user", "1/h", "--rate-limit-ip", "1/h")
+	alice, bob := iss.Token("alice"), iss.Token("bob")
+	for i := range 2 {
+		resp, body := get(t, base+"/v1/notifications/unread-count", alice)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("RateLimit-Policy") != `"user";q=2;w=7200` {
+			t.Errorf("alice's request %d: %d %s, RateLimit-Policy %q", i+1, resp.StatusCode, body, resp.Header.Get("RateLimit-Policy"))
+		}
+	}
+	resp, body := get(t, base+"/v1/notifications/unread-count", alice)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" ||
+		!strings.HasPrefix(resp.Header.Get("RateLimit"), `"user";r=0;t=`) || !strings.Contains(body, "rate-limited") {
+		t.Errorf("alice's third request: %d %s, Retry-After %q, RateLimit %q; want 429 rate-limited with both", resp.StatusCode, body,
+			resp.Header.Get("Retry-After"), resp.Header.Get("RateLimit"))
+	}
+	if resp, body := get(t, base+"/v1/notifications/unread-count", bob); resp.StatusCode != http.StatusOK {
+		t.Errorf("bob after alice's limit: %d %s; want 200", resp.StatusCode, body)
+	}
+
+	for i, want := range []int{http.StatusUnauthorized, http.StatusUnauthorized, http.StatusTooManyRequests} {
+		if resp, body := get(t, base+"/v1/notifications", "not-a-token"); resp.StatusCode != want {
+			t.Errorf("bad token %d: %d %s; want %d", i+1, resp.StatusCode, body, want)
+		}
+	}
+	if resp, body := get(t, base+"/v1/notifications/unread-count", bob); resp.StatusCode != http.StatusOK {
+		t.Errorf("bob from the same address after the bad tokens: %d %s; want 200 (a valid token is not counted)", resp.StatusCode, body)
+	}
+}

@@ -27,6 +27,11 @@ type DB interface {
 type Config struct {
 	// DB is Postgres. Required.
 	DB DB
+	// ReaderDB is the live reader's own connection to the same database: a
+	// wave of resumes (thousands of sockets reconnecting at once) queues on
+	// DB, never in front of the reads that feed every open socket. Default
+	// DB.
+	ReaderDB DB
 	// Wake receives a value after ingest commits (the LISTEN connection's
 	// subscription); each makes the reader read at once. Nil: the reader polls.
 	Wake <-chan struct{}
@@ -115,6 +120,9 @@ func New(cfg Config) (*Hub, error) {
 	cfg.QueueBytes = cmp.Or(cfg.QueueBytes, 1<<20)
 	cfg.MaxSocketsPerUser = cmp.Or(cfg.MaxSocketsPerUser, 16)
 	cfg.txSlack = cmp.Or(cfg.txSlack, txSlack)
+	if cfg.ReaderDB == nil {
+		cfg.ReaderDB = cfg.DB
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}

@@ -183,7 +183,7 @@ func (r *reader) failed(err error) {
 // position starts the reader at the horizon: what committed before it is
 // for the feed and for resumes.
 func (r *reader) position(ctx context.Context) error {
-	st, err := readStateOf(ctx, r.hub.cfg.DB)
+	st, err := readStateOf(ctx, r.hub.cfg.ReaderDB)
 	if err != nil {
 		return err
 	}
@@ -200,7 +200,7 @@ func (r *reader) position(ctx context.Context) error {
 // promoted moments ago (pghistory.RecordSwitch): the cursors of every socket
 // it closes then resume on it. A failure only costs those cursors.
 func (r *reader) recordSwitch(ctx context.Context) {
-	recorded, err := pghistory.RecordSwitch(ctx, r.hub.cfg.DB)
+	recorded, err := pghistory.RecordSwitch(ctx, r.hub.cfg.ReaderDB)
 	switch {
 	case err != nil:
 		r.hub.log.Warn("cannot record where the database's timeline began; cursors from before the failover will be refused", "err", err)
@@ -285,7 +285,7 @@ func (r *reader) deliver(ds []delivery) error {
 // closed so that its app resumes (and, with a cursor from the old history,
 // starts over).
 func (r *reader) readNotifications(ctx context.Context) (more, held bool, bound uint64, err error) {
-	rows, err := r.hub.cfg.DB.Query(ctx, readNotifications, r.notes.Tx, r.notes.ID, readPage, r.caughtUp.Add(-r.hub.cfg.txSlack), feed.FutureSlack)
+	rows, err := r.hub.cfg.ReaderDB.Query(ctx, readNotifications, r.notes.Tx, r.notes.ID, readPage, r.caughtUp.Add(-r.hub.cfg.txSlack), feed.FutureSlack)
 	if err != nil {
 		return false, false, 0, err
 	}
@@ -380,7 +380,7 @@ func (o *orNull) fill() {
 // read-all's frame names what it left unread (committed after it was asked),
 // read once every transaction it could not see has ended.
 func (r *reader) readReadEvents(ctx context.Context, bound uint64) (more, held bool, err error) {
-	rows, err := r.hub.cfg.DB.Query(ctx, readReadEvents, r.reads.Tx, r.reads.ID, readPage, bound)
+	rows, err := r.hub.cfg.ReaderDB.Query(ctx, readReadEvents, r.reads.Tx, r.reads.ID, readPage, bound)
 	if err != nil {
 		return false, false, err
 	}
@@ -426,7 +426,7 @@ func (r *reader) readReadEvents(ctx context.Context, bound uint64) (more, held b
 	}
 	rows.Close()
 	for _, a := range alls {
-		left, err := r.hub.cfg.DB.Query(ctx, readAllLeft, a.user, a.snapshot, a.at, a.seq)
+		left, err := r.hub.cfg.ReaderDB.Query(ctx, readAllLeft, a.user, a.snapshot, a.at, a.seq)
 		if err != nil {
 			return false, false, err
 		}

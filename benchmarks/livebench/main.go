@@ -8,7 +8,14 @@
 //     per second are committed (batches every 10ms, one recipient each, a
 //     random connected user) and woken as a relay's forwarder wakes; each
 //     frame's latency is its arrival at the client minus the return of the
-//     commit that wrote it.
+//     commit that wrote it;
+//   - the reconnect wave (-wave-movers): a replica holding that many sockets
+//     is killed and all of them reconnect with their cursors to a second
+//     replica, which meanwhile streams -wave-rate notifications a second to
+//     -wave-stayers sockets of its own: time until every moved socket is
+//     ready, Postgres CPU per resume, and the stayers' commit → frame latency
+//     during the wave; with -wave-compare, the same wave with another
+//     spoolcast binary, rounds alternating.
 //
 // Central runs as a subprocess of the real binary on a durable Postgres
 // cluster of its own; the client sockets live in this process. A process
@@ -55,6 +62,12 @@ func main() {
 		rate     = flag.Int("rate", 1000, "notifications committed per second during the latency run")
 		duration = flag.Duration("duration", 30*time.Second, "length of the latency run")
 		bare     = flag.String("bare-server", "", "internal: serve a bare gobwas server on this address")
+		movers   = flag.Int("wave-movers", 10000, "sockets of the replica the wave kills (0: no wave)")
+		stayers  = flag.Int("wave-stayers", 500, "sockets of the replica that survives the wave")
+		waveRate = flag.Int("wave-rate", 500, "notifications a second to the stayers during the wave")
+		compare  = flag.String("wave-compare", "", "another spoolcast binary to run the same wave with, rounds alternating")
+		rounds   = flag.Int("wave-rounds", 2, "waves per binary")
+		onlyWave = flag.Bool("only-wave", false, "run only the wave")
 	)
 	flag.Parse()
 	if *bare != "" {
@@ -62,13 +75,21 @@ func main() {
 		return
 	}
 	raiseFileLimit()
-	if err := run(*conns, *rate, *duration); err != nil {
+	w := waveConfig{movers: *movers, stayers: *stayers, rate: *waveRate, compare: *compare, rounds: *rounds, only: *onlyWave}
+	if err := run(*conns, *rate, *duration, w); err != nil {
 		fmt.Fprintln(os.Stderr, "livebench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(conns, rate int, duration time.Duration) error {
+// waveConfig is the reconnect wave's flags.
+type waveConfig struct {
+	movers, stayers, rate, rounds int
+	compare                       string
+	only                          bool
+}
+
+func run(conns, rate int, duration time.Duration, wave waveConfig) error {
 	ctx := context.Background()
 	tmp, err := os.MkdirTemp("", "livebench-")
 	if err != nil {
@@ -107,6 +128,10 @@ func run(conns, rate int, duration time.Duration) error {
 		if tokens[i], err = issuer.Mint(user(i), nil, 2*time.Hour); err != nil {
 			return err
 		}
+	}
+
+	if wave.only {
+		return waves(ctx, bin, cluster.URL, jwks.URL, issuer, pool, wave)
 	}
 
 	// The baseline: a bare gobwas server, same client, same count.
@@ -160,6 +185,33 @@ func run(conns, rate int, duration time.Duration) error {
 		conns, rate, duration, lat.n, lat.p50, lat.p90, lat.p99, lat.max)
 	if lat.lost > 0 {
 		return fmt.Errorf("%d notifications committed but never received", lat.lost)
+	}
+	closeAll(sockets)
+	stop(central)
+	return waves(ctx, bin, cluster.URL, jwks.URL, issuer, pool, wave)
+}
+
+// waves runs the reconnect wave with bin and, when set, the comparison
+// binary, in alternating rounds, and prints each.
+func waves(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Issuer, pool *pgxpool.Pool, w waveConfig) error {
+	if w.movers == 0 {
+		return nil
+	}
+	binaries := []string{bin}
+	if w.compare != "" {
+		binaries = append(binaries, w.compare)
+	}
+	for round := range w.rounds {
+		for _, b := range binaries {
+			res, err := runWave(ctx, b, dbURL, jwksURL, issuer, pool, w.movers, w.stayers, w.rate)
+			if err != nil {
+				return fmt.Errorf("wave with %s: %w", b, err)
+			}
+			fmt.Printf("wave %d, %s: %d sockets moved, all ready %s after the kill (%d failed), Postgres CPU %s per resume; "+
+				"%d stayers at %d/s meanwhile: %d frames, p50 %s, p99 %s, max %s\n",
+				round+1, filepath.Base(b), w.movers, res.allReady.Round(time.Millisecond), res.failed, res.cpuPerResume.Round(time.Microsecond),
+				w.stayers, w.rate, res.stay.n, res.stay.p50.Round(time.Millisecond), res.stay.p99.Round(time.Millisecond), res.stay.max.Round(time.Millisecond))
+		}
 	}
 	return nil
 }

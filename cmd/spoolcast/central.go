@@ -124,6 +124,7 @@ type runningCentral struct {
 	ops         *httpService // nil without --ops-listen
 	pool        *pgxpool.Pool
 	readPool    *pgxpool.Pool // nil without --database-read-url
+	readerPool  *pgxpool.Pool // the live reader's own connection
 	verifier    *auth.UserVerifier
 	maintenance *lifecycle.Scheduler // nil with --maintenance-interval 0
 	push        *pushWorkers         // nil with --push=false
@@ -248,6 +249,9 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		if c.readPool != nil {
 			c.readPool.Close()
 		}
+		if c.readerPool != nil {
+			c.readerPool.Close()
+		}
 		return nil, err
 	}
 	users, err := auth.NewUserVerifier(auth.UserVerifierConfig{
@@ -284,8 +288,14 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	}
 	direct := cmp.Or(o.directURL, o.databaseURL)
 	c.listener = pglisten.New(direct, ingest.NotifyChannel, nil, logger)
+	// The live reader's one connection, direct like LISTEN's: a wave of
+	// resumes on the pool (or in PgBouncer's queue) never delays the reads
+	// every open socket waits on.
+	if c.readerPool, err = pgpool.New(ctx, pgpool.Config{URL: direct, MaxConns: 1, ConnectTimeout: o.dbConnectTimeout}); err != nil {
+		return fail(err)
+	}
 	if c.live, err = live.New(live.Config{
-		DB: c.pool, Wake: c.listener.Subscribe(), PollInterval: o.live.pollInterval, PingInterval: o.live.pingInterval,
+		DB: c.pool, ReaderDB: c.readerPool, Wake: c.listener.Subscribe(), PollInterval: o.live.pollInterval, PingInterval: o.live.pingInterval,
 		QueueBytes: int(o.live.queueBytes), MaxSocketsPerUser: o.live.maxPerUser, MaxSockets: o.live.maxSockets,
 		Metrics: live.NewMetrics(reg), Logger: logger,
 	}); err != nil {
@@ -388,6 +398,7 @@ func (c *runningCentral) shutdown(timeout time.Duration) error {
 	if c.readPool != nil {
 		c.readPool.Close()
 	}
+	c.readerPool.Close()
 	if err != nil {
 		return fmt.Errorf("central shutdown: %w", err)
 	}

@@ -1,0 +1,319 @@
+package main
+
+// The reconnect wave: a replica holding many sockets is killed and every one
+// of them reconnects, with its cursor, to the replica that survives, while
+// that replica's own sockets keep receiving notifications. What it measures:
+// the time until every moved socket is ready again, the Postgres CPU each
+// resume costs, and the commit → frame latency of the sockets that did not
+// move, during the wave.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/devauth"
+	"github.com/spoolcast/spoolcast/internal/wsclient"
+	"github.com/spoolcast/spoolcast/sync/ingest"
+)
+
+// waveResult is what one wave measured.
+type waveResult struct {
+	allReady     time.Duration // from the kill to the last moved socket's ready frame
+	failed       int           // moved sockets that never got ready
+	cpuPerResume time.Duration // Postgres CPU per moved socket, above the load's own
+	stay         latency       // frames of the sockets that did not move, during the wave
+}
+
+// runWave starts two central replicas from bin on dbURL, opens movers
+// sockets to the first and stayers to the second, commits rate
+// notifications a second to the stayers' users, kills the first and moves
+// every one of its sockets to the second.
+func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Issuer, pool *pgxpool.Pool, movers, stayers, rate int) (waveResult, error) {
+	var res waveResult
+	var bases []string
+	var procs []*procHandle
+	for range 2 {
+		addr := freeAddr()
+		cmd, err := startProcess(bin, "central", "--listen", addr, "--database-url", dbURL,
+			"--oidc-issuer", "livebench", "--oidc-audience", "spoolcast", "--jwks-url", jwksURL,
+			"--push=false", "--maintenance-interval", "0", "--max-sockets-per-user", "4", "--rate-limit-user", "off", "--log-level", "error")
+		if err != nil {
+			return res, err
+		}
+		procs = append(procs, &procHandle{cmd: cmd})
+		bases = append(bases, "http://"+addr)
+		if err := waitHTTP("http://" + addr + "/readyz"); err != nil {
+			return res, err
+		}
+	}
+	defer func() {
+		for _, p := range procs {
+			if !p.killed {
+				stop(p.cmd)
+			}
+		}
+	}()
+	token := func(u string) string {
+		t, err := issuer.Mint(u, nil, 2*time.Hour)
+		if err != nil {
+			panic(err) // a key of our own always signs
+		}
+		return t
+	}
+	moverUsers := make([]string, movers)
+	cursors := make([]string, movers)
+	sockets := make([]*wsclient.Conn, movers)
+	if err := openAll(movers, func(i int) error {
+		moverUsers[i] = "mover-" + strconv.Itoa(i)
+		c, err := wsclient.Dial(ctx, bases[0], token(moverUsers[i]), "")
+		if err != nil {
+			return err
+		}
+		m, err := c.Next(30 * time.Second)
+		if err != nil || m.Type != "ready" {
+			return fmt.Errorf("first frame %s: %v", m.Raw, err)
+		}
+		sockets[i], cursors[i] = c, m.Cursor
+		return nil
+	}); err != nil {
+		return res, fmt.Errorf("open the movers: %w", err)
+	}
+	stayerUsers := make([]string, stayers)
+	stay := make([]*wsclient.Conn, stayers)
+	if err := openAll(stayers, func(i int) error {
+		stayerUsers[i] = "stayer-" + strconv.Itoa(i)
+		c, err := wsclient.Dial(ctx, bases[1], token(stayerUsers[i]), "")
+		if err != nil {
+			return err
+		}
+		if m, err := c.Next(30 * time.Second); err != nil || m.Type != "ready" {
+			return fmt.Errorf("first frame %s: %v", m.Raw, err)
+		}
+		stay[i] = c
+		return nil
+	}); err != nil {
+		return res, fmt.Errorf("open the stayers: %w", err)
+	}
+	defer closeAll(stay)
+
+	// The stayers' frames, timed from their commit's return.
+	var mu sync.Mutex
+	committed := map[string]time.Time{}
+	type sample struct {
+		at  time.Time
+		lat time.Duration
+	}
+	var samples []sample
+	var readers sync.WaitGroup
+	done := make(chan struct{})
+	for _, c := range stay {
+		readers.Go(func() {
+			for {
+				m, err := c.Next(2 * time.Minute)
+				if err != nil {
+					return
+				}
+				now := time.Now()
+				if m.Type != "notification" {
+					continue
+				}
+				it, err := m.Item()
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				if t, ok := committed[it.Title]; ok {
+					samples = append(samples, sample{now, now.Sub(t)})
+				} else {
+					committed[it.Title] = now // the frame beat the commit's return
+					samples = append(samples, sample{now, 0})
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	var ingests sync.WaitGroup
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		waker := ingest.NewWaker(pool, 0, nil, slog.New(slog.DiscardHandler))
+		defer waker.Stop()
+		const tick = 10 * time.Millisecond
+		perTick := max(1, rate*int(tick)/int(time.Second))
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for n := 0; ; {
+			select {
+			case <-done:
+				ingests.Wait()
+				return
+			case <-t.C:
+			}
+			items := make([]ingest.Item, perTick)
+			titles := make([]string, perTick)
+			for i := range items {
+				titles[i] = "w" + strconv.Itoa(n)
+				n++
+				ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":%q,"type":"bench","recipients":[%q],"title":%q}`,
+					titles[i], stayerUsers[rand.N(stayers)], titles[i]), "")
+				if err != nil {
+					panic(err) // a valid event of our own
+				}
+				items[i] = ingest.Item{Producer: "livebench-wave", Event: ev}
+			}
+			ingests.Go(func() {
+				if _, err := ingest.Ingest(ctx, pool, items); err != nil {
+					return
+				}
+				now := time.Now()
+				waker.Committed()
+				mu.Lock()
+				for _, title := range titles {
+					if _, early := committed[title]; early {
+						delete(committed, title)
+					} else {
+						committed[title] = now
+					}
+				}
+				mu.Unlock()
+			})
+		}
+	}()
+
+	// The load's own Postgres CPU, over as long as the wave will take.
+	time.Sleep(2 * time.Second)
+	before, t0 := postgresCPU(), time.Now()
+	time.Sleep(3 * time.Second)
+	loadCPU := float64(postgresCPU()-before) / float64(time.Since(t0))
+
+	closeAll(sockets) // the client side of the killed replica's sockets
+	_ = procs[0].cmd.Process.Signal(syscall.SIGKILL)
+	_ = procs[0].cmd.Wait()
+	procs[0].killed = true
+	killed, cpu0 := time.Now(), postgresCPU()
+	var failed atomic.Int64
+	moved := make([]*wsclient.Conn, movers)
+	_ = openAll(movers, func(i int) error {
+		for try := 0; ; try++ {
+			c, err := wsclient.Dial(ctx, bases[1], token(moverUsers[i]), cursors[i])
+			if err == nil {
+				for {
+					m, err := c.Next(time.Minute)
+					if err != nil {
+						break
+					}
+					if m.Type == "ready" {
+						moved[i] = c
+						return nil
+					}
+				}
+				c.Close()
+			}
+			if try == 20 || !strings.Contains(fmt.Sprint(err), "HTTP 503") && err != nil && try > 3 {
+				failed.Add(1)
+				return err
+			}
+			time.Sleep(time.Duration(50+rand.N(200)) * time.Millisecond)
+		}
+	})
+	res.allReady = time.Since(killed)
+	waveCPU := float64(postgresCPU() - cpu0)
+	res.failed = int(failed.Load())
+	res.cpuPerResume = time.Duration((waveCPU - loadCPU*float64(res.allReady)) / float64(movers))
+	defer closeAll(moved)
+	time.Sleep(2 * time.Second)
+	close(done)
+	<-loadDone
+	time.Sleep(time.Second)
+	for _, c := range stay {
+		_ = c.Close()
+	}
+	readers.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	var during []time.Duration
+	for _, s := range samples {
+		if !s.at.Before(killed) && s.at.Before(killed.Add(res.allReady+time.Second)) {
+			during = append(during, s.lat)
+		}
+	}
+	if len(during) == 0 {
+		return res, fmt.Errorf("no frame reached a stayer during the wave")
+	}
+	slices.Sort(during)
+	q := func(p float64) time.Duration { return during[min(len(during)-1, int(p*float64(len(during))))] }
+	res.stay = latency{n: len(during), p50: q(.50), p90: q(.90), p99: q(.99), max: during[len(during)-1]}
+	return res, nil
+}
+
+type procHandle struct {
+	cmd    *exec.Cmd
+	killed bool
+}
+
+// openAll runs open for 0..n-1, 256 at a time, and returns the first error.
+func openAll(n int, open func(i int) error) error {
+	var first atomic.Value
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 256)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := open(i); err != nil {
+				first.CompareAndSwap(nil, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err, ok := first.Load().(error); ok {
+		return err
+	}
+	return nil
+}
+
+// postgresCPU is the user and system CPU time of every postgres process
+// on the machine (run the wave on an otherwise idle machine).
+func postgresCPU() time.Duration {
+	entries, _ := os.ReadDir("/proc")
+	var ticks int64
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// Fields after the command's closing parenthesis; utime and stime
+		// are the 14th and 15th fields of the line.
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
+		f := strings.Fields(rest)
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			s, _ := strconv.ParseInt(f[12], 10, 64)
+			ticks += u + s
+		}
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}

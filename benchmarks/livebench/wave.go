@@ -36,7 +36,7 @@ type waveResult struct {
 	allReady     time.Duration // from the kill to the last moved socket's ready frame
 	failed       int           // moved sockets that never got ready
 	cpuPerResume time.Duration // Postgres CPU per moved socket, above the load's own
-	stay         latency       // frames of the sockets that did not move, during the wave
+	stay         latency       // frames of the sockets that did not move, committed during the wave
 }
 
 // runWave starts two central replicas from bin on dbURL, opens movers
@@ -149,6 +149,7 @@ func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Is
 	}
 	var ingests sync.WaitGroup
 	loadDone := make(chan struct{})
+	prefix := "w" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" // keys of this wave alone
 	go func() {
 		defer close(loadDone)
 		waker := ingest.NewWaker(pool, 0, nil, slog.New(slog.DiscardHandler))
@@ -167,7 +168,7 @@ func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Is
 			items := make([]ingest.Item, perTick)
 			titles := make([]string, perTick)
 			for i := range items {
-				titles[i] = "w" + strconv.Itoa(n)
+				titles[i] = prefix + strconv.Itoa(n)
 				n++
 				ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":%q,"type":"bench","recipients":[%q],"title":%q}`,
 					titles[i], stayerUsers[rand.N(stayers)], titles[i]), "")
@@ -239,7 +240,7 @@ func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Is
 	time.Sleep(2 * time.Second)
 	close(done)
 	<-loadDone
-	time.Sleep(time.Second)
+	time.Sleep(5 * time.Second) // for the frames the wave held back
 	for _, c := range stay {
 		_ = c.Close()
 	}
@@ -248,13 +249,20 @@ func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Is
 	mu.Lock()
 	defer mu.Unlock()
 	var during []time.Duration
-	for _, s := range samples {
-		if !s.at.Before(killed) && s.at.Before(killed.Add(res.allReady+time.Second)) {
+	for _, s := range samples { // committed while the wave lasted, whenever they arrived
+		if at := s.at.Add(-s.lat); !at.Before(killed) && at.Before(killed.Add(res.allReady)) {
 			during = append(during, s.lat)
 		}
 	}
 	if len(during) == 0 {
-		return res, fmt.Errorf("no frame reached a stayer during the wave")
+		var last time.Time
+		for _, s := range samples {
+			if s.at.After(last) {
+				last = s.at
+			}
+		}
+		return res, fmt.Errorf("no frame committed during the wave reached a stayer (%d frames in all, the last %s after the kill; the wave took %s)",
+			len(samples), last.Sub(killed).Round(time.Millisecond), res.allReady.Round(time.Millisecond))
 	}
 	slices.Sort(during)
 	q := func(p float64) time.Duration { return during[min(len(during)-1, int(p*float64(len(during))))] }

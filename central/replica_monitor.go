@@ -118,7 +118,7 @@ func (m *replicaMonitor) pass(parent context.Context) {
 	probe := func(db interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
 	}, sql string, dest ...any) error {
-		ctx, cancel := context.WithTimeout(parent, max(m.interval, time.Second))
+		ctx, cancel := context.WithTimeout(parent, max(m.interval, 2*time.Second)) // a busy host answers a trivial probe within this
 		defer cancel()
 		return db.QueryRow(ctx, sql).Scan(dest...)
 	}

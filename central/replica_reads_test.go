@@ -436,7 +436,7 @@ func TestFeedReadsAnswerFromTheStandbyWhileThePrimaryIsDown(t *testing.T) {
 		}
 	}
 	if h.reads("primary", "replica_down")+h.reads("primary", "replica_lagging")+h.reads("primary", "replica_failed") != 0 {
-		t.Error("a read was sent to the primary while the standby could answer it")
+		t.Errorf("a read was sent to the primary while the standby could answer it: down %v lagging %v failed %v", h.reads("primary", "replica_down"), h.reads("primary", "replica_lagging"), h.reads("primary", "replica_failed"))
 	}
 	// Readiness says what the replica can do: serve reads from the standby.
 	if r := h.request(http.MethodGet, "/readyz", "", ""); r.status != http.StatusOK {

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -363,11 +364,26 @@ func afterInFeed(a, b feed.ID) bool {
 	return a.CreatedAt.After(b.CreatedAt) || a.CreatedAt.Equal(b.CreatedAt) && a.Seq > b.Seq
 }
 
-// call makes one API request as the app's user.
+// call makes one API request as the app's user, and again after
+// Retry-After while it is answered 429 (the user's rate limit), as an app
+// should.
 func (a *app) call(ctx context.Context, method, u, body string) (int, []byte) {
+	for {
+		status, raw, retry := a.callOnce(ctx, method, u, body)
+		if status != http.StatusTooManyRequests || ctx.Err() != nil {
+			return status, raw
+		}
+		a.mu.Lock()
+		a.apiCalls["429, waited Retry-After"]++
+		a.mu.Unlock()
+		sleep(ctx, retry)
+	}
+}
+
+func (a *app) callOnce(ctx context.Context, method, u, body string) (int, []byte, time.Duration) {
 	req, err := http.NewRequestWithContext(ctx, method, u, strings.NewReader(body))
 	if err != nil {
-		return 0, nil
+		return 0, nil, 0
 	}
 	req.Header.Set("Authorization", "Bearer "+a.token)
 	if body != "" {
@@ -375,11 +391,15 @@ func (a *app) call(ctx context.Context, method, u, body string) (int, []byte) {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, nil
+		return 0, nil, 0
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	return resp.StatusCode, raw
+	retry := time.Second
+	if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
+		retry = time.Duration(n) * time.Second
+	}
+	return resp.StatusCode, raw, retry
 }
 
 type feedPage struct {

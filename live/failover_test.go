@@ -59,12 +59,7 @@ func TestSocketsResumeWithTheirCursorsAfterAFailoverToASynchronousStandby(t *tes
 	fresh := s.dial("u2", "") // a user with no notification yet
 	_, empty := s.ready(fresh)
 
-	if err := r.Primary.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Standby.Promote(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	r.FailOver(t)
 	closedTryAgain(t, seen)
 	closedTryAgain(t, idle)
 	closedTryAgain(t, fresh)
@@ -114,12 +109,7 @@ func TestAfterAFailoverThatLostCommitsOnlyCursorsFromWhatSurvivedResume(t *testi
 	s.ingest(s.pool, items(t, "lost", "u1", 1))
 	lost := next(t, c, "notification", 1)[0].Cursor
 
-	if err := r.Primary.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Standby.Promote(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	r.FailOver(t)
 	closedTryAgain(t, c)
 	if _, err := wsclient.Dial(context.Background(), s.base, "u1", lost); err == nil || !strings.Contains(err.Error(), "HTTP 400") {
 		t.Errorf("the cursor of a notification the failover lost: %v; want HTTP 400 (start over)", err)

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"sort"
@@ -98,17 +97,11 @@ func read(pid int, base string) (sample, error) {
 		return sm, err
 	}
 	sm.fds = len(fds)
-	resp, err := http.Get(base + "/metrics")
+	g, err := metric(base, "go_goroutines")
 	if err != nil {
 		return sm, err
 	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	for line := range strings.SplitSeq(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
-			sm.goroutines, _ = strconv.Atoi(strings.TrimSpace(v))
-		}
-	}
+	sm.goroutines = int(g)
 	return sm, nil
 }
 

@@ -105,7 +105,7 @@ func run(duration time.Duration, seed uint64, selfcheck, inject bool, binary str
 	}
 	apps := make([]*app, appUsers)
 	for i := range apps {
-		apps[i] = newApp(appUser(i), w.issuer.token(appUser(i)), bases)
+		apps[i] = newApp(appUser(i), token(w.issuer, appUser(i)), bases)
 	}
 	streams, stopStreams := context.WithCancel(ctx)
 	defer stopStreams()

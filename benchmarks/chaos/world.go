@@ -7,28 +7,20 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
-
+	"github.com/spoolcast/spoolcast/internal/devauth"
 	"github.com/spoolcast/spoolcast/internal/expofake"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
@@ -129,7 +121,7 @@ type world struct {
 	expo        *expofake.Server
 	expoURL     string
 	prefs       *prefsService
-	issuer      *issuer
+	issuer      *devauth.Issuer
 	servers     []*http.Server
 }
 
@@ -181,10 +173,11 @@ func setUp(ctx context.Context, dir, binary string) (*world, error) {
 	if err != nil {
 		return w, err
 	}
-	if w.issuer, err = newIssuer(); err != nil {
+	if w.issuer, err = devauth.LoadIssuer(filepath.Join(dir, "issuer-key.pem"), "spoolcast-chaos", audience); err != nil {
 		return w, err
 	}
-	if w.issuer.url, err = w.serve(w.issuer); err != nil {
+	jwksURL, err := w.serve(w.issuer.JWKS())
+	if err != nil {
 		return w, err
 	}
 	secret := filepath.Join(dir, "service-secret")
@@ -222,7 +215,7 @@ func setUp(ctx context.Context, dir, binary string) (*world, error) {
 			name: fmt.Sprintf("central-%d", i), binary: binary, base: "http://" + addr,
 			logPath: filepath.Join(dir, fmt.Sprintf("central-%d.log", i)),
 			args: []string{"central", "--listen", addr, "--database-url", w.dbURL,
-				"--oidc-issuer", w.issuer.url, "--oidc-audience", audience, "--jwks-url", w.issuer.url + "/jwks.json",
+				"--oidc-issuer", w.issuer.Issuer, "--oidc-audience", audience, "--jwks-url", jwksURL,
 				"--push=true", "--expo-url", w.expoURL, "--receipt-interval", "1s",
 				"--prefs-url", prefsURL, "--service-jwt-secret-file", secret, "--prefs-timeout", "300ms", "--prefs-cache-ttl", "2s",
 				"--maintenance-interval", "0", "--db-connect-timeout", "2s", "--shutdown-timeout", "20s", "--log-level", "warn"},
@@ -253,15 +246,7 @@ func (w *world) startPostgres(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start the standby: %w", err)
 	}
-	u, err := url.Parse(w.primary.URL)
-	if err != nil {
-		return err
-	}
-	u.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(w.primary.Port())) + "," + net.JoinHostPort("127.0.0.1", strconv.Itoa(w.standby.Port()))
-	q := u.Query()
-	q.Set("target_session_attrs", "read-write")
-	u.RawQuery = q.Encode()
-	w.dbURL = u.String()
+	w.dbURL = pgcluster.MultiHostURL(w.primary, w.standby)
 	return nil
 }
 
@@ -302,44 +287,11 @@ func (s *prefsService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 const audience = "spoolcast-chaos"
 
-// issuer is an OIDC issuer's signing side: one RSA key, its JWKS, tokens.
-type issuer struct {
-	url string
-	key *rsa.PrivateKey
-}
-
-func newIssuer() (*issuer, error) {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, err
-	}
-	return &issuer{key: key}, nil
-}
-
-func (iss *issuer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/jwks.json" {
-		http.NotFound(w, r)
-		return
-	}
-	pub := iss.key.PublicKey
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"keys": []map[string]string{{
-		"kty": "RSA", "kid": "chaos-1", "use": "sig", "alg": "RS256",
-		"n": base64.RawURLEncoding.EncodeToString(pub.N.Bytes()),
-		"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(pub.E)).Bytes()),
-	}}})
-}
-
 // token is a valid token for user, good for a day.
-func (iss *issuer) token(user string) string {
-	now := time.Now()
-	t := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{
-		"iss": iss.url, "aud": audience, "sub": user, "iat": now.Unix(), "nbf": now.Add(-time.Minute).Unix(), "exp": now.Add(24 * time.Hour).Unix(),
-	})
-	t.Header["kid"] = "chaos-1"
-	s, err := t.SignedString(iss.key)
+func token(iss *devauth.Issuer, user string) string {
+	t, err := iss.Mint(user, nil, 24*time.Hour)
 	if err != nil {
-		panic(err) // an RSA key of our own always signs
+		panic(err) // a key of our own always signs
 	}
-	return s
+	return t
 }

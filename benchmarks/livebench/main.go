@@ -273,11 +273,45 @@ type latency struct {
 	p50, p90, p99, max time.Duration
 }
 
+// commitTimes times frames from the return of the commit that wrote them.
+// A frame that arrives before its commit's return is noted counts 0.
+type commitTimes struct {
+	mu      sync.Mutex
+	pending map[string]time.Time // title → its commit's return, or its frame's arrival when that came first
+}
+
+func newCommitTimes() *commitTimes { return &commitTimes{pending: map[string]time.Time{}} }
+
+// committed notes that the commit of titles returned at at.
+func (c *commitTimes) committed(titles []string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range titles {
+		if _, early := c.pending[t]; early {
+			delete(c.pending, t)
+		} else {
+			c.pending[t] = at
+		}
+	}
+}
+
+// arrived returns the latency of the frame of title, arrived at at.
+func (c *commitTimes) arrived(title string, at time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.pending[title]; ok {
+		delete(c.pending, title)
+		return at.Sub(t)
+	}
+	c.pending[title] = at
+	return 0
+}
+
 // measureLatency commits rate notifications per second to random connected
 // users and times each frame from its commit's return to its arrival.
 func measureLatency(ctx context.Context, pool *pgxpool.Pool, sockets []*wsclient.Conn, rate int, duration time.Duration) (latency, error) {
 	var mu sync.Mutex
-	committed := map[string]time.Time{}
+	commits := newCommitTimes()
 	var samples []time.Duration
 	var arrivals []time.Time // when each sample's frame arrived, for the per-window breakdown
 	received := make(chan struct{}, 1<<20)
@@ -303,14 +337,9 @@ func measureLatency(ctx context.Context, pool *pgxpool.Pool, sockets []*wsclient
 				if err != nil {
 					continue
 				}
+				lat := commits.arrived(it.Title, at)
 				mu.Lock()
-				if t, ok := committed[it.Title]; ok {
-					samples = append(samples, at.Sub(t))
-					delete(committed, it.Title)
-				} else {
-					committed[it.Title] = at // the frame beat the commit's return: latency 0
-					samples = append(samples, 0)
-				}
+				samples = append(samples, lat)
 				arrivals = append(arrivals, at)
 				mu.Unlock()
 				received <- struct{}{}
@@ -347,15 +376,7 @@ func measureLatency(ctx context.Context, pool *pgxpool.Pool, sockets []*wsclient
 			}
 			now := time.Now()
 			waker.Committed()
-			mu.Lock()
-			for _, t := range titles {
-				if _, early := committed[t]; early {
-					delete(committed, t)
-				} else {
-					committed[t] = now
-				}
-			}
-			mu.Unlock()
+			commits.committed(titles, now)
 		})
 	}
 	ingests.Wait()

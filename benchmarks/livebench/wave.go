@@ -113,7 +113,7 @@ func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Is
 
 	// The stayers' frames, timed from their commit's return.
 	var mu sync.Mutex
-	committed := map[string]time.Time{}
+	commits := newCommitTimes()
 	type sample struct {
 		at  time.Time
 		lat time.Duration
@@ -136,13 +136,9 @@ func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Is
 				if err != nil {
 					continue
 				}
+				lat := commits.arrived(it.Title, now)
 				mu.Lock()
-				if t, ok := committed[it.Title]; ok {
-					samples = append(samples, sample{now, now.Sub(t)})
-				} else {
-					committed[it.Title] = now // the frame beat the commit's return
-					samples = append(samples, sample{now, 0})
-				}
+				samples = append(samples, sample{now, lat})
 				mu.Unlock()
 			}
 		})
@@ -183,15 +179,7 @@ func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Is
 				}
 				now := time.Now()
 				waker.Committed()
-				mu.Lock()
-				for _, title := range titles {
-					if _, early := committed[title]; early {
-						delete(committed, title)
-					} else {
-						committed[title] = now
-					}
-				}
-				mu.Unlock()
+				commits.committed(titles, now)
 			})
 		}
 	}()

@@ -229,12 +229,7 @@ func pipelineFailover(t *testing.T, synchronous bool) {
 	}
 	stop := proctest.Load(4, post)
 	time.Sleep(2 * time.Second)
-	if err := r.Primary.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Standby.Promote(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	r.FailOver(t)
 	time.Sleep(3 * time.Second)
 	stop()
 

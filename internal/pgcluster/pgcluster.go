@@ -325,6 +325,16 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	return err
 }
 
+// MultiHostURL names the postgres database of every cluster, in order, with
+// target_session_attrs=read-write (libpq's syntax, which pgx follows).
+func MultiHostURL(clusters ...*Cluster) string {
+	hosts := make([]string, len(clusters))
+	for i, c := range clusters {
+		hosts[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port()))
+	}
+	return "postgres://postgres@" + strings.Join(hosts, ",") + "/postgres?sslmode=disable&target_session_attrs=read-write"
+}
+
 // Port is the port the cluster listens on, on 127.0.0.1.
 func (c *Cluster) Port() int { return c.cfg.Port }
 

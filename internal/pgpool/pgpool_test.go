@@ -110,12 +110,7 @@ func TestAPoolFollowsThePrimaryThroughACrashAndAPromotion(t *testing.T) {
 		t.Fatal(err)
 	}
 	ports(t, pool, conns)
-	if err := r.Primary.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Standby.Promote(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.FailOver(t)
 	start := time.Now()
 	failures := 0
 	for n := 0; n < 10*conns; n++ {

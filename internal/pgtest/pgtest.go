@@ -212,7 +212,19 @@ func Primary(t testing.TB, sync bool) *Replicated {
 		t.Fatal(err)
 	}
 	stopWhenDone(t, standby)
-	return &Replicated{Primary: primary, Standby: standby, URL: MultiHostURL(primary, standby)}
+	return &Replicated{Primary: primary, Standby: standby, URL: pgcluster.MultiHostURL(primary, standby)}
+}
+
+// FailOver kills the primary as a host's crash would and promotes the
+// standby, as an orchestrator does; it returns once the standby takes writes.
+func (r *Replicated) FailOver(t testing.TB) {
+	t.Helper()
+	if err := r.Primary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Standby.Promote(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Migrate applies every migration to the primary's postgres database; the
@@ -222,16 +234,6 @@ func (r *Replicated) Migrate(t testing.TB) {
 	if _, err := migrations.Up(context.Background(), r.URL, nil); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// MultiHostURL names the postgres database of every cluster, in order, with
-// target_session_attrs=read-write (libpq's syntax, which pgx follows).
-func MultiHostURL(clusters ...*pgcluster.Cluster) string {
-	hosts := make([]string, len(clusters))
-	for i, c := range clusters {
-		hosts[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port()))
-	}
-	return "postgres://postgres@" + strings.Join(hosts, ",") + "/postgres?sslmode=disable&target_session_attrs=read-write"
 }
 
 // ownDir is a new directory for a cluster of the test's own, removed when

@@ -193,6 +193,12 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 	case errors.Is(err, spool.ErrClosed):
 		s.retryLater(w, r, problem.Overloaded, "the relay is shutting down; retry later with the same key")
 		return resultOverloaded
+	case errors.Is(err, spool.ErrKeysBehind):
+		s.spoolErrLog.Do(func(suppressed int64) {
+			s.log.Error("the spool's key index file is not being written: new events get 503", "err", err, "suppressed", suppressed)
+		})
+		s.retryLater(w, r, problem.Overloaded, "the spool's key index is behind; retry later with the same key")
+		return resultOverloaded
 	case errors.Is(err, context.DeadlineExceeded):
 		s.spoolErrLog.Do(func(suppressed int64) {
 			s.log.Error("spool claim timed out", "timeout", s.cfg.ClaimTimeout, "suppressed", suppressed)
@@ -227,6 +233,8 @@ func (s *Server) ready(ctx context.Context) error {
 		return errors.New("the spool's disk is full")
 	case errors.Is(err, spool.ErrClosed):
 		return errors.New("the relay is shutting down")
+	case errors.Is(err, spool.ErrKeysBehind):
+		return errors.New("the spool's key index file cannot be written (see the log)")
 	case err != nil:
 		return fmt.Errorf("the spool is not writable: %w", err)
 	}

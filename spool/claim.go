@@ -33,7 +33,10 @@ type ClaimResult struct {
 type claimOp struct {
 	entry      Entry
 	receivedAt time.Time
-	result     ClaimResult
+	// merged is the key index's merged seq when Claim looked the key up
+	// there; the writer looks again only if a merge has run since.
+	merged int64
+	result ClaimResult
 }
 
 // Claim spools e unless its key is already claimed. It returns after the
@@ -47,18 +50,46 @@ func (s *Spool) Claim(ctx context.Context, e Entry) (ClaimResult, error) {
 	if e.Producer == "" || e.Key == "" {
 		return ClaimResult{}, errors.New("claim: producer and key are required")
 	}
-	c := &claimOp{entry: e, receivedAt: s.cfg.Clock.Now()}
+	c := &claimOp{entry: e, receivedAt: s.cfg.Clock.Now(), merged: s.keys.indexed.Load()}
+	// A key claimed before the last merge is answered here, on the caller's
+	// goroutine, from committed rows: duplicates never wait for the writer,
+	// and new keys reach it already looked up in the key index.
+	select {
+	case <-s.closing:
+		return ClaimResult{}, ErrClosed
+	default:
+	}
+	w, err := s.mergedWinner(ctx, s.reader.bySeq, e.Producer, e.Key)
+	if err != nil {
+		select {
+		case <-s.closing: // the files closed under the lookup
+			return ClaimResult{}, ErrClosed
+		default:
+		}
+		return ClaimResult{}, fmt.Errorf("claim %q: %w", e.Key, err)
+	}
+	if w.found {
+		return w.result(e.Hash), nil
+	}
 	if err := s.submit(ctx, &op{claim: c}); err != nil {
 		return ClaimResult{}, err
 	}
 	return c.result, nil
 }
 
+func (w winner) result(hash []byte) ClaimResult {
+	r := ClaimResult{Outcome: event.Conflict, ReceivedAt: time.Unix(0, w.receivedAt)}
+	if bytes.Equal(w.hash, hash) {
+		r.Outcome = event.Duplicate
+	}
+	return r
+}
+
 // writerStmts are the writer's statements, prepared once on its connection.
 // savepoint, release and undo wrap each op of a batch (see runBatch).
 type writerStmts struct {
-	insert, insertPayload, lookup, totals *sql.Stmt
-	savepoint, release, undo              *sql.Stmt
+	insert, insertPayload, bySeq, totals *sql.Stmt
+	savepoint, release, undo             *sql.Stmt
 }
 
 func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
@@ -67,9 +98,9 @@ func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
 		dst   **sql.Stmt
 		query string
 	}{
-		{&st.insert, `INSERT OR IGNORE INTO events (seq, producer, key, request_hash, size, fanout, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)`},
+		{&st.insert, `INSERT INTO events (seq, producer, key, request_hash, size, fanout, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)`},
 		{&st.insertPayload, `INSERT INTO payloads (seq, payload) VALUES (?, ?)`},
-		{&st.lookup, `SELECT request_hash, received_at FROM events WHERE producer = ? AND key = ?`},
+		{&st.bySeq, `SELECT producer, key, request_hash, received_at FROM events WHERE seq = ?`},
 		{&st.totals, `SELECT pending_bytes FROM totals WHERE id = 1`},
 		{&st.savepoint, `SAVEPOINT op`},
 		{&st.release, `RELEASE op`},
@@ -86,53 +117,49 @@ func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
 }
 
 func (st *writerStmts) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.insertPayload, st.lookup, st.totals, st.savepoint, st.release, st.undo} {
+	for _, s := range []*sql.Stmt{st.insert, st.insertPayload, st.bySeq, st.totals, st.savepoint, st.release, st.undo} {
 		if s != nil {
 			s.Close()
 		}
 	}
 }
 
-// applyClaim runs one claim inside the writer's transaction. The loser of a race
-// (an earlier row, or an earlier claim in the same batch) reads the winner's
-// hash. A new key is inserted only if its payload fits under MaxBytes. It
-// advances nextSeq and pending only once both rows are in; on an error the
-// caller undoes what it wrote (runBatch's savepoint).
+// applyClaim runs one claim inside the writer's transaction. The loser of a
+// race (an earlier row, or an earlier claim in the same batch) reads the
+// winner's hash. A new key is inserted only if its payload fits under
+// MaxBytes. It advances nextSeq and pending, and remembers the key, only once
+// both rows are in; on an error the caller undoes what it wrote (runBatch's
+// savepoint).
 func (s *Spool) applyClaim(ctx context.Context, c *claimOp) (isNew bool, err error) {
 	e, st := c.entry, s.stmts
+	w, err := s.recentWinner(ctx, e.Producer, e.Key)
+	if err == nil && !w.found && s.keys.indexed.Load() != c.merged {
+		w, err = s.mergedWinner(ctx, st.bySeq, e.Producer, e.Key)
+	}
+	if err != nil {
+		return false, fmt.Errorf("claim %q: %w", e.Key, err)
+	}
+	if w.found {
+		c.result = w.result(e.Hash)
+		return false, nil
+	}
 	size := int64(len(e.Payload))
-	if s.pending+size <= s.cfg.MaxBytes {
-		res, err := st.insert.ExecContext(ctx, s.nextSeq, e.Producer, e.Key, e.Hash, size, max(1, e.Fanout), c.receivedAt.UnixNano())
-		if err != nil {
-			return false, fmt.Errorf("claim %q: %w", e.Key, err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return false, fmt.Errorf("claim %q: %w", e.Key, err)
-		}
-		if n == 1 {
-			if _, err := st.insertPayload.ExecContext(ctx, s.nextSeq, e.Payload); err != nil {
-				return false, fmt.Errorf("claim %q: %w", e.Key, err)
-			}
-			s.nextSeq++
-			s.pending += size
-			c.result = ClaimResult{Outcome: event.Accepted, ReceivedAt: c.receivedAt}
-			return true, nil
-		}
-	}
-	var hash []byte
-	var receivedAt int64
-	err = st.lookup.QueryRowContext(ctx, e.Producer, e.Key).Scan(&hash, &receivedAt)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		// Only reachable when the payload did not fit: the key is new.
+	if s.pending+size > s.cfg.MaxBytes {
 		return false, ErrFull
-	case err != nil:
-		return false, fmt.Errorf("claim %q: read winner: %w", e.Key, err)
 	}
-	c.result = ClaimResult{Outcome: event.Conflict, ReceivedAt: time.Unix(0, receivedAt)}
-	if bytes.Equal(hash, e.Hash) {
-		c.result.Outcome = event.Duplicate
+	if s.recent.len() >= s.unmergedLimit() {
+		return false, ErrKeysBehind
 	}
-	return false, nil
+	if _, err := st.insert.ExecContext(ctx, s.nextSeq, e.Producer, e.Key, e.Hash, size, max(1, e.Fanout), c.receivedAt.UnixNano()); err != nil {
+		return false, fmt.Errorf("claim %q: %w", e.Key, err)
+	}
+	if _, err := st.insertPayload.ExecContext(ctx, s.nextSeq, e.Payload); err != nil {
+		return false, fmt.Errorf("claim %q: %w", e.Key, err)
+	}
+	s.recent.add(s.nextSeq, e.Producer, e.Key)
+	s.wroteForCheckpoint(size + int64(len(e.Key)) + 100)
+	s.nextSeq++
+	s.pending += size
+	c.result = ClaimResult{Outcome: event.Accepted, ReceivedAt: c.receivedAt}
+	return true, nil
 }

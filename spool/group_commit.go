@@ -118,8 +118,13 @@ func (s *Spool) commit(batch []*op) {
 	if err != nil {
 		return // each caller has the error; they log it at their own rate
 	}
+	s.restartCheckpoint(ctx)
+	// A commit also rewrites the last page of each table and index it
+	// appends to, and the totals row.
+	s.wroteForCheckpoint(4 * 4096)
 	if added > 0 {
 		s.signalWake()
+		s.wakeMerger()
 	}
 }
 
@@ -132,18 +137,21 @@ func (s *Spool) commit(batch []*op) {
 // BEGIN IMMEDIATE on the writer's own connection, so the statements prepared
 // once at Open run inside it.
 func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added int, err error) {
-	nextSeq, pending := s.nextSeq, s.pending
+	nextSeq, pending, recent := s.nextSeq, s.pending, s.recent.len()
 	defer func() {
 		if err != nil {
 			if _, rbErr := s.wconn.ExecContext(ctx, "ROLLBACK"); rbErr != nil {
 				// SQLite may have rolled back already; rows may also have
 				// committed (a failed COMMIT): keep the seqs handed out, a gap
-				// is harmless, a reused seq is not.
+				// is harmless, a reused seq is not; and keep their keys, which
+				// a claim checks against the rows.
 				s.log.Debug("rollback after a failed batch", "err", rbErr)
 			} else {
 				s.nextSeq, s.pending = nextSeq, pending
+				s.recent.truncate(recent)
 			}
 		}
+		s.committed.Store(s.nextSeq - 1)
 		s.diskFull.Store(err != nil && isDiskFull(err))
 		if err != nil && isDiskFull(err) {
 			err = fmt.Errorf("%w: %w", ErrDiskFull, err)

@@ -38,29 +38,70 @@ func (s *Spool) Prune(ctx context.Context) (int64, error) {
 	if dead > 0 {
 		s.log.Warn("dead rows past their retention were deleted", "rows", dead, "dead_ttl", s.cfg.DeadTTL)
 	}
+	if err == nil && kept+dead > 0 {
+		var oldest int64
+		if err := s.reader.db.QueryRowContext(ctx, `SELECT coalesce(min(seq), ?) FROM events`, s.committed.Load()+1).Scan(&oldest); err != nil {
+			return kept + dead, fmt.Errorf("prune key filter: %w", err)
+		}
+		s.filter.dropBelow(oldest)
+	}
 	return kept + dead, err
 }
 
 func (s *Spool) pruneWhere(ctx context.Context, cond string, cutoff time.Time) (int64, error) {
+	// Each chunk is one short write of the writer; the key index entries of
+	// the rows go in batches as large as a merge's, off the writer.
 	const chunk = 2000
 	var total int64
+	var doomed []recentKey
+	flush := func() error {
+		if len(doomed) == 0 {
+			return nil
+		}
+		if err := s.keys.remove(ctx, doomed); err != nil {
+			// The entries are checked against their rows: a stale one is
+			// never taken for a claim.
+			return fmt.Errorf("prune key index: %w", err)
+		}
+		doomed = doomed[:0]
+		return nil
+	}
 	for {
-		var n int64
+		var got []recentKey
 		err := s.write(ctx, func(ctx context.Context, tx execer) error {
-			res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE seq IN (
-				SELECT seq FROM events WHERE forwarded_at IS NOT NULL AND forwarded_at < ? AND `+cond+` LIMIT ?)`, cutoff.UnixNano(), chunk)
+			got = got[:0]
+			rows, err := tx.QueryContext(ctx, `SELECT seq, producer, key FROM events
+				WHERE forwarded_at IS NOT NULL AND forwarded_at < ? AND `+cond+` LIMIT ?`, cutoff.UnixNano(), chunk)
 			if err != nil {
 				return fmt.Errorf("prune: %w", err)
 			}
-			n, err = res.RowsAffected()
-			return err
+			seqs := make([]int64, 0, chunk)
+			for rows.Next() {
+				var k recentKey
+				if err := rows.Scan(&k.seq, &k.producer, &k.key); err != nil {
+					rows.Close()
+					return fmt.Errorf("prune: %w", err)
+				}
+				got = append(got, k)
+				seqs = append(seqs, k.seq)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("prune: %w", err)
+			}
+			return execForSeqs(ctx, tx, "DELETE FROM events WHERE seq IN (%s)", nil, seqs)
 		})
 		if err != nil {
-			return total, err
+			return total, errors.Join(err, flush())
 		}
-		total += n
-		if n < chunk {
-			return total, nil
+		total += int64(len(got))
+		if doomed = append(doomed, got...); len(doomed) >= s.cfg.KeyMergeBatch {
+			if err := flush(); err != nil {
+				return total, err
+			}
+		}
+		if len(got) < chunk {
+			return total, flush()
 		}
 	}
 }

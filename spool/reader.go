@@ -19,6 +19,7 @@ type Reader struct {
 	path  string
 	db    *sql.DB
 	clock clock.Clock
+	bySeq *sql.Stmt // an events row's key, hash and receipt time
 }
 
 // OpenReadOnly opens an existing spool without write access. It works while a
@@ -43,11 +44,24 @@ func openReader(path string, cfg Config, mode connMode) (*Reader, error) {
 		db.Close()
 		return nil, fmt.Errorf("open spool %s: %w", path, err)
 	}
-	return &Reader{path: path, db: db, clock: cfg.Clock}, nil
+	r := &Reader{path: path, db: db, clock: cfg.Clock}
+	if mode != modeReader {
+		return r, nil
+	}
+	if r.bySeq, err = db.Prepare(`SELECT producer, key, request_hash, received_at FROM events WHERE seq = ?`); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open spool %s: %w", path, err)
+	}
+	return r, nil
 }
 
 // Close closes the reader's connections.
-func (r *Reader) Close() error { return r.db.Close() }
+func (r *Reader) Close() error {
+	if r.bySeq != nil {
+		r.bySeq.Close()
+	}
+	return r.db.Close()
+}
 
 // Stats describes a spool at one moment. Reading it costs the same whatever
 // the spool holds: the counts are running totals, the oldest pending row is
@@ -71,7 +85,7 @@ type Stats struct {
 	Dead int64 `json:"dead"`
 	// DeadBytes is the payload bytes of dead rows.
 	DeadBytes int64 `json:"dead_bytes"`
-	// FileBytes is the size of the database file and its WAL on disk.
+	// FileBytes is the size of the database file, the key index file and their WALs on disk.
 	FileBytes int64 `json:"file_bytes"`
 }
 
@@ -101,7 +115,7 @@ func (r *Reader) Stats(ctx context.Context) (Stats, error) {
 		st.OldestPending = time.Unix(0, oldest.Int64)
 		st.OldestPendingAge = max(0, r.clock.Now().Sub(st.OldestPending))
 	}
-	for _, p := range []string{r.path, r.path + "-wal"} {
+	for _, p := range []string{r.path, r.path + "-wal", keysPath(r.path), keysPath(r.path) + "-wal"} {
 		if fi, err := os.Stat(p); err == nil {
 			st.FileBytes += fi.Size()
 		}

@@ -13,8 +13,10 @@ var schemaSQL string
 // schemaVersion is the spool file's layout (PRAGMA user_version): 2 keeps
 // running totals and fan-outs, and payloads apart, for pending and dead rows;
 // 3 keeps kept rows' payloads for the refeed window, counted in kept_bytes,
-// and the history of the Postgres last forwarded to (meta).
-const schemaVersion = 3
+// and the history of the Postgres last forwarded to (meta); 4 drops the
+// unique index on (producer, key), which the key index file replaces, and
+// names the spool (meta spool_id) so that its key index is known as its own.
+const schemaVersion = 4
 
 // migrate creates the spool's tables, or brings an older file up to date in
 // one transaction: its rows are copied into the current layout, kept rows
@@ -37,10 +39,31 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 			return err
 		}
 		if old > 0 && version == 2 {
-			// Only totals and their triggers change: recreated below.
+			if _, err := conn.ExecContext(ctx, `ALTER TABLE totals ADD COLUMN kept_bytes INTEGER NOT NULL DEFAULT 0`); err != nil {
+				return err
+			}
+		}
+		if old > 0 && version >= 2 {
+			// The events table loses its unique index: SQLite drops a table
+			// constraint only with the table, so its rows move to a new one.
+			// Triggers and indexes go with the old table; payloads stay.
 			for _, q := range []string{
-				`ALTER TABLE totals ADD COLUMN kept_bytes INTEGER NOT NULL DEFAULT 0`,
-				`DROP TRIGGER events_totals_insert`, `DROP TRIGGER events_totals_delete`, `DROP TRIGGER events_totals_update`,
+				`DROP TRIGGER IF EXISTS events_totals_insert`, `DROP TRIGGER IF EXISTS events_totals_delete`,
+				`DROP TRIGGER IF EXISTS events_totals_update`, `DROP TRIGGER IF EXISTS events_payload_delete`,
+				`DROP INDEX IF EXISTS events_pending`, `DROP INDEX IF EXISTS events_forwarded`,
+				`ALTER TABLE events RENAME TO events_v3`,
+			} {
+				if _, err := conn.ExecContext(ctx, q); err != nil {
+					return err
+				}
+			}
+			if _, err := conn.ExecContext(ctx, schemaSQL); err != nil {
+				return err
+			}
+			for _, q := range []string{
+				`INSERT INTO events (seq, producer, key, request_hash, size, fanout, received_at, forwarded_at, attempts, dead_reason)
+				 SELECT seq, producer, key, request_hash, size, fanout, received_at, forwarded_at, attempts, dead_reason FROM events_v3`,
+				`DROP TABLE events_v3`,
 			} {
 				if _, err := conn.ExecContext(ctx, q); err != nil {
 					return err
@@ -94,6 +117,7 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL), 0),
 			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NULL), 0)
 			 FROM events`,
+			`INSERT OR IGNORE INTO meta (name, value) VALUES ('spool_id', lower(hex(randomblob(16))))`,
 			fmt.Sprintf("PRAGMA user_version = %d", schemaVersion),
 		} {
 			if _, err := conn.ExecContext(ctx, q); err != nil {

@@ -5,6 +5,10 @@
 -- (AUTOINCREMENT would do the same at the cost of a write to sqlite_sequence
 -- by every INSERT OR IGNORE, even one that inserts nothing.)
 --
+-- Keys are not unique here: an index over random keys written at every
+-- commit costs a random page per claim. The key index (<spool>.keys, see
+-- keys.go) answers which row claimed a key.
+--
 -- A row is in one of three states:
 --   pending  forwarded_at IS NULL: waits for Postgres;
 --   kept     forwarded_at set, dead_reason NULL: in Postgres; the key, its
@@ -27,8 +31,7 @@ CREATE TABLE IF NOT EXISTS events (
     received_at  INTEGER NOT NULL,           -- unix nanoseconds
     forwarded_at INTEGER,                    -- unix nanoseconds: forwarded, or set aside as dead
     attempts     INTEGER NOT NULL DEFAULT 0,
-    dead_reason  TEXT,
-    UNIQUE (producer, key)
+    dead_reason  TEXT
 );
 
 CREATE TABLE IF NOT EXISTS payloads (

@@ -34,6 +34,10 @@ var (
 	ErrClosed = errors.New("spool is closed")
 	// ErrLocked: another process holds the spool file.
 	ErrLocked = errors.New("spool is in use by another process")
+	// ErrKeysBehind is returned for a new key while the key index holds
+	// more unmerged keys than it may keep in memory (its file cannot be
+	// written): the event is not stored; retry later.
+	ErrKeysBehind = errors.New("the spool's key index is behind")
 )
 
 // SyncMode is SQLite's synchronous setting for the spool.
@@ -87,6 +91,18 @@ type Config struct {
 	// RefeedMaxBytes bounds the payloads kept for RefeedWindow; past it the
 	// oldest are dropped first. Default 64 MiB when RefeedWindow is set.
 	RefeedMaxBytes int64
+	// KeyMergeBatch is how many new keys the writer holds in memory before
+	// the merger adds them to the key index file in one sorted pass. Larger
+	// batches write each index page fewer times per key. Default 16384;
+	// claims of new keys fail with ErrKeysBehind at 8 times it (at
+	// least 65536).
+	KeyMergeBatch int
+	// CheckpointPages is the WAL length, in pages, at which the background
+	// checkpointer resets the WAL. Default 4096 (16 MiB).
+	CheckpointPages int
+	// CheckpointInterval is how often the background checkpointer copies
+	// the WAL into the database file, off the commit path. Default 100ms.
+	CheckpointInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -97,6 +113,9 @@ func (c Config) withDefaults() Config {
 	c.MaxCommitBatch = cmp.Or(c.MaxCommitBatch, 1024)
 	c.BusyTimeout = cmp.Or(c.BusyTimeout, 5*time.Second)
 	c.PruneInterval = cmp.Or(c.PruneInterval, time.Minute)
+	c.KeyMergeBatch = cmp.Or(c.KeyMergeBatch, 16384)
+	c.CheckpointPages = cmp.Or(c.CheckpointPages, 4096)
+	c.CheckpointInterval = cmp.Or(c.CheckpointInterval, 100*time.Millisecond)
 	if c.RefeedWindow > 0 {
 		c.RefeedMaxBytes = cmp.Or(c.RefeedMaxBytes, 64<<20)
 	}
@@ -126,6 +145,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("busy timeout %s: must not be negative", c.BusyTimeout)
 	case c.PruneInterval < 0:
 		return fmt.Errorf("prune interval %s: must not be negative", c.PruneInterval)
+	case c.KeyMergeBatch < 0 || c.CheckpointPages < 0 || c.CheckpointInterval < 0:
+		return fmt.Errorf("key merge batch %d, checkpoint pages %d and interval %s: must not be negative", c.KeyMergeBatch, c.CheckpointPages, c.CheckpointInterval)
 	case c.RefeedWindow < 0 || c.RefeedMaxBytes < 0:
 		return fmt.Errorf("refeed window %s and its bytes %d: must not be negative", c.RefeedWindow, c.RefeedMaxBytes)
 	}
@@ -142,6 +163,10 @@ type Spool struct {
 	wdb    *sql.DB
 	wconn  *sql.Conn
 	stmts  *writerStmts
+	keys   *keyIndex
+	recent *recentKeys
+	filter *keyFilter
+	cpdb   *sql.DB // the background checkpointer's connection
 
 	ops        chan *op
 	closing    chan struct{} // closed by Close: no new writes are taken
@@ -153,6 +178,16 @@ type Spool struct {
 	nextSeq      int64    // the seq of the next inserted row; writer only
 	pendingBytes atomic.Int64
 	diskFull     atomic.Bool
+	committed    atomic.Int64 // the highest seq the writer has committed
+	mergeWake    chan struct{}
+	// checkpointWake wakes the checkpointer; sinceCheckpoint counts the
+	// bytes committed since (writer only).
+	checkpointWake  chan struct{}
+	sinceCheckpoint int64
+	restartWAL      atomic.Bool // the checkpointer asks the writer to rewind the WAL
+
+	merger       startstop.Service
+	checkpointer startstop.Service
 
 	pruner   startstop.Service
 	stopOnce sync.Once
@@ -179,15 +214,19 @@ func Open(ctx context.Context, cfg Config) (*Spool, error) {
 		return nil, fmt.Errorf("open spool %s: %w", cfg.Path, err)
 	}
 	s := &Spool{
-		cfg:        cfg,
-		log:        cfg.Logger.With("component", "spool"),
-		lock:       lock,
-		syncNow:    cfg.Sync,
-		ops:        make(chan *op, cfg.MaxCommitBatch),
-		closing:    make(chan struct{}),
-		writerDone: make(chan struct{}),
-		wake:       make(chan struct{}, 1),
-		closeSem:   make(chan struct{}, 1),
+		cfg:            cfg,
+		log:            cfg.Logger.With("component", "spool"),
+		lock:           lock,
+		syncNow:        cfg.Sync,
+		ops:            make(chan *op, cfg.MaxCommitBatch),
+		closing:        make(chan struct{}),
+		writerDone:     make(chan struct{}),
+		wake:           make(chan struct{}, 1),
+		closeSem:       make(chan struct{}, 1),
+		mergeWake:      make(chan struct{}, 1),
+		checkpointWake: make(chan struct{}, 1),
+		recent:         newRecentKeys(),
+		filter:         newKeyFilter(),
 	}
 	if err := s.openDBs(ctx); err != nil {
 		lock.Close()
@@ -195,6 +234,8 @@ func Open(ctx context.Context, cfg Config) (*Spool, error) {
 	}
 	go s.runWriter()
 	s.pruner.Start(context.Background(), s.runPruner)
+	s.merger.Start(context.Background(), s.runMerger)
+	s.checkpointer.Start(context.Background(), s.runCheckpointer)
 	return s, nil
 }
 
@@ -221,8 +262,12 @@ func (s *Spool) openDBs(ctx context.Context) (err error) {
 	if s.reader, err = openReader(path, s.cfg, modeReader); err != nil {
 		return err
 	}
-	if err := s.wconn.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) + 1 FROM events`).Scan(&s.nextSeq); err != nil {
-		return fmt.Errorf("read spool: %w", err)
+	if s.cpdb, err = sql.Open("sqlite", dsn(path, s.cfg, modeCheckpointer)); err != nil {
+		return fmt.Errorf("open spool %s: %w", path, err)
+	}
+	s.cpdb.SetMaxOpenConns(1)
+	if err := s.openKeys(ctx); err != nil {
+		return err
 	}
 	return s.loadTotals(ctx)
 }
@@ -230,9 +275,12 @@ func (s *Spool) openDBs(ctx context.Context) (err error) {
 type connMode int
 
 const (
-	modeWriter   connMode = iota // the one connection that writes
-	modeReader                   // the spool's own read connections
-	modeReadOnly                 // another process inspecting the file
+	modeWriter       connMode = iota // the one connection that writes
+	modeReader                       // the spool's own read connections
+	modeReadOnly                     // another process inspecting the file
+	modeCheckpointer                 // the background checkpointer
+	modeKeysWriter                   // the key index file's merger
+	modeKeysReader                   // the key index file's lookups
 )
 
 // dsn builds the modernc.org/sqlite connection string. The writer opens its
@@ -248,13 +296,23 @@ func dsn(path string, cfg Config, mode connMode) string {
 		q.Add("_pragma", "query_only(1)")
 	case modeWriter:
 		q.Add("_pragma", "journal_mode(WAL)")
-		// A small page cache: with random keys a large one costs more than it
-		// saves (SQLite scans it at commits that split pages), see
-		// docs/design.md. Checkpoints every 10,000 pages rather than 1,000 keep
-		// them off most commits; the WAL stays near 40 MB.
+		// A small page cache: when a B-tree page moves, SQLite scans the
+		// whole cache at commit (pcache1TruncateUnsafe). The background
+		// checkpointer resets the WAL at CheckpointPages, off the commit
+		// path; the writer's own checkpoint is the fallback, should it fall
+		// behind.
 		q.Add("_pragma", "cache_size(-2000)")
-		q.Add("_pragma", "wal_autocheckpoint(10000)")
+		q.Add("_pragma", fmt.Sprintf("wal_autocheckpoint(%d)", 4*cfg.CheckpointPages))
 		q.Add("_pragma", fmt.Sprintf("synchronous(%s)", cfg.Sync))
+	case modeKeysWriter:
+		// The key index is rebuilt from the events table when it is lost
+		// or behind, so a merge needs no fsync of its own.
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(normal)")
+		q.Add("_pragma", "cache_size(-8000)")
+	case modeKeysReader:
+		q.Add("_pragma", "query_only(1)")
+		q.Add("_pragma", "cache_size(-8000)")
 	}
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
@@ -279,6 +337,9 @@ func (s *Spool) Ready(ctx context.Context, size int64) error {
 	}
 	if s.Room() < size {
 		return ErrFull
+	}
+	if s.recent.len() >= s.unmergedLimit() {
+		return ErrKeysBehind
 	}
 	return s.write(ctx, func(ctx context.Context, tx execer) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO probe (data) VALUES (zeroblob(4096))`); err != nil {
@@ -311,8 +372,17 @@ func (s *Spool) Close(ctx context.Context) error {
 	if !waitClosed(ctx, s.writerDone) {
 		return fmt.Errorf("close spool: writer did not finish: %w", ctx.Err())
 	}
-	if err := s.pruner.Stop(ctx); err != nil {
-		return fmt.Errorf("close spool: pruner did not finish: %w", err)
+	for _, svc := range []struct {
+		name string
+		svc  *startstop.Service
+	}{{"pruner", &s.pruner}, {"key merger", &s.merger}, {"checkpointer", &s.checkpointer}} {
+		if err := svc.svc.Stop(ctx); err != nil {
+			return fmt.Errorf("close spool: %s did not finish: %w", svc.name, err)
+		}
+	}
+	// Merged now, the next Open need not read the unmerged keys back.
+	if err := s.mergeRecent(ctx); err != nil {
+		s.log.Warn("merge keys on close failed", "err", err)
 	}
 	if _, err := s.wconn.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 		s.log.Warn("checkpoint on close failed", "err", err)
@@ -344,6 +414,12 @@ func (s *Spool) closeDBs() error {
 	}
 	if s.reader != nil {
 		errs = append(errs, s.reader.Close())
+	}
+	if s.keys != nil {
+		errs = append(errs, s.keys.close())
+	}
+	if s.cpdb != nil {
+		errs = append(errs, s.cpdb.Close())
 	}
 	if s.wconn != nil {
 		errs = append(errs, s.wconn.Close())

@@ -726,8 +726,8 @@ func TestTheWALStaysBoundedUnderSteadyClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Size() > 96<<20 {
-		t.Errorf("WAL is %d MB after 25,000 claims; want checkpoints to keep it near 40 MB", fi.Size()>>20)
+	if fi.Size() > 48<<20 {
+		t.Errorf("WAL is %d MB after 25,000 claims; want checkpoints to keep it near 16 MB", fi.Size()>>20)
 	}
 	t.Logf("WAL after 25,000 claims of 1 KB: %d MB", fi.Size()>>20)
 }

@@ -1,0 +1,246 @@
+package spool_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/spool"
+)
+
+// openSpoolNoCleanup opens a spool the test closes itself.
+func openSpoolNoCleanup(t *testing.T, cfg spool.Config) *spool.Spool {
+	t.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(tWriter{t}, nil))
+	s, err := spool.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// claimOutcome claims e and fails the test on an error.
+func claimOutcome(t *testing.T, s *spool.Spool, e spool.Entry) event.Outcome {
+	t.Helper()
+	res, err := s.Claim(context.Background(), e)
+	if err != nil {
+		t.Fatalf("claim %s: %v", e.Key, err)
+	}
+	return res.Outcome
+}
+
+// Every key is answered as a duplicate (or a conflict) whether the writer
+// still holds it in memory, the key index file holds it, or the spool was
+// reopened or lost its key index file meanwhile.
+func TestKeysAreAnsweredFromMemoryFromTheKeyIndexAndAfterItIsRebuilt(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "spool.db")
+	cfg := spool.Config{Path: path, KeyMergeBatch: 10}
+	s := openSpoolNoCleanup(t, cfg)
+	const n = 95 // nine merges of 10, and 5 left in memory
+	for i := range n {
+		if got := claimOutcome(t, s, entry(fmt.Sprintf("k%d", i), "h")); got != event.Accepted {
+			t.Fatalf("k%d: %v, want accepted", i, got)
+		}
+	}
+	otherWant := event.Accepted // keys are per producer; afterwards a duplicate
+	check := func(when string, s *spool.Spool) {
+		t.Helper()
+		for i := range n {
+			key := fmt.Sprintf("k%d", i)
+			if got := claimOutcome(t, s, entry(key, "h")); got != event.Duplicate {
+				t.Errorf("%s: %s again = %v, want duplicate", when, key, got)
+			}
+			if got := claimOutcome(t, s, entry(key, "other")); got != event.Conflict {
+				t.Errorf("%s: %s with another request = %v, want conflict", when, key, got)
+			}
+		}
+		other := entry("k1", "h")
+		other.Producer = "search"
+		if got := claimOutcome(t, s, other); got != otherWant {
+			t.Errorf("%s: k1 of another producer = %v, want %v", when, got, otherWant)
+		}
+		otherWant = event.Duplicate
+	}
+	check("while running", s)
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openSpoolNoCleanup(t, cfg)
+	check("after a reopen", s)
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Remove(path + ".keys" + suffix); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	s = openSpool(t, cfg)
+	check("after the key index file was deleted", s)
+	if st, err := s.Stats(context.Background()); err != nil || st.Pending != n+1 {
+		t.Errorf("stats = %+v, %v; want %d pending", st, err, n+1)
+	}
+}
+
+// A key index file of another spool (a spool file restored beside a newer
+// index, or copied) is not taken for this one's.
+func TestAKeyIndexOfAnotherSpoolIsRebuilt(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a := openSpoolNoCleanup(t, spool.Config{Path: filepath.Join(dir, "a.db"), KeyMergeBatch: 1})
+	claimOutcome(t, a, entry("only-in-a", "h"))
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b := openSpoolNoCleanup(t, spool.Config{Path: filepath.Join(dir, "b.db"), KeyMergeBatch: 1})
+	claimOutcome(t, b, entry("only-in-b", "h"))
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "a.db.keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "b.db.keys"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b = openSpool(t, spool.Config{Path: filepath.Join(dir, "b.db"), KeyMergeBatch: 1})
+	if got := claimOutcome(t, b, entry("only-in-b", "h")); got != event.Duplicate {
+		t.Errorf("b's own key = %v, want duplicate", got)
+	}
+	if got := claimOutcome(t, b, entry("only-in-a", "h")); got != event.Accepted {
+		t.Errorf("a's key in b = %v, want accepted", got)
+	}
+}
+
+// 100 concurrent claims of each of 50 keys, while merges run after every
+// commit: exactly one is accepted per key.
+func TestConcurrentDuplicatesAcrossMergesSpoolOneRowPerKey(t *testing.T) {
+	t.Parallel()
+	s := openSpool(t, spool.Config{KeyMergeBatch: 1})
+	const keys, callers = 50, 100
+	var accepted [keys]atomic.Int32
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for i := range keys {
+				k := (i + c) % keys
+				res, err := s.Claim(context.Background(), entry(fmt.Sprintf("k%d", k), "h"))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				switch res.Outcome {
+				case event.Accepted:
+					accepted[k].Add(1)
+				case event.Duplicate:
+				default:
+					t.Errorf("k%d: %v", k, res.Outcome)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for k := range keys {
+		if n := accepted[k].Load(); n != 1 {
+			t.Errorf("k%d accepted %d times, want once", k, n)
+		}
+	}
+	rows, err := s.List(context.Background(), spool.AllRows, 0)
+	if err != nil || len(rows) != keys {
+		t.Errorf("spool holds %d rows (%v), want %d", len(rows), err, keys)
+	}
+}
+
+// A pruned key is forgotten by the key index too: claimed again, it is new.
+func TestAPrunedKeyIsNewAgain(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	path := filepath.Join(t.TempDir(), "spool.db")
+	s := openSpool(t, spool.Config{Path: path, KeyMergeBatch: 2, KeyTTL: time.Hour, Clock: clk})
+	ctx := context.Background()
+	for i := range 5 {
+		claimOutcome(t, s, entry(fmt.Sprintf("k%d", i), "h"))
+	}
+	forwardAll(t, s, "", 0)
+	clk.Advance(2 * time.Hour)
+	if n, err := s.Prune(ctx); err != nil || n != 5 {
+		t.Fatalf("prune = %d, %v; want 5", n, err)
+	}
+	for i := range 5 {
+		if got := claimOutcome(t, s, entry(fmt.Sprintf("k%d", i), "h")); got != event.Accepted {
+			t.Errorf("k%d after its TTL = %v, want accepted", i, got)
+		}
+	}
+	keysDB, err := sql.Open("sqlite", "file:"+path+".keys?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keysDB.Close()
+	var entries int
+	if err := keysDB.QueryRow(`SELECT count(*) FROM keys`).Scan(&entries); err != nil {
+		t.Fatal(err)
+	}
+	if entries > 5 {
+		t.Errorf("the key index holds %d entries for 5 live rows; pruned rows' entries were kept", entries)
+	}
+}
+
+// A spool file of layout 3 (a unique index on its keys) opens as layout 4:
+// rows, totals and every key's answer intact.
+func TestALayout3SpoolIsMigrated(t *testing.T) {
+	t.Parallel()
+	schema, err := os.ReadFile("testdata/v3/schema.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "spool.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		string(schema),
+		`INSERT INTO totals (id, pending_rows, pending_bytes, kept_rows, dead_rows, dead_bytes, kept_bytes) VALUES (1, 0, 0, 0, 0, 0, 0)`,
+		`INSERT INTO events (seq, producer, key, request_hash, size, received_at) VALUES (1, 'billing', 'pending', 'h', 17, 1)`,
+		`INSERT INTO payloads VALUES (1, '{"k":"pending"}  ')`,
+		`INSERT INTO events (seq, producer, key, request_hash, size, received_at, forwarded_at) VALUES (2, 'billing', 'kept', 'h', 0, 1, 2)`,
+		`INSERT INTO events (seq, producer, key, request_hash, size, received_at, forwarded_at, dead_reason) VALUES (3, 'billing', 'dead', 'h', 4, 1, 2, 'refused')`,
+		`INSERT INTO payloads VALUES (3, 'nope')`,
+		`PRAGMA user_version = 3`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s := openSpool(t, spool.Config{Path: path})
+	st, err := s.Stats(context.Background())
+	if err != nil || st.Pending != 1 || st.PendingBytes != 17 || st.KeptKeys != 1 || st.Dead != 1 || st.DeadBytes != 4 {
+		t.Fatalf("stats after the migration = %+v, %v", st, err)
+	}
+	for _, key := range []string{"pending", "kept", "dead"} {
+		if got := claimOutcome(t, s, entry(key, "h")); got != event.Duplicate {
+			t.Errorf("%s after the migration = %v, want duplicate", key, got)
+		}
+	}
+	if got := claimOutcome(t, s, entry("new", "h")); got != event.Accepted {
+		t.Errorf("a new key = %v, want accepted", got)
+	}
+	rows, err := s.List(context.Background(), spool.AllRows, 0)
+	if err != nil || len(rows) != 4 || rows[3].Seq != 4 || string(rows[2].Payload) != "nope" {
+		t.Errorf("rows after the migration = %+v, %v", rows, err)
+	}
+}

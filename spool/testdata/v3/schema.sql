@@ -1,0 +1,111 @@
+-- The relay's spool. One row per claimed idempotency key. seq orders forwarding;
+-- the writer hands seqs out itself, above the highest it has seen, so that
+-- within one process a seq is never reused, even after pruning empties the
+-- table, and a forwarder reading "after seq N" never misses a new row.
+-- (AUTOINCREMENT would do the same at the cost of a write to sqlite_sequence
+-- by every INSERT OR IGNORE, even one that inserts nothing.)
+--
+-- A row is in one of three states:
+--   pending  forwarded_at IS NULL: waits for Postgres;
+--   kept     forwarded_at set, dead_reason NULL: in Postgres; the key, its
+--            request hash and receipt time are kept, to answer retries until
+--            the key TTL, and the payload for the refeed window (size > 0
+--            while it is held), to forward again if Postgres fails over to a
+--            standby that had not received it;
+--   dead     forwarded_at and dead_reason set: Postgres refused it for good, or
+--            found its key claimed by another request; kept for an operator.
+-- Payloads live in a table of their own, held for pending and dead rows and,
+-- for the refeed window, kept ones: a kept row past it stays small, and the
+-- pages its payload took are freed whole.
+CREATE TABLE IF NOT EXISTS events (
+    seq          INTEGER PRIMARY KEY,
+    producer     TEXT    NOT NULL,
+    key          TEXT    NOT NULL,
+    request_hash BLOB    NOT NULL,
+    size         INTEGER NOT NULL,           -- payload bytes while the payload is held, else 0
+    fanout       INTEGER NOT NULL DEFAULT 1, -- rows the event becomes downstream (its recipients)
+    received_at  INTEGER NOT NULL,           -- unix nanoseconds
+    forwarded_at INTEGER,                    -- unix nanoseconds: forwarded, or set aside as dead
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    dead_reason  TEXT,
+    UNIQUE (producer, key)
+);
+
+CREATE TABLE IF NOT EXISTS payloads (
+    seq     INTEGER PRIMARY KEY, -- the event's
+    payload BLOB    NOT NULL
+);
+
+-- The forwarder reads pending rows in seq order; stats find the oldest.
+CREATE INDEX IF NOT EXISTS events_pending ON events (seq) WHERE forwarded_at IS NULL;
+
+-- Pruning finds kept and dead rows past their retention.
+CREATE INDEX IF NOT EXISTS events_forwarded ON events (forwarded_at) WHERE forwarded_at IS NOT NULL;
+
+-- A pruned event takes its payload with it.
+CREATE TRIGGER IF NOT EXISTS events_payload_delete AFTER DELETE ON events BEGIN
+    DELETE FROM payloads WHERE seq = OLD.seq;
+END;
+
+-- Running totals per state, kept by the triggers below in the same transaction
+-- as every change, so the byte limit and the stats never scan the table, and
+-- stay exact when another process (spoolcast spool requeue) writes the file.
+-- Bytes are payload bytes (size): the canonical event as the producer sent it.
+CREATE TABLE IF NOT EXISTS totals (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    pending_rows  INTEGER NOT NULL,
+    pending_bytes INTEGER NOT NULL,
+    kept_rows     INTEGER NOT NULL,
+    dead_rows     INTEGER NOT NULL,
+    dead_bytes    INTEGER NOT NULL,
+    kept_bytes    INTEGER NOT NULL DEFAULT 0 -- payloads of kept rows held for the refeed window
+);
+
+CREATE TRIGGER IF NOT EXISTS events_totals_insert AFTER INSERT ON events BEGIN
+    UPDATE totals SET
+        pending_rows  = pending_rows  + (NEW.forwarded_at IS NULL),
+        pending_bytes = pending_bytes + iif(NEW.forwarded_at IS NULL, NEW.size, 0),
+        kept_rows     = kept_rows     + (NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NULL),
+        dead_rows     = dead_rows     + (NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL),
+        dead_bytes    = dead_bytes    + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL, NEW.size, 0),
+        kept_bytes    = kept_bytes    + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NULL, NEW.size, 0)
+    WHERE id = 1;
+END;
+
+CREATE TRIGGER IF NOT EXISTS events_totals_delete AFTER DELETE ON events BEGIN
+    UPDATE totals SET
+        pending_rows  = pending_rows  - (OLD.forwarded_at IS NULL),
+        pending_bytes = pending_bytes - iif(OLD.forwarded_at IS NULL, OLD.size, 0),
+        kept_rows     = kept_rows     - (OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NULL),
+        dead_rows     = dead_rows     - (OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL),
+        dead_bytes    = dead_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL, OLD.size, 0),
+        kept_bytes    = kept_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NULL, OLD.size, 0)
+    WHERE id = 1;
+END;
+
+CREATE TRIGGER IF NOT EXISTS events_totals_update AFTER UPDATE OF forwarded_at, dead_reason, size ON events BEGIN
+    UPDATE totals SET
+        pending_rows  = pending_rows  - (OLD.forwarded_at IS NULL) + (NEW.forwarded_at IS NULL),
+        pending_bytes = pending_bytes - iif(OLD.forwarded_at IS NULL, OLD.size, 0)
+                                      + iif(NEW.forwarded_at IS NULL, NEW.size, 0),
+        kept_rows     = kept_rows     - (OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NULL)
+                                      + (NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NULL),
+        dead_rows     = dead_rows     - (OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL)
+                                      + (NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL),
+        dead_bytes    = dead_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL, OLD.size, 0)
+                                      + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL, NEW.size, 0),
+        kept_bytes    = kept_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NULL, OLD.size, 0)
+                                      + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NULL, NEW.size, 0)
+    WHERE id = 1;
+END;
+
+-- What the spool remembers of the world: the history (system identifier and
+-- timeline) of the Postgres it last forwarded to, so that a failover is
+-- recognised across restarts.
+CREATE TABLE IF NOT EXISTS meta (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+-- A scratch table for the readiness probe's write.
+CREATE TABLE IF NOT EXISTS probe (data BLOB);

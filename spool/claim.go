@@ -37,6 +37,11 @@ type claimOp struct {
 	// there; the writer looks again only if a merge has run since.
 	merged int64
 	result ClaimResult
+	// Set by the writer: the seq a new key will take, or the claim of the
+	// same batch whose key this one repeats.
+	seq   int64
+	dupOf *claimOp
+	err   error // the claim's own failure, for the claims that repeat it
 }
 
 // Claim spools e unless its key is already claimed. It returns after the
@@ -88,8 +93,12 @@ func (w winner) result(hash []byte) ClaimResult {
 // writerStmts are the writer's statements, prepared once on its connection.
 // savepoint, release and undo wrap each op of a batch (see runBatch).
 type writerStmts struct {
-	insert, insertPayload, bySeq, totals *sql.Stmt
-	savepoint, release, undo             *sql.Stmt
+	insert, insertPayload, bySeq, totals, addTotals *sql.Stmt
+	savepoint, release, undo                        *sql.Stmt
+	bulkSavepoint, bulkRelease, bulkUndo            *sql.Stmt
+	// bulk holds multi-row inserts of events and payloads, by row count (a
+	// power of two), prepared when first needed.
+	bulkEvents, bulkPayloads map[int]*sql.Stmt
 }
 
 func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
@@ -102,6 +111,10 @@ func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
 		{&st.insertPayload, `INSERT INTO payloads (seq, payload) VALUES (?, ?)`},
 		{&st.bySeq, `SELECT producer, key, request_hash, received_at FROM events WHERE seq = ?`},
 		{&st.totals, `SELECT pending_bytes FROM totals WHERE id = 1`},
+		{&st.addTotals, `UPDATE totals SET pending_rows = pending_rows + ?, pending_bytes = pending_bytes + ? WHERE id = 1`},
+		{&st.bulkSavepoint, `SAVEPOINT bulk`},
+		{&st.bulkRelease, `RELEASE bulk`},
+		{&st.bulkUndo, `ROLLBACK TO bulk`},
 		{&st.savepoint, `SAVEPOINT op`},
 		{&st.release, `RELEASE op`},
 		{&st.undo, `ROLLBACK TO op`},
@@ -113,53 +126,21 @@ func prepareWriter(ctx context.Context, conn *sql.Conn) (*writerStmts, error) {
 		}
 		*p.dst = stmt
 	}
+	st.bulkEvents, st.bulkPayloads = map[int]*sql.Stmt{}, map[int]*sql.Stmt{}
 	return &st, nil
 }
 
 func (st *writerStmts) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.insertPayload, st.bySeq, st.totals, st.savepoint, st.release, st.undo} {
+	all := []*sql.Stmt{st.insert, st.insertPayload, st.bySeq, st.totals, st.addTotals, st.savepoint, st.release, st.undo,
+		st.bulkSavepoint, st.bulkRelease, st.bulkUndo}
+	for _, m := range []map[int]*sql.Stmt{st.bulkEvents, st.bulkPayloads} {
+		for _, s := range m {
+			all = append(all, s)
+		}
+	}
+	for _, s := range all {
 		if s != nil {
 			s.Close()
 		}
 	}
-}
-
-// applyClaim runs one claim inside the writer's transaction. The loser of a
-// race (an earlier row, or an earlier claim in the same batch) reads the
-// winner's hash. A new key is inserted only if its payload fits under
-// MaxBytes. It advances nextSeq and pending, and remembers the key, only once
-// both rows are in; on an error the caller undoes what it wrote (runBatch's
-// savepoint).
-func (s *Spool) applyClaim(ctx context.Context, c *claimOp) (isNew bool, err error) {
-	e, st := c.entry, s.stmts
-	w, err := s.recentWinner(ctx, e.Producer, e.Key)
-	if err == nil && !w.found && s.keys.indexed.Load() != c.merged {
-		w, err = s.mergedWinner(ctx, st.bySeq, e.Producer, e.Key)
-	}
-	if err != nil {
-		return false, fmt.Errorf("claim %q: %w", e.Key, err)
-	}
-	if w.found {
-		c.result = w.result(e.Hash)
-		return false, nil
-	}
-	size := int64(len(e.Payload))
-	if s.pending+size > s.cfg.MaxBytes {
-		return false, ErrFull
-	}
-	if s.recent.len() >= s.unmergedLimit() {
-		return false, ErrKeysBehind
-	}
-	if _, err := st.insert.ExecContext(ctx, s.nextSeq, e.Producer, e.Key, e.Hash, size, max(1, e.Fanout), c.receivedAt.UnixNano()); err != nil {
-		return false, fmt.Errorf("claim %q: %w", e.Key, err)
-	}
-	if _, err := st.insertPayload.ExecContext(ctx, s.nextSeq, e.Payload); err != nil {
-		return false, fmt.Errorf("claim %q: %w", e.Key, err)
-	}
-	s.recent.add(s.nextSeq, e.Producer, e.Key)
-	s.wroteForCheckpoint(size + int64(len(e.Key)) + 100)
-	s.nextSeq++
-	s.pending += size
-	c.result = ClaimResult{Outcome: event.Accepted, ReceivedAt: c.receivedAt}
-	return true, nil
 }

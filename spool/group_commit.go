@@ -166,13 +166,32 @@ func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added 
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return 0, fmt.Errorf("begin spool transaction: %w", err)
 	}
+	news := &s.batchClaims
+	news.reset(s.nextSeq, s.pending)
+	flush := func() error {
+		n, err := s.flushClaims(ctx, news)
+		added += n
+		return err
+	}
 	for i, o := range batch {
-		var isNew bool
-		if isNew, errs[i], err = s.apply(ctx, o); err != nil {
+		if o.claim != nil {
+			errs[i] = s.decideClaim(ctx, o.claim, news)
+			continue
+		}
+		// Ops run in their order: what came before is written first.
+		if err := flush(); err != nil {
 			return 0, err
 		}
-		if isNew {
-			added++
+		if errs[i], err = s.apply(ctx, o); err != nil {
+			return 0, err
+		}
+	}
+	if err := flush(); err != nil {
+		return 0, err
+	}
+	for i, o := range batch {
+		if o.claim != nil && o.claim.err != nil {
+			errs[i] = o.claim.err
 		}
 	}
 	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
@@ -186,28 +205,24 @@ func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added 
 // batch: a full disk, or a savepoint SQLite no longer has (it rolled the
 // transaction back itself), after which nothing more may run on the connection
 // outside a transaction.
-func (s *Spool) apply(ctx context.Context, o *op) (isNew bool, opErr, batchErr error) {
+func (s *Spool) apply(ctx context.Context, o *op) (opErr, batchErr error) {
 	st := s.stmts
 	if _, err := st.savepoint.ExecContext(ctx); err != nil {
-		return false, nil, fmt.Errorf("spool savepoint: %w", err)
+		return nil, fmt.Errorf("spool savepoint: %w", err)
 	}
-	if o.claim != nil {
-		isNew, opErr = s.applyClaim(ctx, o.claim)
-	} else {
-		opErr = o.fn(ctx, s.wconn)
-	}
+	opErr = o.fn(ctx, s.wconn)
 	if opErr != nil {
 		if isDiskFull(opErr) {
-			return false, opErr, opErr
+			return opErr, opErr
 		}
 		if _, err := st.undo.ExecContext(ctx); err != nil {
-			return false, opErr, fmt.Errorf("undo a failed spool write (%w): %w", opErr, err)
+			return opErr, fmt.Errorf("undo a failed spool write (%w): %w", opErr, err)
 		}
 	}
 	if _, err := st.release.ExecContext(ctx); err != nil {
-		return false, opErr, fmt.Errorf("release spool savepoint: %w", err)
+		return opErr, fmt.Errorf("release spool savepoint: %w", err)
 	}
-	return isNew, opErr, nil
+	return opErr, nil
 }
 
 func hasClaim(batch []*op) bool {

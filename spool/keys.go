@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -254,22 +255,14 @@ func sortedEntries(keys []recentKey) []keyEntry {
 
 // merge adds keys, all at or below upTo, to the keys file and records upTo
 // as merged, in one transaction. Sorted by hash, the inserts walk the B-tree
-// once from left to right.
-// It returns the hashes merged.
+// once from left to right. It returns the hashes merged.
 func (k *keyIndex) merge(ctx context.Context, keys []recentKey, upTo int64) ([]int64, error) {
 	entries := sortedEntries(keys)
 	err := k.inTx(ctx, func(tx *sql.Tx) error {
-		ins, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO keys (hash, seq) VALUES (?, ?)`)
-		if err != nil {
+		if err := forEntries(ctx, tx, `INSERT OR IGNORE INTO keys (hash, seq) VALUES %s`, entries); err != nil {
 			return err
 		}
-		defer ins.Close()
-		for _, e := range entries {
-			if _, err := ins.ExecContext(ctx, e.hash, e.seq); err != nil {
-				return err
-			}
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE name = 'indexed_seq'`, upTo)
+		_, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE name = 'indexed_seq'`, upTo)
 		return err
 	})
 	if err != nil {
@@ -280,6 +273,69 @@ func (k *keyIndex) merge(ctx context.Context, keys []recentKey, upTo int64) ([]i
 		hashes[i] = e.hash
 	}
 	return hashes, nil
+}
+
+// remove deletes the entries of pruned rows.
+func (k *keyIndex) remove(ctx context.Context, keys []recentKey) error {
+	return k.inTx(ctx, func(tx *sql.Tx) error {
+		return forEntries(ctx, tx, `DELETE FROM keys WHERE (hash, seq) IN (VALUES %s)`, sortedEntries(keys))
+	})
+}
+
+// forEntries runs query, whose %s is a list of (hash, seq) rows, for the
+// entries in statements of up to 500 rows.
+func forEntries(ctx context.Context, tx *sql.Tx, query string, entries []keyEntry) error {
+	const chunk = 500
+	var full *sql.Stmt
+	defer func() {
+		if full != nil {
+			full.Close()
+		}
+	}()
+	args := make([]any, 0, 2*chunk)
+	for len(entries) > 0 {
+		n := min(chunk, len(entries))
+		args = args[:0]
+		for _, e := range entries[:n] {
+			args = append(args, e.hash, e.seq)
+		}
+		entries = entries[n:]
+		q := fmt.Sprintf(query, strings.TrimSuffix(strings.Repeat("(?, ?), ", n), ", "))
+		if n < chunk {
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return err
+			}
+			continue
+		}
+		if full == nil {
+			var err error
+			if full, err = tx.PrepareContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		if _, err := full.ExecContext(ctx, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (k *keyIndex) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	// Not cancelled halfway: a merge is short, and the driver watches a
+	// cancellable context with a goroutine per statement.
+	ctx = context.WithoutCancel(ctx)
+	tx, err := k.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("key index: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("key index: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("key index: %w", err)
+	}
+	return nil
 }
 
 // loadFilter adds every hash of the keys file to f.
@@ -304,37 +360,5 @@ func (k *keyIndex) loadFilter(ctx context.Context, f *keyFilter) error {
 		return fmt.Errorf("read key index: %w", err)
 	}
 	f.add(hashes, k.indexed.Load())
-	return nil
-}
-
-// remove deletes the entries of pruned rows.
-func (k *keyIndex) remove(ctx context.Context, keys []recentKey) error {
-	return k.inTx(ctx, func(tx *sql.Tx) error {
-		del, err := tx.PrepareContext(ctx, `DELETE FROM keys WHERE hash = ? AND seq = ?`)
-		if err != nil {
-			return err
-		}
-		defer del.Close()
-		for _, e := range sortedEntries(keys) {
-			if _, err := del.ExecContext(ctx, e.hash, e.seq); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-func (k *keyIndex) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := k.wdb.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("key index: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return fmt.Errorf("key index: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("key index: %w", err)
-	}
 	return nil
 }

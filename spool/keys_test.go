@@ -244,3 +244,53 @@ func TestALayout3SpoolIsMigrated(t *testing.T) {
 		t.Errorf("rows after the migration = %+v, %v", rows, err)
 	}
 }
+
+// Claims share batches: one whose payload cannot be stored fails with every
+// repeat of its key in the same batch, never answered as a duplicate of a
+// row that was not stored, and the others are stored.
+func TestAFailingClaimFailsItsRepeatsAndNotItsBatch(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "spool.db")
+	s := openSpool(t, spool.Config{Path: path})
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TRIGGER poison BEFORE INSERT ON payloads WHEN CAST(NEW.payload AS TEXT) = '{"k":"poison"}'
+		BEGIN SELECT RAISE(ABORT, 'poisoned payload'); END`); err != nil {
+		t.Fatal(err)
+	}
+	const good, poisoned = 200, 40
+	var failed atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range good + poisoned {
+		wg.Go(func() {
+			<-start
+			key := fmt.Sprintf("good-%d", i)
+			if i >= good {
+				key = "poison"
+			}
+			res, err := s.Claim(context.Background(), entry(key, "h"))
+			switch {
+			case key == "poison" && err == nil:
+				t.Errorf("a claim of the poisoned key = %v, want an error", res.Outcome)
+			case key == "poison":
+				failed.Add(1)
+			case err != nil || res.Outcome != event.Accepted:
+				t.Errorf("%s = %v, %v; want accepted", key, res.Outcome, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	rows, err := s.List(context.Background(), spool.AllRows, 0)
+	if err != nil || len(rows) != good {
+		t.Errorf("spool holds %d rows (%v), want %d", len(rows), err, good)
+	}
+	if st, err := s.Stats(context.Background()); err != nil || st.Pending != good {
+		t.Errorf("stats = %+v, %v; want %d pending", st, err, good)
+	}
+	t.Logf("%d claims of the poisoned key failed", failed.Load())
+}

@@ -50,9 +50,10 @@ CREATE TRIGGER IF NOT EXISTS events_payload_delete AFTER DELETE ON events BEGIN
     DELETE FROM payloads WHERE seq = OLD.seq;
 END;
 
--- Running totals per state, kept by the triggers below in the same transaction
--- as every change, so the byte limit and the stats never scan the table, and
--- stay exact when another process (spoolcast spool requeue) writes the file.
+-- Running totals per state, kept in the same transaction as every change (by
+-- the triggers below, and by the writer for the rows it inserts), so the byte
+-- limit and the stats never scan the table, and stay exact when another
+-- process (spoolcast spool requeue) writes the file.
 -- Bytes are payload bytes (size): the canonical event as the producer sent it.
 CREATE TABLE IF NOT EXISTS totals (
     id            INTEGER PRIMARY KEY CHECK (id = 1),
@@ -64,16 +65,9 @@ CREATE TABLE IF NOT EXISTS totals (
     kept_bytes    INTEGER NOT NULL DEFAULT 0 -- payloads of kept rows held for the refeed window
 );
 
-CREATE TRIGGER IF NOT EXISTS events_totals_insert AFTER INSERT ON events BEGIN
-    UPDATE totals SET
-        pending_rows  = pending_rows  + (NEW.forwarded_at IS NULL),
-        pending_bytes = pending_bytes + iif(NEW.forwarded_at IS NULL, NEW.size, 0),
-        kept_rows     = kept_rows     + (NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NULL),
-        dead_rows     = dead_rows     + (NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL),
-        dead_bytes    = dead_bytes    + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL, NEW.size, 0),
-        kept_bytes    = kept_bytes    + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NULL, NEW.size, 0)
-    WHERE id = 1;
-END;
+-- Inserts are counted by the writer, once per batch (claim_batch.go): only
+-- the writer inserts rows, and a trigger run per row cost more than the row.
+
 
 CREATE TRIGGER IF NOT EXISTS events_totals_delete AFTER DELETE ON events BEGIN
     UPDATE totals SET

@@ -185,6 +185,7 @@ type Spool struct {
 	checkpointWake  chan struct{}
 	sinceCheckpoint int64
 	restartWAL      atomic.Bool // the checkpointer asks the writer to rewind the WAL
+	batchClaims     newClaims   // writer only
 
 	merger       startstop.Service
 	checkpointer startstop.Service
@@ -226,6 +227,7 @@ func Open(ctx context.Context, cfg Config) (*Spool, error) {
 		mergeWake:      make(chan struct{}, 1),
 		checkpointWake: make(chan struct{}, 1),
 		recent:         newRecentKeys(),
+		batchClaims:    newClaims{byKey: make(map[string]*claimOp)},
 		filter:         newKeyFilter(),
 	}
 	if err := s.openDBs(ctx); err != nil {

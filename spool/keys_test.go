@@ -3,6 +3,7 @@ package spool_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -293,4 +294,61 @@ func TestAFailingClaimFailsItsRepeatsAndNotItsBatch(t *testing.T) {
 		t.Errorf("stats = %+v, %v; want %d pending", st, err, good)
 	}
 	t.Logf("%d claims of the poisoned key failed", failed.Load())
+}
+
+// A key index that cannot be written holds new keys back only once the
+// writer holds its limit of them in memory: then new keys get ErrKeysBehind
+// and readiness says so, known keys are still answered, and once the file
+// takes writes again, so are new ones.
+func TestAKeyIndexThatCannotBeWrittenRefusesNewKeysOnlyPastItsLimit(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "spool.db")
+	s := openSpool(t, spool.Config{Path: path, KeyMergeBatch: 1})
+	ctx := context.Background()
+	keys, err := sql.Open("sqlite", "file:"+path+".keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keys.Close()
+	if _, err := keys.Exec(`CREATE TRIGGER broken BEFORE INSERT ON keys BEGIN SELECT RAISE(ABORT, 'the key index cannot be written'); END`); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 4096
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := g; i < limit; i += 16 {
+				if got := claimOutcome(t, s, entry(fmt.Sprintf("k%d", i), "h")); got != event.Accepted {
+					t.Errorf("k%d = %v, want accepted", i, got)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := s.Claim(ctx, entry("one-too-many", "h")); !errors.Is(err, spool.ErrKeysBehind) {
+		t.Fatalf("a new key past the limit: %v, want ErrKeysBehind", err)
+	}
+	if err := s.Ready(ctx, 100); !errors.Is(err, spool.ErrKeysBehind) {
+		t.Errorf("ready = %v, want ErrKeysBehind", err)
+	}
+	if got := claimOutcome(t, s, entry("k7", "h")); got != event.Duplicate {
+		t.Errorf("a known key = %v, want duplicate", got)
+	}
+	if _, err := keys.Exec(`DROP TRIGGER broken`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := s.Claim(ctx, entry("one-too-many", "h"))
+		if err == nil && res.Outcome == event.Accepted {
+			break
+		}
+		if !errors.Is(err, spool.ErrKeysBehind) || time.Now().After(deadline) {
+			t.Fatalf("a new key once the index takes writes: %v, %v", res.Outcome, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := s.Ready(ctx, 100); err != nil {
+		t.Errorf("ready once merged = %v", err)
+	}
 }

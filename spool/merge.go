@@ -80,9 +80,9 @@ func (s *Spool) runMerger(ctx context.Context) {
 		failed.Do(func(suppressed int64) {
 			s.log.Error("merge keys into the key index", "err", err, "unmerged", s.recent.len(), "suppressed", suppressed)
 		})
-		// The writer wakes the merger after each commit while it is behind.
-		startstop.Sleep(ctx, s.cfg.Clock, startstop.Backoff(failures, 100*time.Millisecond, 10*time.Second))
-		return false
+		// Again after a pause: the writer stops waking the merger once it
+		// refuses new keys.
+		return startstop.Sleep(ctx, s.cfg.Clock, startstop.Backoff(failures, 100*time.Millisecond, 10*time.Second))
 	})
 }
 
@@ -120,7 +120,7 @@ func (s *Spool) wakeMerger() {
 // unmergedLimit is how many recent keys the writer may hold before new keys
 // fail with ErrKeysBehind: only a key index file that cannot be written
 // keeps the merger that far behind.
-func (s *Spool) unmergedLimit() int { return max(8*s.cfg.KeyMergeBatch, 1<<16) }
+func (s *Spool) unmergedLimit() int { return max(8*s.cfg.KeyMergeBatch, 4096) }
 
 // rowQuerier reads an events row by seq: the writer's statement (which sees
 // its open transaction) or the reader's (committed rows).

@@ -95,7 +95,7 @@ type Config struct {
 	// the merger adds them to the key index file in one sorted pass. Larger
 	// batches write each index page fewer times per key. Default 16384;
 	// claims of new keys fail with ErrKeysBehind at 8 times it (at
-	// least 65536).
+	// least 4096).
 	KeyMergeBatch int
 	// CheckpointPages is the WAL length, in pages, at which the background
 	// checkpointer resets the WAL. Default 4096 (16 MiB).

@@ -85,12 +85,21 @@ func (s *Spool) MarkForwarded(ctx context.Context, seqs []int64) error {
 	now := s.cfg.Clock.Now().UnixNano()
 	return s.write(ctx, func(ctx context.Context, tx execer) error {
 		if s.cfg.RefeedWindow > 0 {
-			if err := execForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ? WHERE forwarded_at IS NULL AND seq IN (%s)", []any{now}, seqs); err != nil {
+			n, size, err := sumForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ? WHERE forwarded_at IS NULL AND seq IN (%s) RETURNING size", []any{now}, seqs)
+			if err != nil {
+				return err
+			}
+			if err := (totalsDelta{pendingRows: -n, pendingBytes: -size, keptRows: n, keptBytes: size}).apply(ctx, tx); err != nil {
 				return err
 			}
 			return s.trimRefeed(ctx, tx)
 		}
-		if err := execForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ?, size = 0 WHERE forwarded_at IS NULL AND seq IN (%s)", []any{now}, seqs); err != nil {
+		// size is the payload's length while the payload is held.
+		n, size, err := sumForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ?, size = 0 WHERE forwarded_at IS NULL AND seq IN (%s) RETURNING (SELECT length(payload) FROM payloads p WHERE p.seq = events.seq)", []any{now}, seqs)
+		if err != nil {
+			return err
+		}
+		if err := (totalsDelta{pendingRows: -n, pendingBytes: -size, keptRows: n}).apply(ctx, tx); err != nil {
 			return err
 		}
 		return execForSeqs(ctx, tx, "DELETE FROM payloads WHERE seq IN (%s)", nil, seqs)
@@ -104,8 +113,11 @@ func (s *Spool) MarkForwarded(ctx context.Context, seqs []int64) error {
 func (s *Spool) MarkDead(ctx context.Context, seq int64, reason string) error {
 	now := s.cfg.Clock.Now().UnixNano()
 	return s.write(ctx, func(ctx context.Context, tx execer) error {
-		_, err := tx.ExecContext(ctx, `UPDATE events SET forwarded_at = ?, dead_reason = ?, attempts = attempts + 1 WHERE seq = ? AND forwarded_at IS NULL`, now, reason, seq)
-		return err
+		n, size, err := sumForSeqs(ctx, tx, `UPDATE events SET forwarded_at = ?, dead_reason = ?, attempts = attempts + 1 WHERE forwarded_at IS NULL AND seq IN (%s) RETURNING size`, []any{now, reason}, []int64{seq})
+		if err != nil {
+			return err
+		}
+		return totalsDelta{pendingRows: -n, pendingBytes: -size, deadRows: n, deadBytes: size}.apply(ctx, tx)
 	})
 }
 

@@ -352,3 +352,75 @@ func TestAKeyIndexThatCannotBeWrittenRefusesNewKeysOnlyPastItsLimit(t *testing.T
 		t.Errorf("ready once merged = %v", err)
 	}
 }
+
+// The totals the writer keeps match a count of the table after claims,
+// forwarding, refeeding, dead rows, pruning and a requeue from outside.
+func TestTheTotalsMatchTheTableAfterEveryKindOfWrite(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	path := filepath.Join(t.TempDir(), "spool.db")
+	s := openSpoolNoCleanup(t, spool.Config{Path: path, KeyTTL: time.Hour, DeadTTL: 2 * time.Hour, RefeedWindow: 10 * time.Minute, RefeedMaxBytes: 200, Clock: clk})
+	ctx := context.Background()
+	for i := range 40 {
+		claimOutcome(t, s, entry(fmt.Sprintf("a%d", i), "h"))
+	}
+	batch, err := s.NextBatch(ctx, 0, spool.BatchLimit{Rows: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, r := range batch[:25] {
+		seqs = append(seqs, r.Seq)
+	}
+	if err := s.MarkForwarded(ctx, seqs); err != nil { // past RefeedMaxBytes: the oldest payloads go
+		t.Fatal(err)
+	}
+	for _, r := range batch[25:] {
+		if err := s.MarkDead(ctx, r.Seq, "refused"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Refeed(ctx, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(90 * time.Minute)
+	if _, err := s.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		claimOutcome(t, s, entry(fmt.Sprintf("b%d", i), "h"))
+	}
+	check := func(when string) {
+		t.Helper()
+		db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var got, want [6]int64
+		if err := db.QueryRow(`SELECT pending_rows, pending_bytes, kept_rows, kept_bytes, dead_rows, dead_bytes FROM totals`).Scan(&got[0], &got[1], &got[2], &got[3], &got[4], &got[5]); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.QueryRow(`SELECT
+			count(*) FILTER (WHERE forwarded_at IS NULL), coalesce(sum(size) FILTER (WHERE forwarded_at IS NULL), 0),
+			count(*) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NULL), coalesce(sum(size) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NULL), 0),
+			count(*) FILTER (WHERE dead_reason IS NOT NULL), coalesce(sum(size) FILTER (WHERE dead_reason IS NOT NULL), 0)
+			FROM events`).Scan(&want[0], &want[1], &want[2], &want[3], &want[4], &want[5]); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%s: totals (pending rows, bytes, kept rows, bytes, dead rows, bytes) = %v; the table holds %v", when, got, want)
+		}
+		if want[4] == 0 && when == "before the requeue" {
+			t.Errorf("%s: no dead rows left to requeue", when)
+		}
+	}
+	check("before the requeue")
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := spool.RequeueDead(ctx, path); err != nil || n != 5 {
+		t.Fatalf("requeue = %d, %v; want 5", n, err)
+	}
+	check("after the requeue")
+}

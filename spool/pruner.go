@@ -30,11 +30,11 @@ func (s *Spool) Prune(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	now := s.cfg.Clock.Now()
-	kept, err := s.pruneWhere(ctx, "dead_reason IS NULL", now.Add(-s.cfg.KeyTTL))
+	kept, err := s.pruneWhere(ctx, false, now.Add(-s.cfg.KeyTTL))
 	if err != nil {
 		return kept, err
 	}
-	dead, err := s.pruneWhere(ctx, "dead_reason IS NOT NULL", now.Add(-s.cfg.DeadTTL))
+	dead, err := s.pruneWhere(ctx, true, now.Add(-s.cfg.DeadTTL))
 	if dead > 0 {
 		s.log.Warn("dead rows past their retention were deleted", "rows", dead, "dead_ttl", s.cfg.DeadTTL)
 	}
@@ -48,7 +48,11 @@ func (s *Spool) Prune(ctx context.Context) (int64, error) {
 	return kept + dead, err
 }
 
-func (s *Spool) pruneWhere(ctx context.Context, cond string, cutoff time.Time) (int64, error) {
+func (s *Spool) pruneWhere(ctx context.Context, dead bool, cutoff time.Time) (int64, error) {
+	cond := "dead_reason IS NULL"
+	if dead {
+		cond = "dead_reason IS NOT NULL"
+	}
 	// Each chunk is one short write of the writer; the key index entries of
 	// the rows go in batches as large as a merge's, off the writer.
 	const chunk = 2000
@@ -70,26 +74,37 @@ func (s *Spool) pruneWhere(ctx context.Context, cond string, cutoff time.Time) (
 		var got []recentKey
 		err := s.write(ctx, func(ctx context.Context, tx execer) error {
 			got = got[:0]
-			rows, err := tx.QueryContext(ctx, `SELECT seq, producer, key FROM events
+			rows, err := tx.QueryContext(ctx, `SELECT seq, producer, key, size FROM events
 				WHERE forwarded_at IS NOT NULL AND forwarded_at < ? AND `+cond+` LIMIT ?`, cutoff.UnixNano(), chunk)
 			if err != nil {
 				return fmt.Errorf("prune: %w", err)
 			}
 			seqs := make([]int64, 0, chunk)
+			var bytes int64
 			for rows.Next() {
 				var k recentKey
-				if err := rows.Scan(&k.seq, &k.producer, &k.key); err != nil {
+				var size int64
+				if err := rows.Scan(&k.seq, &k.producer, &k.key, &size); err != nil {
 					rows.Close()
 					return fmt.Errorf("prune: %w", err)
 				}
 				got = append(got, k)
 				seqs = append(seqs, k.seq)
+				bytes += size
 			}
 			rows.Close()
 			if err := rows.Err(); err != nil {
 				return fmt.Errorf("prune: %w", err)
 			}
-			return execForSeqs(ctx, tx, "DELETE FROM events WHERE seq IN (%s)", nil, seqs)
+			if err := execForSeqs(ctx, tx, "DELETE FROM events WHERE seq IN (%s)", nil, seqs); err != nil {
+				return err
+			}
+			n := int64(len(seqs))
+			d := totalsDelta{keptRows: -n, keptBytes: -bytes}
+			if dead {
+				d = totalsDelta{deadRows: -n, deadBytes: -bytes}
+			}
+			return d.apply(ctx, tx)
 		})
 		if err != nil {
 			return total, errors.Join(err, flush())

@@ -22,37 +22,38 @@ import (
 const keptPayloads = `SELECT p.seq, e.size FROM payloads p CROSS JOIN events e ON e.seq = p.seq
 	WHERE e.forwarded_at IS NOT NULL AND e.dead_reason IS NULL`
 
-// dropKept drops the payloads of the kept rows with these seqs.
-func dropKept(ctx context.Context, tx execer, seqs []int64) error {
+// dropKept drops the payloads of the kept rows with these seqs, which hold
+// bytes of them.
+func dropKept(ctx context.Context, tx execer, seqs []int64, bytes int64) error {
 	if err := execForSeqs(ctx, tx, "DELETE FROM payloads WHERE seq IN (%s)", nil, seqs); err != nil {
 		return fmt.Errorf("drop refeed payloads: %w", err)
 	}
 	if err := execForSeqs(ctx, tx, "UPDATE events SET size = 0 WHERE seq IN (%s)", nil, seqs); err != nil {
 		return fmt.Errorf("drop refeed payloads: %w", err)
 	}
-	return nil
+	return totalsDelta{keptBytes: -bytes}.apply(ctx, tx)
 }
 
 // oldestKept returns the seqs of the oldest kept payloads, taken in order
-// while enough says so.
-func oldestKept(ctx context.Context, tx execer, cond string, args []any, enough func(size int64) bool) ([]int64, error) {
+// while enough says so, and their bytes.
+func oldestKept(ctx context.Context, tx execer, cond string, args []any, enough func(size int64) bool) (seqs []int64, bytes int64, err error) {
 	rows, err := tx.QueryContext(ctx, keptPayloads+cond+` ORDER BY p.seq`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("find refeed payloads: %w", err)
+		return nil, 0, fmt.Errorf("find refeed payloads: %w", err)
 	}
 	defer rows.Close()
-	var seqs []int64
 	for rows.Next() {
 		var seq, size int64
 		if err := rows.Scan(&seq, &size); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		seqs = append(seqs, seq)
+		bytes += size
 		if enough(size) {
 			break
 		}
 	}
-	return seqs, rows.Err()
+	return seqs, bytes, rows.Err()
 }
 
 // trimRefeed drops the oldest kept payloads until they are within
@@ -67,11 +68,11 @@ func (s *Spool) trimRefeed(ctx context.Context, tx execer) error {
 	if over <= 0 {
 		return nil
 	}
-	seqs, err := oldestKept(ctx, tx, "", nil, func(size int64) bool { over -= size; return over <= 0 })
+	seqs, bytes, err := oldestKept(ctx, tx, "", nil, func(size int64) bool { over -= size; return over <= 0 })
 	if err != nil || len(seqs) == 0 {
 		return err
 	}
-	return dropKept(ctx, tx, seqs)
+	return dropKept(ctx, tx, seqs, bytes)
 }
 
 // pruneRefeed drops the payloads of rows forwarded before the refeed window,
@@ -86,9 +87,9 @@ func (s *Spool) pruneRefeed(ctx context.Context) (int64, error) {
 		var n int64
 		err := s.write(ctx, func(ctx context.Context, tx execer) error {
 			taken := 0
-			seqs, err := oldestKept(ctx, tx, ` AND e.forwarded_at < ?`, []any{cutoff}, func(int64) bool { taken++; return taken == 2000 })
+			seqs, bytes, err := oldestKept(ctx, tx, ` AND e.forwarded_at < ?`, []any{cutoff}, func(int64) bool { taken++; return taken == 2000 })
 			if err == nil && len(seqs) > 0 {
-				err = dropKept(ctx, tx, seqs)
+				err = dropKept(ctx, tx, seqs, bytes)
 			}
 			n = int64(len(seqs))
 			if err != nil {
@@ -113,12 +114,26 @@ func (s *Spool) pruneRefeed(ctx context.Context) (int64, error) {
 func (s *Spool) Refeed(ctx context.Context, since time.Time) (int64, error) {
 	var n int64
 	err := s.write(ctx, func(ctx context.Context, tx execer) error {
-		res, err := tx.ExecContext(ctx, `UPDATE events SET forwarded_at = NULL WHERE seq IN (SELECT seq FROM (`+keptPayloads+` AND e.forwarded_at >= ?))`, since.UnixNano())
+		rows, err := tx.QueryContext(ctx, `UPDATE events SET forwarded_at = NULL WHERE seq IN (SELECT seq FROM (`+keptPayloads+` AND e.forwarded_at >= ?)) RETURNING size`, since.UnixNano())
 		if err != nil {
 			return fmt.Errorf("refeed: %w", err)
 		}
-		n, _ = res.RowsAffected()
-		return nil
+		var bytes int64
+		n = 0
+		for rows.Next() {
+			var size int64
+			if err := rows.Scan(&size); err != nil {
+				rows.Close()
+				return fmt.Errorf("refeed: %w", err)
+			}
+			n++
+			bytes += size
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("refeed: %w", err)
+		}
+		return totalsDelta{keptRows: -n, keptBytes: -bytes, pendingRows: n, pendingBytes: bytes}.apply(ctx, tx)
 	})
 	if err == nil && n > 0 {
 		s.signalWake()

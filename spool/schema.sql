@@ -50,10 +50,10 @@ CREATE TRIGGER IF NOT EXISTS events_payload_delete AFTER DELETE ON events BEGIN
     DELETE FROM payloads WHERE seq = OLD.seq;
 END;
 
--- Running totals per state, kept in the same transaction as every change (by
--- the triggers below, and by the writer for the rows it inserts), so the byte
--- limit and the stats never scan the table, and stay exact when another
--- process (spoolcast spool requeue) writes the file.
+-- Running totals per state, kept by every statement that adds, moves or
+-- removes rows, in its transaction (totals.go: a trigger run per row cost more
+-- than the row), so the byte limit and the stats never scan the table, and
+-- stay exact when another process (spoolcast spool requeue) writes the file.
 -- Bytes are payload bytes (size): the canonical event as the producer sent it.
 CREATE TABLE IF NOT EXISTS totals (
     id            INTEGER PRIMARY KEY CHECK (id = 1),
@@ -64,37 +64,6 @@ CREATE TABLE IF NOT EXISTS totals (
     dead_bytes    INTEGER NOT NULL,
     kept_bytes    INTEGER NOT NULL DEFAULT 0 -- payloads of kept rows held for the refeed window
 );
-
--- Inserts are counted by the writer, once per batch (claim_batch.go): only
--- the writer inserts rows, and a trigger run per row cost more than the row.
-
-
-CREATE TRIGGER IF NOT EXISTS events_totals_delete AFTER DELETE ON events BEGIN
-    UPDATE totals SET
-        pending_rows  = pending_rows  - (OLD.forwarded_at IS NULL),
-        pending_bytes = pending_bytes - iif(OLD.forwarded_at IS NULL, OLD.size, 0),
-        kept_rows     = kept_rows     - (OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NULL),
-        dead_rows     = dead_rows     - (OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL),
-        dead_bytes    = dead_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL, OLD.size, 0),
-        kept_bytes    = kept_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NULL, OLD.size, 0)
-    WHERE id = 1;
-END;
-
-CREATE TRIGGER IF NOT EXISTS events_totals_update AFTER UPDATE OF forwarded_at, dead_reason, size ON events BEGIN
-    UPDATE totals SET
-        pending_rows  = pending_rows  - (OLD.forwarded_at IS NULL) + (NEW.forwarded_at IS NULL),
-        pending_bytes = pending_bytes - iif(OLD.forwarded_at IS NULL, OLD.size, 0)
-                                      + iif(NEW.forwarded_at IS NULL, NEW.size, 0),
-        kept_rows     = kept_rows     - (OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NULL)
-                                      + (NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NULL),
-        dead_rows     = dead_rows     - (OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL)
-                                      + (NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL),
-        dead_bytes    = dead_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NOT NULL, OLD.size, 0)
-                                      + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NOT NULL, NEW.size, 0),
-        kept_bytes    = kept_bytes    - iif(OLD.forwarded_at IS NOT NULL AND OLD.dead_reason IS NULL, OLD.size, 0)
-                                      + iif(NEW.forwarded_at IS NOT NULL AND NEW.dead_reason IS NULL, NEW.size, 0)
-    WHERE id = 1;
-END;
 
 -- What the spool remembers of the world: the history (system identifier and
 -- timeline) of the Postgres it last forwarded to, so that a failover is

@@ -1,0 +1,66 @@
+package spool
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// totalsDelta is a change of the totals row. Every statement that adds,
+// moves or removes events rows adds its delta in the same transaction: a
+// trigger run per row cost the forwarder's acknowledgements a fifth of their
+// time (1.7 µs a row).
+type totalsDelta struct {
+	pendingRows, pendingBytes int64
+	keptRows, keptBytes       int64
+	deadRows, deadBytes       int64
+}
+
+func (d totalsDelta) apply(ctx context.Context, tx execer) error {
+	if d == (totalsDelta{}) {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE totals SET
+		pending_rows = pending_rows + ?, pending_bytes = pending_bytes + ?,
+		kept_rows = kept_rows + ?, kept_bytes = kept_bytes + ?,
+		dead_rows = dead_rows + ?, dead_bytes = dead_bytes + ?
+		WHERE id = 1`, d.pendingRows, d.pendingBytes, d.keptRows, d.keptBytes, d.deadRows, d.deadBytes)
+	if err != nil {
+		return fmt.Errorf("count spool rows: %w", err)
+	}
+	return nil
+}
+
+// sumForSeqs runs query, whose IN list is %s and which returns one number a
+// row (RETURNING size, say), for the seqs in chunks, and returns the rows and
+// the sum of the numbers.
+func sumForSeqs(ctx context.Context, tx execer, query string, fixed []any, seqs []int64) (rows, sum int64, err error) {
+	const chunk = 500
+	for len(seqs) > 0 {
+		n := min(chunk, len(seqs))
+		args := append(make([]any, 0, len(fixed)+n), fixed...)
+		for _, seq := range seqs[:n] {
+			args = append(args, seq)
+		}
+		seqs = seqs[n:]
+		q := fmt.Sprintf(query, strings.TrimSuffix(strings.Repeat("?,", n), ","))
+		r, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return 0, 0, fmt.Errorf("update spool rows: %w", err)
+		}
+		for r.Next() {
+			var v int64
+			if err := r.Scan(&v); err != nil {
+				r.Close()
+				return 0, 0, fmt.Errorf("update spool rows: %w", err)
+			}
+			rows++
+			sum += v
+		}
+		r.Close()
+		if err := r.Err(); err != nil {
+			return 0, 0, fmt.Errorf("update spool rows: %w", err)
+		}
+	}
+	return rows, sum, nil
+}

@@ -90,7 +90,7 @@ func NewSpoolMetrics(reg prometheus.Registerer, log *slog.Logger) *SpoolMetrics 
 		refeedBytes:  prometheus.NewDesc("spoolcast_spool_refeed_bytes", "Payload bytes of forwarded events kept for --refeed-window, to be forwarded again after a failover of Postgres; at most --refeed-max-bytes.", nil, nil),
 		dead:         prometheus.NewDesc("spoolcast_spool_dead", "Dead rows: events Postgres refused for good or found in conflict, kept for --dead-ttl.", nil, nil),
 		deadBytes:    prometheus.NewDesc("spoolcast_spool_dead_bytes", "Payload bytes of dead rows.", nil, nil),
-		fileBytes:    prometheus.NewDesc("spoolcast_spool_bytes", "Size of the spool's database file and WAL on disk.", nil, nil),
+		fileBytes:    prometheus.NewDesc("spoolcast_spool_bytes", "Size of the spool's database file, its key index file and their WALs on disk.", nil, nil),
 		diskFull:     prometheus.NewDesc("spoolcast_spool_disk_full", "1 while the spool's last write found its disk full (new events get 503), else 0.", nil, nil),
 		batchSize: metric.Histogram("spoolcast_spool_commit_batch_size",
 			"Writes carried by one spool transaction (group commit).", prometheus.ExponentialBuckets(1, 2, 11)),

@@ -25,12 +25,14 @@ type DB interface {
 
 // Config configures a replica's live stream.
 type Config struct {
-	// DB is Postgres. Required.
+	// DB is Postgres. Required. Its connections may hold ResumeStatements
+	// prepared (pgpool.Config.Prepare).
 	DB DB
 	// ReaderDB is the live reader's own connection to the same database: a
 	// wave of resumes (thousands of sockets reconnecting at once) queues on
-	// DB, never in front of the reads that feed every open socket. Default
-	// DB.
+	// DB, never in front of the reads that feed every open socket. It may
+	// hold ReaderStatements prepared, with generic plans (every statement
+	// with arguments the reader runs is one of them). Default DB.
 	ReaderDB DB
 	// Wake receives a value after ingest commits (the LISTEN connection's
 	// subscription); each makes the reader read at once. Nil: the reader polls.

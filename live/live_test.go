@@ -23,6 +23,7 @@ import (
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/pglisten"
+	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/internal/wsclient"
@@ -38,6 +39,8 @@ type stack struct {
 	t       *testing.T
 	url     string // the database
 	pool    *pgxpool.Pool
+	reader  *pgxpool.Pool // the reader's own connection (newCentralStack)
+	resumes *pgxpool.Pool // the hub's DB (newCentralStack)
 	hub     *live.Hub
 	metrics *live.Metrics
 	reg     *prometheus.Registry
@@ -56,6 +59,27 @@ func newStackOn(t *testing.T, url string, tweak func(*live.Config)) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	return serve(t, url, pool, tweak)
+}
+
+// newCentralStack is a hub wired as central wires it, on dbURL, with its
+// pools reaching Postgres at poolURL (PgBouncer, or dbURL itself): the
+// resumes on a pool that prepares their statements, the reader on a
+// connection of its own that prepares its statements with generic plans,
+// where the connections allow it (pgpool.PreparedAuto).
+func newCentralStack(t *testing.T, dbURL, poolURL string) *stack {
+	t.Helper()
+	pool := open(t, pgpool.Config{URL: poolURL, MaxConns: 4, Prepare: live.ResumeStatements()})
+	reader := open(t, pgpool.Config{URL: poolURL, MaxConns: 1, Prepare: live.ReaderStatements(), GenericPlans: true})
+	direct := pgtest.Connect(t, dbURL) // ingest and wake-ups, as a relay's forwarder
+	s := serve(t, dbURL, direct, func(c *live.Config) { c.DB, c.ReaderDB = pool, reader })
+	s.reader, s.resumes = reader, pool
+	return s
+}
+
+// serve starts a hub on pool (and what tweak changes) and serves it.
+func serve(t *testing.T, url string, pool *pgxpool.Pool, tweak func(*live.Config)) *stack {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := live.Config{DB: pool, PollInterval: 50 * time.Millisecond, Metrics: live.NewMetrics(reg), Logger: slog.New(slog.DiscardHandler)}
 	if tweak != nil {
@@ -83,6 +107,17 @@ func newStackOn(t *testing.T, url string, tweak func(*live.Config)) *stack {
 	s := &stack{t: t, url: url, pool: pool, hub: hub, metrics: cfg.Metrics, reg: reg, base: srv.URL}
 	testsignal.Eventually(t, "the hub to become ready", 10*time.Second, hub.Ready)
 	return s
+}
+
+// open opens a pool as central does, closed when the test ends.
+func open(t *testing.T, cfg pgpool.Config) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgpool.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // items makes n events for user, keyed prefix-0…

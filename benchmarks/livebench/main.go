@@ -9,13 +9,21 @@
 //     random connected user) and woken as a relay's forwarder wakes; each
 //     frame's latency is its arrival at the client minus the return of the
 //     commit that wrote it;
+//   - live reading per replica (-reading-replicas): with 1, then 4, central
+//     replicas holding a few sockets each and -reading-rate notifications a
+//     second, the Postgres CPU of the backends serving the replicas' readers,
+//     per replica and per read, and the whole cluster's;
 //   - the reconnect wave (-wave-movers): a replica holding that many sockets
 //     is killed and all of them reconnect with their cursors to a second
 //     replica, which meanwhile streams -wave-rate notifications a second to
 //     -wave-stayers sockets of its own: time until every moved socket is
 //     ready, Postgres CPU per resume, and the stayers' commit → frame latency
-//     during the wave; with -wave-compare, the same wave with another
-//     spoolcast binary, rounds alternating.
+//     during the wave.
+//
+// With -wave-compare, the reading runs and the wave also run with another
+// spoolcast binary, rounds alternating. Postgres CPU is that of the
+// benchmark's own cluster alone (its postmaster's processes), so that other
+// clusters on the machine do not count.
 //
 // Central runs as a subprocess of the real binary on a durable Postgres
 // cluster of its own; the client sockets live in this process. A process
@@ -58,16 +66,22 @@ import (
 
 func main() {
 	var (
-		conns    = flag.Int("conns", 10000, "sockets to open (one user each)")
-		rate     = flag.Int("rate", 1000, "notifications committed per second during the latency run")
-		duration = flag.Duration("duration", 30*time.Second, "length of the latency run")
-		bare     = flag.String("bare-server", "", "internal: serve a bare gobwas server on this address")
-		movers   = flag.Int("wave-movers", 10000, "sockets of the replica the wave kills (0: no wave)")
-		stayers  = flag.Int("wave-stayers", 500, "sockets of the replica that survives the wave")
-		waveRate = flag.Int("wave-rate", 500, "notifications a second to the stayers during the wave")
-		compare  = flag.String("wave-compare", "", "another spoolcast binary to run the same wave with, rounds alternating")
-		rounds   = flag.Int("wave-rounds", 2, "waves per binary")
-		onlyWave = flag.Bool("only-wave", false, "run only the wave")
+		conns       = flag.Int("conns", 10000, "sockets to open (one user each)")
+		rate        = flag.Int("rate", 1000, "notifications committed per second during the latency run")
+		duration    = flag.Duration("duration", 30*time.Second, "length of the latency run")
+		bare        = flag.String("bare-server", "", "internal: serve a bare gobwas server on this address")
+		movers      = flag.Int("wave-movers", 10000, "sockets of the replica the wave kills (0: no wave)")
+		stayers     = flag.Int("wave-stayers", 500, "sockets of the replica that survives the wave")
+		waveRate    = flag.Int("wave-rate", 500, "notifications a second to the stayers during the wave")
+		compare     = flag.String("wave-compare", "", "another spoolcast binary to run the same reading runs and wave with, rounds alternating")
+		rounds      = flag.Int("wave-rounds", 2, "waves per binary")
+		onlyWave    = flag.Bool("only-wave", false, "run only the wave")
+		rReplicas   = flag.String("reading-replicas", "1,4", "replica counts of the reading runs, comma-separated (empty: no reading run)")
+		rSockets    = flag.Int("reading-sockets", 50, "sockets per replica during the reading runs")
+		rRate       = flag.Int("reading-rate", 500, "notifications committed per second during the reading runs")
+		rWindow     = flag.Duration("reading-window", 10*time.Second, "how long each reading run measures")
+		rRounds     = flag.Int("reading-rounds", 2, "reading runs per binary and replica count")
+		onlyReading = flag.Bool("only-reading", false, "run only the reading runs")
 	)
 	flag.Parse()
 	if *bare != "" {
@@ -76,7 +90,19 @@ func main() {
 	}
 	raiseFileLimit()
 	w := waveConfig{movers: *movers, stayers: *stayers, rate: *waveRate, compare: *compare, rounds: *rounds, only: *onlyWave}
-	if err := run(*conns, *rate, *duration, w); err != nil {
+	rd := readingConfig{sockets: *rSockets, rate: *rRate, window: *rWindow, rounds: *rRounds, only: *onlyReading}
+	for _, f := range strings.Split(*rReplicas, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "livebench: -reading-replicas %q: want replica counts, such as 1,4\n", *rReplicas)
+			os.Exit(2)
+		}
+		rd.replicas = append(rd.replicas, n)
+	}
+	if err := run(*conns, *rate, *duration, rd, w); err != nil {
 		fmt.Fprintln(os.Stderr, "livebench:", err)
 		os.Exit(1)
 	}
@@ -89,7 +115,23 @@ type waveConfig struct {
 	only                          bool
 }
 
-func run(conns, rate int, duration time.Duration, wave waveConfig) error {
+// readingConfig is the reading runs' flags.
+type readingConfig struct {
+	replicas              []int
+	sockets, rate, rounds int
+	window                time.Duration
+	only                  bool
+}
+
+// env is what every run shares: the cluster, the token issuer and its JWKS.
+type env struct {
+	dbURL, jwksURL string
+	pgDir          string // the cluster's directory, to read its CPU by
+	issuer         *devauth.Issuer
+	pool           *pgxpool.Pool
+}
+
+func run(conns, rate int, duration time.Duration, reading readingConfig, wave waveConfig) error {
 	ctx := context.Background()
 	tmp, err := os.MkdirTemp("", "livebench-")
 	if err != nil {
@@ -103,7 +145,8 @@ func run(conns, rate int, duration time.Duration, wave waveConfig) error {
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/spoolcast").CombinedOutput(); err != nil {
 		return fmt.Errorf("build spoolcast (run from the repository root): %v\n%s", err, out)
 	}
-	cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(tmp, "pg"), Durable: true, Settings: []string{"max_connections=200"}})
+	pgDir := filepath.Join(tmp, "pg")
+	cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: pgDir, Durable: true, Settings: []string{"max_connections=200"}})
 	if err != nil {
 		return err
 	}
@@ -130,8 +173,12 @@ func run(conns, rate int, duration time.Duration, wave waveConfig) error {
 		}
 	}
 
-	if wave.only {
-		return waves(ctx, bin, cluster.URL, jwks.URL, issuer, pool, wave)
+	e := env{dbURL: cluster.URL, jwksURL: jwks.URL, pgDir: pgDir, issuer: issuer, pool: pool}
+	switch {
+	case wave.only:
+		return waves(ctx, e, bin, wave)
+	case reading.only:
+		return readings(ctx, e, bin, wave.compare, reading)
 	}
 
 	// The baseline: a bare gobwas server, same client, same count.
@@ -155,16 +202,11 @@ func run(conns, rate int, duration time.Duration, wave waveConfig) error {
 		return fmt.Errorf("bare server: %w", err)
 	}
 
-	addr := freeAddr()
-	central, err := startProcess(bin, "central", "--listen", addr, "--database-url", cluster.URL,
-		"--oidc-issuer", "livebench", "--oidc-audience", "spoolcast", "--jwks-url", jwks.URL,
-		"--push=false", "--maintenance-interval", "0", "--log-level", "warn")
-	if err != nil {
-		return err
+	central, base, err := startCentral(e, bin, "--log-level", "warn")
+	if central != nil {
+		defer stop(central)
 	}
-	defer stop(central)
-	base := "http://" + addr
-	if err := waitHTTP(base + "/readyz"); err != nil {
+	if err != nil {
 		return err
 	}
 	mem, sockets, err := measureIdle(central.Process.Pid, base, tokens, true)
@@ -188,12 +230,38 @@ func run(conns, rate int, duration time.Duration, wave waveConfig) error {
 	}
 	closeAll(sockets)
 	stop(central)
-	return waves(ctx, bin, cluster.URL, jwks.URL, issuer, pool, wave)
+	if err := readings(ctx, e, bin, wave.compare, reading); err != nil {
+		return err
+	}
+	return waves(ctx, e, bin, wave)
+}
+
+// readings runs the reading runs with bin and, when set, the comparison
+// binary, in alternating rounds, and prints each.
+func readings(ctx context.Context, e env, bin, compare string, r readingConfig) error {
+	binaries := []string{bin}
+	if compare != "" {
+		binaries = append(binaries, compare)
+	}
+	for round := range r.rounds {
+		for _, n := range r.replicas {
+			for _, b := range binaries {
+				res, err := runReading(ctx, e, b, n, r.sockets, r.rate, r.window)
+				if err != nil {
+					return fmt.Errorf("reading with %s, %d replicas: %w", b, n, err)
+				}
+				fmt.Printf("reading %d, %s, %d replicas, %d notifications/s: %.1f reads/s per replica, reader backend CPU %s/s per replica (%s per read), LISTEN backend %s/s per replica; cluster CPU %s/s; %.0f frames/s\n",
+					round+1, filepath.Base(b), n, r.rate, res.reads, res.readerCPU.Round(10*time.Microsecond), res.perRead.Round(time.Microsecond),
+					res.listenCPU.Round(10*time.Microsecond), res.clusterCPU.Round(100*time.Microsecond), res.framesPerSec)
+			}
+		}
+	}
+	return nil
 }
 
 // waves runs the reconnect wave with bin and, when set, the comparison
 // binary, in alternating rounds, and prints each.
-func waves(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Issuer, pool *pgxpool.Pool, w waveConfig) error {
+func waves(ctx context.Context, e env, bin string, w waveConfig) error {
 	if w.movers == 0 {
 		return nil
 	}
@@ -203,7 +271,7 @@ func waves(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Issu
 	}
 	for round := range w.rounds {
 		for _, b := range binaries {
-			res, err := runWave(ctx, b, dbURL, jwksURL, issuer, pool, w.movers, w.stayers, w.rate)
+			res, err := runWave(ctx, e, b, w.movers, w.stayers, w.rate)
 			if err != nil {
 				return fmt.Errorf("wave with %s: %w", b, err)
 			}
@@ -492,6 +560,73 @@ func closeAll(sockets []*wsclient.Conn) {
 			_ = c.Close()
 		}
 	}
+}
+
+// startCentral starts a central replica from bin on the benchmark's cluster,
+// without push or maintenance, and waits until it is ready; it returns the
+// process even when it did not become ready, to be stopped.
+func startCentral(e env, bin string, extra ...string) (*exec.Cmd, string, error) {
+	addr := freeAddr()
+	args := append([]string{"central", "--listen", addr, "--database-url", e.dbURL,
+		"--oidc-issuer", "livebench", "--oidc-audience", "spoolcast", "--jwks-url", e.jwksURL,
+		"--push=false", "--maintenance-interval", "0"}, extra...)
+	cmd, err := startProcess(bin, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	base := "http://" + addr
+	return cmd, base, waitHTTP(base + "/readyz")
+}
+
+// startLoad commits rate notifications a second (a batch every 10 ms),
+// each to the user to picks, under keys of its own, and wakes the readers
+// after each commit as a relay's forwarder does; commits, when set, notes
+// each commit's return. stop ends it and waits for the commits in flight.
+func startLoad(ctx context.Context, e env, producer string, rate int, to func() string, commits *commitTimes) (stop func()) {
+	done, loadDone := make(chan struct{}), make(chan struct{})
+	prefix := producer + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
+	go func() {
+		defer close(loadDone)
+		var ingests sync.WaitGroup
+		waker := ingest.NewWaker(e.pool, 0, nil, slog.New(slog.DiscardHandler))
+		defer waker.Stop()
+		const tick = 10 * time.Millisecond
+		perTick := max(1, rate*int(tick)/int(time.Second))
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for n := 0; ; {
+			select {
+			case <-done:
+				ingests.Wait()
+				return
+			case <-t.C:
+			}
+			items := make([]ingest.Item, perTick)
+			titles := make([]string, perTick)
+			for i := range items {
+				titles[i] = prefix + strconv.Itoa(n)
+				n++
+				ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":%q,"type":"bench","recipients":[%q],"title":%q}`,
+					titles[i], to(), titles[i]), "")
+				if err != nil {
+					panic(err) // a valid event of our own
+				}
+				items[i] = ingest.Item{Producer: producer, Event: ev}
+			}
+			ingests.Go(func() {
+				if _, err := ingest.Ingest(ctx, e.pool, items); err != nil {
+					return
+				}
+				now := time.Now()
+				waker.Committed()
+				if commits != nil {
+					commits.committed(titles, now)
+				}
+			})
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-loadDone }) }
 }
 
 func startProcess(bin string, args ...string) (*exec.Cmd, error) {

@@ -10,11 +10,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,12 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/spoolcast/spoolcast/event"
-	"github.com/spoolcast/spoolcast/internal/devauth"
 	"github.com/spoolcast/spoolcast/internal/wsclient"
-	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // waveResult is what one wave measured.
@@ -43,23 +35,22 @@ type waveResult struct {
 // sockets to the first and stayers to the second, commits rate
 // notifications a second to the stayers' users, kills the first and moves
 // every one of its sockets to the second.
-func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Issuer, pool *pgxpool.Pool, movers, stayers, rate int) (waveResult, error) {
+func runWave(ctx context.Context, e env, bin string, movers, stayers, rate int) (waveResult, error) {
 	var res waveResult
 	var bases []string
 	var procs []*procHandle
 	for range 2 {
-		addr := freeAddr()
-		cmd, err := startProcess(bin, "central", "--listen", addr, "--database-url", dbURL,
-			"--oidc-issuer", "livebench", "--oidc-audience", "spoolcast", "--jwks-url", jwksURL,
-			"--push=false", "--maintenance-interval", "0", "--max-sockets-per-user", "4", "--rate-limit-user", "off", "--log-level", "error")
+		cmd, base, err := startCentral(e, bin, "--max-sockets-per-user", "4", "--rate-limit-user", "off", "--log-level", "error")
+		if cmd != nil {
+			procs = append(procs, &procHandle{cmd: cmd})
+		}
 		if err != nil {
+			for _, p := range procs {
+				stop(p.cmd)
+			}
 			return res, err
 		}
-		procs = append(procs, &procHandle{cmd: cmd})
-		bases = append(bases, "http://"+addr)
-		if err := waitHTTP("http://" + addr + "/readyz"); err != nil {
-			return res, err
-		}
+		bases = append(bases, base)
 	}
 	defer func() {
 		for _, p := range procs {
@@ -69,7 +60,7 @@ func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Is
 		}
 	}()
 	token := func(u string) string {
-		t, err := issuer.Mint(u, nil, 2*time.Hour)
+		t, err := e.issuer.Mint(u, nil, 2*time.Hour)
 		if err != nil {
 			panic(err) // a key of our own always signs
 		}
@@ -120,7 +111,6 @@ func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Is
 	}
 	var samples []sample
 	var readers sync.WaitGroup
-	done := make(chan struct{})
 	for _, c := range stay {
 		readers.Go(func() {
 			for {
@@ -143,58 +133,20 @@ func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Is
 			}
 		})
 	}
-	var ingests sync.WaitGroup
-	loadDone := make(chan struct{})
-	prefix := "w" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" // keys of this wave alone
-	go func() {
-		defer close(loadDone)
-		waker := ingest.NewWaker(pool, 0, nil, slog.New(slog.DiscardHandler))
-		defer waker.Stop()
-		const tick = 10 * time.Millisecond
-		perTick := max(1, rate*int(tick)/int(time.Second))
-		t := time.NewTicker(tick)
-		defer t.Stop()
-		for n := 0; ; {
-			select {
-			case <-done:
-				ingests.Wait()
-				return
-			case <-t.C:
-			}
-			items := make([]ingest.Item, perTick)
-			titles := make([]string, perTick)
-			for i := range items {
-				titles[i] = prefix + strconv.Itoa(n)
-				n++
-				ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":%q,"type":"bench","recipients":[%q],"title":%q}`,
-					titles[i], stayerUsers[rand.N(stayers)], titles[i]), "")
-				if err != nil {
-					panic(err) // a valid event of our own
-				}
-				items[i] = ingest.Item{Producer: "livebench-wave", Event: ev}
-			}
-			ingests.Go(func() {
-				if _, err := ingest.Ingest(ctx, pool, items); err != nil {
-					return
-				}
-				now := time.Now()
-				waker.Committed()
-				commits.committed(titles, now)
-			})
-		}
-	}()
+	stopLoad := startLoad(ctx, e, "livebench-wave", rate, func() string { return stayerUsers[rand.N(stayers)] }, commits)
+	defer stopLoad()
 
 	// The load's own Postgres CPU, over as long as the wave will take.
 	time.Sleep(2 * time.Second)
-	before, t0 := postgresCPU(), time.Now()
+	before, t0 := clusterCPU(e.pgDir), time.Now()
 	time.Sleep(3 * time.Second)
-	loadCPU := float64(postgresCPU()-before) / float64(time.Since(t0))
+	loadCPU := float64(clusterCPU(e.pgDir)-before) / float64(time.Since(t0))
 
 	closeAll(sockets) // the client side of the killed replica's sockets
 	_ = procs[0].cmd.Process.Signal(syscall.SIGKILL)
 	_ = procs[0].cmd.Wait()
 	procs[0].killed = true
-	killed, cpu0 := time.Now(), postgresCPU()
+	killed, cpu0 := time.Now(), clusterCPU(e.pgDir)
 	var failed atomic.Int64
 	moved := make([]*wsclient.Conn, movers)
 	_ = openAll(movers, func(i int) error {
@@ -221,13 +173,12 @@ func runWave(ctx context.Context, bin, dbURL, jwksURL string, issuer *devauth.Is
 		}
 	})
 	res.allReady = time.Since(killed)
-	waveCPU := float64(postgresCPU() - cpu0)
+	waveCPU := float64(clusterCPU(e.pgDir) - cpu0)
 	res.failed = int(failed.Load())
 	res.cpuPerResume = time.Duration((waveCPU - loadCPU*float64(res.allReady)) / float64(movers))
 	defer closeAll(moved)
 	time.Sleep(2 * time.Second)
-	close(done)
-	<-loadDone
+	stopLoad()
 	time.Sleep(5 * time.Second) // for the frames the wave held back
 	for _, c := range stay {
 		_ = c.Close()
@@ -282,34 +233,4 @@ func openAll(n int, open func(i int) error) error {
 		return err
 	}
 	return nil
-}
-
-// postgresCPU is the user and system CPU time of every postgres process
-// on the machine (run the wave on an otherwise idle machine).
-func postgresCPU() time.Duration {
-	entries, _ := os.ReadDir("/proc")
-	var ticks int64
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
-		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// Fields after the command's closing parenthesis; utime and stime
-		// are the 14th and 15th fields of the line.
-		rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
-		f := strings.Fields(rest)
-		if len(f) > 12 {
-			u, _ := strconv.ParseInt(f[11], 10, 64)
-			s, _ := strconv.ParseInt(f[12], 10, 64)
-			ticks += u + s
-		}
-	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }

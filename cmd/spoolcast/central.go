@@ -57,6 +57,7 @@ type centralOptions struct {
 	maintenanceInterval time.Duration
 	wakeUpInterval      time.Duration
 	directURL           string
+	prepared            pgpool.PreparedStatements
 	inbox               bool
 	lifecycle           lifecycleFlags
 	live                liveFlags
@@ -89,6 +90,7 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.maintenanceInterval, "maintenance-interval", time.Hour, "how often central runs a maintenance pass (one replica at a time); 0 leaves it to `spoolcast maintain`")
 	fs.DurationVar(&o.wakeUpInterval, "wake-up-interval", ingest.DefaultWakeUpInterval, "least time between the wake-ups (NOTIFY) /internal/v1/events sends after its commits")
 	fs.StringVar(&o.directURL, "direct-database-url", "", "Postgres URL for the LISTEN connection that wakes the live stream and the push dispatcher, direct (not through PgBouncer in transaction mode); default --database-url")
+	fs.TextVar(&o.prepared, "database-prepared-statements", pgpool.PreparedAuto, "whether the live stream's hot statements (its read at every wake-up, each resume) run as named prepared statements, planned once per connection instead of at every run: auto on connections straight to Postgres and not through a pooler (known by its cancel key), on everywhere (PgBouncer 1.21 or later with max_prepared_statements > 0, or session mode), off nowhere. PgBouncer's transaction mode before 1.21 loses named statements between transactions; every other statement always runs unnamed")
 	fs.BoolVar(&o.inbox, "inbox", false, "serve the web inbox at /inbox: a page showing a user's feed and live arrivals, signed in with their token")
 	o.lifecycle.register(fs)
 	o.live.register(fs)
@@ -262,12 +264,15 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		return fail(err)
 	}
 	c.verifier = users
-	if c.pool, err = pgpool.New(ctx, pgpool.Config{URL: o.databaseURL, MaxConns: o.dbMaxConns, ConnectTimeout: o.dbConnectTimeout}); err != nil {
+	if c.pool, err = pgpool.New(ctx, pgpool.Config{URL: o.databaseURL, MaxConns: o.dbMaxConns, ConnectTimeout: o.dbConnectTimeout,
+		Prepare: live.ResumeStatements(), PreparedStatements: o.prepared}); err != nil {
 		return fail(fmt.Errorf("--database-url: %w", err))
 	}
 	var readDB central.ReadDB // a nil *pgxpool.Pool would not be a nil ReadDB
 	if o.databaseReadURL != "" {
-		if c.readPool, err = pgpool.New(ctx, pgpool.Config{URL: o.databaseReadURL, MaxConns: o.dbMaxConns, ConnectTimeout: o.dbConnectTimeout}); err != nil {
+		// Feed pages read their refresh cursor (live.Now) where they read.
+		if c.readPool, err = pgpool.New(ctx, pgpool.Config{URL: o.databaseReadURL, MaxConns: o.dbMaxConns, ConnectTimeout: o.dbConnectTimeout,
+			Prepare: live.ResumeStatements(), PreparedStatements: o.prepared}); err != nil {
 			return fail(fmt.Errorf("--database-read-url: %w", err))
 		}
 		readDB = c.readPool
@@ -290,8 +295,10 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	c.listener = pglisten.New(direct, ingest.NotifyChannel, nil, logger)
 	// The live reader's one connection, direct like LISTEN's: a wave of
 	// resumes on the pool (or in PgBouncer's queue) never delays the reads
-	// every open socket waits on.
-	if c.readerPool, err = pgpool.New(ctx, pgpool.Config{URL: direct, MaxConns: 1, ConnectTimeout: o.dbConnectTimeout}); err != nil {
+	// every open socket waits on. Its statements are all the reader's, so it
+	// may plan them once for good.
+	if c.readerPool, err = pgpool.New(ctx, pgpool.Config{URL: direct, MaxConns: 1, ConnectTimeout: o.dbConnectTimeout,
+		Prepare: live.ReaderStatements(), PreparedStatements: o.prepared, GenericPlans: true}); err != nil {
 		return fail(err)
 	}
 	if c.live, err = live.New(live.Config{

@@ -1,0 +1,229 @@
+package pgpool_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolcast/spoolcast/internal/pgpool"
+	"github.com/spoolcast/spoolcast/internal/pgtest"
+)
+
+// hot is the statement the pools prepare; cold one they do not.
+const (
+	hot  = `SELECT v FROM t WHERE id = $1`
+	cold = `SELECT v FROM t WHERE id <> $1`
+)
+
+// withTable returns the URL of a database holding t (id 1, v 'one').
+func withTable(t *testing.T) string {
+	t.Helper()
+	url := pgtest.EmptyDB(t)
+	setup := pgtest.Connect(t, url)
+	if _, err := setup.Exec(context.Background(), `CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'one')`); err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
+func open(t *testing.T, cfg pgpool.Config) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgpool.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// run runs hot and returns what it answered.
+func run(pool *pgxpool.Pool) (string, error) {
+	var v string
+	err := pool.QueryRow(context.Background(), hot, 1).Scan(&v)
+	return v, err
+}
+
+// prepared answers, on the pool's one connection, the plans Postgres made
+// for each statement the connection holds prepared.
+func prepared(t *testing.T, pool *pgxpool.Pool) map[string][2]int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements`, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][2]int{}
+	for rows.Next() {
+		var sql string
+		var plans [2]int
+		if err := rows.Scan(&sql, &plans[0], &plans[1]); err != nil {
+			t.Fatal(err)
+		}
+		out[sql] = plans
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestOnADirectConnectionOnlyTheNamedStatementsArePrepared(t *testing.T) {
+	t.Parallel()
+	url := withTable(t)
+	for _, generic := range []bool{false, true} {
+		pool := open(t, pgpool.Config{URL: url, MaxConns: 1, Prepare: []string{hot}, GenericPlans: generic})
+		for range 3 {
+			if v, err := run(pool); err != nil || v != "one" {
+				t.Fatalf("hot: %q, %v", v, err)
+			}
+			if _, err := pool.Exec(context.Background(), cold, 1); err != nil {
+				t.Fatalf("cold: %v", err)
+			}
+		}
+		got := prepared(t, pool)
+		plans, ok := got[hot]
+		if !ok || len(got) != 1 {
+			t.Fatalf("generic plans %v: prepared %v, want only %q", generic, got, hot)
+		}
+		// Postgres tries five custom plans before it settles on a generic
+		// one, unless told to use generic plans.
+		if want := map[bool][2]int{false: {0, 3}, true: {3, 0}}[generic]; plans != want {
+			t.Errorf("generic plans %v: %d generic and %d custom plans, want %v", generic, plans[0], plans[1], want)
+		}
+	}
+	off := open(t, pgpool.Config{URL: url, MaxConns: 1, Prepare: []string{hot}, PreparedStatements: pgpool.PreparedOff})
+	if _, err := run(off); err != nil {
+		t.Fatal(err)
+	}
+	if got := prepared(t, off); len(got) != 0 {
+		t.Errorf("with prepared statements off: prepared %v, want none", got)
+	}
+}
+
+// holdServer takes PgBouncer's one idle server connection for the rest of
+// the test: a client's next transaction then runs on a new one.
+func holdServer(t *testing.T, bounced string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, bounced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1`, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+}
+
+// TestThroughPgBouncerInTransactionModeNothingIsPrepared pins what the
+// installed PgBouncer (1.18) does with a named statement in transaction
+// mode: it stays on the server connection of the transaction that prepared
+// it, and the client's next transaction may run on another. Told nothing,
+// a pool sees the pooler and prepares nothing; told on, it loses the
+// statement as soon as its transaction moves, and drops the connection so
+// that the next one prepares afresh. PgBouncer 1.21 and later can carry
+// named statements (max_prepared_statements > 0): there on works.
+func TestThroughPgBouncerInTransactionModeNothingIsPrepared(t *testing.T) {
+	t.Parallel()
+	url := withTable(t)
+	for _, mode := range []pgpool.PreparedStatements{pgpool.PreparedAuto, pgpool.PreparedOn} {
+		t.Run(mode.String(), func(t *testing.T) {
+			// A PgBouncer of its own holds one idle server connection, which
+			// the pool's first transactions (and a prepare) use.
+			bounced := pgtest.PgBouncer(t, url)
+			pool := open(t, pgpool.Config{URL: bounced, MaxConns: 1, Prepare: []string{hot}, PreparedStatements: mode, GenericPlans: true})
+			if _, err := run(pool); err != nil {
+				t.Fatalf("before the server moved: %v", err)
+			}
+			holdServer(t, bounced)
+			_, err := run(pool)
+			var pgErr *pgconn.PgError
+			switch {
+			case mode == pgpool.PreparedAuto && err != nil:
+				t.Fatalf("on another server connection: %v; want the statement unnamed, runnable anywhere", err)
+			case mode == pgpool.PreparedOn && !(errors.As(err, &pgErr) && pgErr.Code == "26000"):
+				t.Fatalf("on another server connection: %v; want invalid_sql_statement_name (26000) from PgBouncer 1.18, which does not carry named statements", err)
+			}
+			if v, err := run(pool); err != nil || v != "one" {
+				t.Errorf("the next run: %q, %v; want one, on a new connection when the statement was lost", v, err)
+			}
+			var plans string
+			if err := pool.QueryRow(context.Background(), `SHOW plan_cache_mode`, pgx.QueryExecModeSimpleProtocol).Scan(&plans); err != nil || plans != "auto" {
+				t.Errorf("plan_cache_mode %q, %v: want auto, never a session setting through a pooler", plans, err)
+			}
+		})
+	}
+}
+
+func TestAPreparedStatementWhoseResultChangedFailsOnceThenIsPreparedAfresh(t *testing.T) {
+	t.Parallel()
+	url := withTable(t)
+	pool := open(t, pgpool.Config{URL: url, MaxConns: 1, Prepare: []string{hot}})
+	if _, err := run(pool); err != nil {
+		t.Fatal(err)
+	}
+	ddl := pgtest.Connect(t, url)
+	if _, err := ddl.Exec(context.Background(), `ALTER TABLE t ALTER COLUMN v TYPE varchar(10)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := run(pool)
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "0A000" {
+		t.Fatalf("after the column's type changed: %v; want cached plan must not change result type (0A000)", err)
+	}
+	if v, err := run(pool); err != nil || v != "one" {
+		t.Fatalf("the next run: %q, %v; want one", v, err)
+	}
+	if got := prepared(t, pool); len(got) != 1 {
+		t.Errorf("prepared %v, want %q again", got, hot)
+	}
+	// A statement deallocated under the pool (DEALLOCATE ALL, DISCARD ALL)
+	// is lost once too.
+	if _, err := pool.Exec(context.Background(), `DEALLOCATE ALL`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(pool); err == nil {
+		t.Fatal("after DEALLOCATE ALL the statement ran; want it lost once")
+	}
+	if v, err := run(pool); err != nil || v != "one" {
+		t.Fatalf("the next run: %q, %v; want one", v, err)
+	}
+}
+
+func TestAStatementThatCannotBePreparedYetRunsUnnamed(t *testing.T) {
+	t.Parallel()
+	url := pgtest.EmptyDB(t) // no table t: central started before its migrations
+	pool := open(t, pgpool.Config{URL: url, MaxConns: 1, Prepare: []string{hot}})
+	if _, err := run(pool); err == nil {
+		t.Fatal("hot ran without its table")
+	}
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'one')`); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := run(pool); err != nil || v != "one" {
+		t.Fatalf("once its table exists: %q, %v; want one", v, err)
+	}
+}
+
+func TestPreparedStatementsReadsAutoOnAndOff(t *testing.T) {
+	for name, want := range map[string]pgpool.PreparedStatements{"auto": pgpool.PreparedAuto, "on": pgpool.PreparedOn, "off": pgpool.PreparedOff, "OFF": pgpool.PreparedOff} {
+		var p pgpool.PreparedStatements
+		if err := p.UnmarshalText([]byte(name)); err != nil || p != want {
+			t.Errorf("%s: %v, %v; want %v", name, p, err, want)
+		}
+	}
+	var p pgpool.PreparedStatements
+	if err := p.UnmarshalText([]byte("yes")); err == nil {
+		t.Error("yes was taken; want auto, on or off")
+	}
+	if (pgpool.PreparedStatements(0)) != pgpool.PreparedAuto {
+		t.Error("the zero value is not auto: a Config built in code would not get the default")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rsa"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,9 +15,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/MicahParks/jwkset"
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/time/rate"
+
+	"github.com/spoolcast/spoolcast/internal/clock"
 )
 
 // ErrNoRole: the user's token is valid but lacks the role a route needs (answer 403).
@@ -57,8 +61,17 @@ type UserVerifierConfig struct {
 	UnknownKIDRefresh time.Duration
 	// HTTPClient fetches the JWKS. Default a client with a 10s timeout.
 	HTTPClient *http.Client
+	// CachedTokens is how many verified tokens are kept, by their SHA-256,
+	// so that the next request with one skips the signature check: each
+	// until its exp, and only while the JWKS still holds the keys that
+	// verified it. Full, the one kept longest goes. Default
+	// DefaultCachedTokens (10,000); negative keeps none.
+	CachedTokens int
 	// Logger receives refresh errors. Default slog.Default().
 	Logger *slog.Logger
+	// Clock tells the time tokens are checked at (exp, nbf, iat, and the
+	// cached tokens' validity). Default the wall clock.
+	Clock clock.Clock
 }
 
 // Validate reports the first setting a user must fix.
@@ -79,10 +92,12 @@ func (c UserVerifierConfig) Validate() error {
 // key's type, so a token cannot choose how it is checked (no "none", no HS256
 // signed with a public key).
 type UserVerifier struct {
-	cfg    UserVerifierConfig
-	keys   keyfunc.Keyfunc
-	parser *jwt.Parser
-	cancel context.CancelFunc
+	cfg     UserVerifierConfig
+	keys    keyfunc.Keyfunc
+	keySet  *keySet
+	parser  *jwt.Parser
+	checked *tokenCache // nil when CachedTokens is negative
+	cancel  context.CancelFunc
 }
 
 // NewUserVerifier starts fetching the JWKS in the background. Close stops it.
@@ -96,33 +111,52 @@ func NewUserVerifier(cfg UserVerifierConfig) (*UserVerifier, error) {
 	cfg.Leeway = cmp.Or(cfg.Leeway, Leeway)
 	cfg.RefreshInterval = cmp.Or(cfg.RefreshInterval, time.Hour)
 	cfg.UnknownKIDRefresh = cmp.Or(cfg.UnknownKIDRefresh, 30*time.Second)
+	cfg.CachedTokens = cmp.Or(cfg.CachedTokens, DefaultCachedTokens)
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	log := cfg.Logger.With("component", "auth")
 	ctx, cancel := context.WithCancel(context.Background())
-	keys, err := keyfunc.NewDefaultOverrideCtx(ctx, []string{cfg.JWKSURL}, keyfunc.Override{
-		Client:            cfg.HTTPClient,
-		RefreshInterval:   cfg.RefreshInterval,
-		RefreshUnknownKID: rate.NewLimiter(rate.Every(cfg.UnknownKIDRefresh), 1),
-		// jwkset bounds both the wait for the refresh limiter and the refresh
-		// request itself by this one timeout, so it must fit a JWKS fetch. A
-		// request whose refresh is more than this away is refused at once.
-		RateLimitWaitMax: 5 * time.Second,
-		RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
-			return func(_ context.Context, err error) { log.Warn("refresh JWKS", "url", u, "err", err) }
-		},
+	// What keyfunc.NewDefaultOverrideCtx builds, over a key set whose
+	// changes the token cache follows.
+	keySet := newKeySet()
+	remote, err := jwkset.NewStorageFromHTTP(cfg.JWKSURL, jwkset.HTTPClientStorageOptions{
+		Client:                    cfg.HTTPClient,
+		Ctx:                       ctx,
+		NoErrorReturnFirstHTTPReq: true,
+		RefreshErrorHandler:       func(_ context.Context, err error) { log.Warn("refresh JWKS", "url", cfg.JWKSURL, "err", err) },
+		RefreshInterval:           cfg.RefreshInterval,
+		Storage:                   keySet,
 	})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("JWKS at %s: %w", cfg.JWKSURL, err)
 	}
-	return &UserVerifier{
-		cfg:  cfg,
-		keys: keys,
+	storage, err := jwkset.NewHTTPClient(jwkset.HTTPClientOptions{
+		HTTPURLs:          map[string]jwkset.Storage{cfg.JWKSURL: remote},
+		RefreshUnknownKID: rate.NewLimiter(rate.Every(cfg.UnknownKIDRefresh), 1),
+		// jwkset bounds both the wait for the refresh limiter and the refresh
+		// request itself by this one timeout, so it must fit a JWKS fetch. A
+		// request whose refresh is more than this away is refused at once.
+		RateLimitWaitMax: 5 * time.Second,
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("JWKS at %s: %w", cfg.JWKSURL, err)
+	}
+	keys, err := keyfunc.New(keyfunc.Options{Ctx: ctx, Storage: storage})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("JWKS at %s: %w", cfg.JWKSURL, err)
+	}
+	v := &UserVerifier{
+		cfg:    cfg,
+		keys:   keys,
+		keySet: keySet,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods(userAlgorithms),
 			jwt.WithIssuer(cfg.Issuer),
@@ -130,16 +164,64 @@ func NewUserVerifier(cfg UserVerifierConfig) (*UserVerifier, error) {
 			jwt.WithExpirationRequired(),
 			jwt.WithIssuedAt(),
 			jwt.WithLeeway(cfg.Leeway),
+			jwt.WithTimeFunc(cfg.Clock.Now),
 		),
 		cancel: cancel,
-	}, nil
+	}
+	if cfg.CachedTokens > 0 {
+		v.checked = newTokenCache(cfg.CachedTokens)
+	}
+	return v, nil
 }
 
 // Close stops the background JWKS refresh.
 func (v *UserVerifier) Close() { v.cancel() }
 
-// Verify checks token and returns the user it names.
+// TokenCacheStats counts the answers of a verifier's cache of verified tokens.
+type TokenCacheStats struct {
+	// Hits are tokens answered from the cache; Misses, those verified
+	// (valid or not).
+	Hits, Misses uint64
+	// Entries are the tokens kept now.
+	Entries int
+}
+
+// TokenCacheStats returns the counts of the verifier's token cache; zero
+// without one.
+func (v *UserVerifier) TokenCacheStats() TokenCacheStats {
+	if v.checked == nil {
+		return TokenCacheStats{}
+	}
+	return TokenCacheStats{Hits: v.checked.hits.Load(), Misses: v.checked.misses.Load(), Entries: v.checked.len()}
+}
+
+// Verify checks token and returns the user it names: from the cache of
+// verified tokens when it holds the token, still valid, under the key set
+// that verified it; else by its signature and claims.
 func (v *UserVerifier) Verify(ctx context.Context, token string) (User, error) {
+	if v.checked == nil {
+		u, _, err := v.verify(ctx, token)
+		return u, err
+	}
+	key := sha256.Sum256([]byte(token))
+	// Read before the check: a key set that changes during it leaves the
+	// entry stale at once.
+	generation := v.keySet.generation.Load()
+	if u, ok := v.checked.get(key, v.cfg.Clock.Now(), generation); ok {
+		return u, nil
+	}
+	u, valid, err := v.verify(ctx, token)
+	if err != nil {
+		return User{}, err
+	}
+	valid.generation = generation
+	v.checked.put(key, valid)
+	return u, nil
+}
+
+// verify checks token's signature and claims, and returns the user it names
+// and when that answer holds (for the cache).
+func (v *UserVerifier) verify(ctx context.Context, token string) (User, cachedToken, error) {
 	claims := jwt.MapClaims{}
 	keyFor := v.keys.KeyfuncCtx(ctx)
 	_, err := v.parser.ParseWithClaims(token, claims, func(t *jwt.Token) (any, error) {
@@ -172,16 +254,32 @@ func (v *UserVerifier) Verify(ctx context.Context, token string) (User, error) {
 			// Also what the parser says of an algorithm it does not take
 			// (HS256, none): tell that apart, from the unverified header.
 			if t, _, perr := jwt.NewParser().ParseUnverified(token, jwt.MapClaims{}); perr == nil && !slices.Contains(userAlgorithms, t.Method.Alg()) {
-				return User{}, fmt.Errorf("%w: %w %s", ErrBadToken, errAlgorithm, t.Method.Alg())
+				return User{}, cachedToken{}, fmt.Errorf("%w: %w %s", ErrBadToken, errAlgorithm, t.Method.Alg())
 			}
 		}
-		return User{}, fmt.Errorf("%w: %w", ErrBadToken, err)
+		return User{}, cachedToken{}, fmt.Errorf("%w: %w", ErrBadToken, err)
 	}
 	id, _ := claims[v.cfg.UserClaim].(string)
 	if strings.TrimSpace(id) == "" {
-		return User{}, fmt.Errorf("%w: %w", ErrBadToken, &missingClaimError{v.cfg.UserClaim})
+		return User{}, cachedToken{}, fmt.Errorf("%w: %w", ErrBadToken, &missingClaimError{v.cfg.UserClaim})
 	}
-	return User{ID: id, Roles: rolesOf(claims[v.cfg.RolesClaim])}, nil
+	u := User{ID: id, Roles: rolesOf(claims[v.cfg.RolesClaim])}
+	return u, validity(u, claims, v.cfg.Leeway), nil
+}
+
+// validity is when a verified token passes the parser's time checks: from
+// its nbf and iat, until its exp (required), each with the leeway.
+func validity(u User, claims jwt.MapClaims, leeway time.Duration) cachedToken {
+	e := cachedToken{user: u}
+	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
+		e.notAfter = exp.Add(leeway)
+	}
+	for _, get := range []func() (*jwt.NumericDate, error){claims.GetNotBefore, claims.GetIssuedAt} {
+		if t, err := get(); err == nil && t != nil && t.Add(-leeway).After(e.notBefore) {
+			e.notBefore = t.Add(-leeway)
+		}
+	}
+	return e
 }
 
 // Authorize verifies the request's bearer token; with a role, it also requires it.

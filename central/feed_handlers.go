@@ -3,10 +3,10 @@ package central
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -17,19 +17,29 @@ import (
 	"github.com/spoolcast/spoolcast/live"
 )
 
-// pageJSON is a page of the feed.
-type pageJSON struct {
-	Data       []feed.Item `json:"data"`
-	HasMore    bool        `json:"has_more"`
-	NextCursor *string     `json:"next_cursor"`
-	// RefreshCursor, on the first page and on a since read, is what to pass
-	// as since to get what commits after this answer.
-	RefreshCursor *string `json:"refresh_cursor,omitempty"`
+// pageBodies are the buffers page documents are encoded into.
+var pageBodies = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+// writePageBody answers 200 with a page document (docs/api.md): its items,
+// has_more, next_cursor, and the refresh_cursor of a first page or a since
+// read. It is encoded by hand (feed.AppendPageJSON, what encoding/json
+// would write) and sent with its length in one write.
+func writePageBody(w http.ResponseWriter, items []feed.Notification, hasMore bool, next, refresh *string) {
+	buf := pageBodies.Get().(*[]byte)
+	body := feed.AppendPageJSON((*buf)[:0], items, hasMore, next, refresh)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+	if cap(body) <= 1<<20 { // a page of 100 large items is not kept
+		*buf = body
+		pageBodies.Put(buf)
+	}
 }
 
-// pageQuery reads limit, cursor and unread from the query string.
-func pageQuery(r *http.Request, userID string) (feed.Query, *problem.Problem) {
-	q := r.URL.Query()
+// pageQuery reads limit, cursor and unread from the query string q.
+func pageQuery(q url.Values, userID string) (feed.Query, *problem.Problem) {
 	out := feed.Query{UserID: userID, Limit: feed.DefaultLimit}
 	bad := func(field, detail string) (feed.Query, *problem.Problem) {
 		p := problem.New(http.StatusBadRequest, problem.InvalidQuery, detail).On(field)
@@ -63,51 +73,20 @@ func pageQuery(r *http.Request, userID string) (feed.Query, *problem.Problem) {
 func (s *Server) listNotifications(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
 	q := r.URL.Query()
 	if v, ok := q["since"]; ok {
-		s.writeChanges(w, r, u.ID, v[0])
+		s.writeChanges(w, r, q, u.ID, v[0])
 		return
 	}
-	if !q.Has("cursor") {
-		s.writePageWithRefresh(w, r, u.ID)
-		return
-	}
-	s.writePage(w, r, u.ID)
-}
-
-// writePageWithRefresh answers a first page with the cursor that a later
-// since read starts from. It is read before the page, on the same server,
-// so that everything committed before it is on the page (or further down
-// the feed) and everything after it is returned by since; an item may be
-// in both.
-func (s *Server) writePageWithRefresh(w http.ResponseWriter, r *http.Request, userID string) {
-	q, p := pageQuery(r, userID)
-	if p != nil {
-		problem.Write(w, r, *p)
-		return
-	}
-	ctx, cancel := s.dbContext(r)
-	defer cancel()
-	var refresh live.Cursor
-	var page feed.Page
-	err := s.readFeed(ctx, r, userID, func(ctx context.Context, db feed.DB, onReplica bool) (err error) {
-		// Read before the page, on the same database: what committed below
-		// it is on the page; what commits after comes from a since read.
-		if refresh, err = live.Now(ctx, db, userID); err != nil {
-			return fmt.Errorf("read the refresh cursor: %w", err)
-		}
-		page, err = s.feed.On(db).Page(ctx, q)
-		return err
-	})
-	if err != nil {
-		s.dbError(w, r, "read feed", err)
-		return
-	}
-	s.answerPage(w, r, q, page, &refresh)
+	// A first page carries the cursor that a later since read starts from.
+	// It is read in the page's statement, on the same server, so that
+	// everything committed before it is on the page (or further down the
+	// feed) and everything after it is returned by since; an item may be
+	// in both.
+	s.writePage(w, r, q, u.ID, !q.Has("cursor"))
 }
 
 // writeChanges is a since read: the caller's notifications committed after
 // the refresh cursor, oldest first, for clients without a socket.
-func (s *Server) writeChanges(w http.ResponseWriter, r *http.Request, userID, since string) {
-	q := r.URL.Query()
+func (s *Server) writeChanges(w http.ResponseWriter, r *http.Request, q url.Values, userID, since string) {
 	bad := func(field, detail string) {
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidQuery, detail).On(field))
 	}
@@ -142,29 +121,27 @@ func (s *Server) writeChanges(w http.ResponseWriter, r *http.Request, userID, si
 		return
 	}
 	end := changes.End.String()
-	out := pageJSON{Data: make([]feed.Item, 0, len(changes.Items)), HasMore: changes.More, RefreshCursor: &end}
-	for _, n := range changes.Items {
-		out.Data = append(out.Data, n.Item())
-	}
 	if changes.More {
 		link := url.Values{"limit": {strconv.Itoa(limit)}, "since": {end}}
 		w.Header().Add("Link", "<"+r.URL.Path+"?"+link.Encode()+`>; rel="next"`)
 	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
+	writePageBody(w, changes.Items, changes.More, nil, &end)
 }
 
 // adminListNotifications shows any user's feed to an admin, for support.
 func (s *Server) adminListNotifications(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.User) {
-	s.writePage(w, r, ps.ByName("user"))
+	s.writePage(w, r, r.URL.Query(), ps.ByName("user"), false)
 }
 
-// writePage answers a page of userID's feed after a cursor.
-func (s *Server) writePage(w http.ResponseWriter, r *http.Request, userID string) {
-	q, p := pageQuery(r, userID)
+// writePage answers a page of userID's feed, with its refresh cursor when
+// refresh is set (a first page: no cursor).
+func (s *Server) writePage(w http.ResponseWriter, r *http.Request, values url.Values, userID string, refresh bool) {
+	q, p := pageQuery(values, userID)
 	if p != nil {
 		problem.Write(w, r, *p)
 		return
 	}
+	q.Refresh = refresh
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
 	var page feed.Page
@@ -176,29 +153,22 @@ func (s *Server) writePage(w http.ResponseWriter, r *http.Request, userID string
 		s.dbError(w, r, "read feed", err)
 		return
 	}
-	s.answerPage(w, r, q, page, nil)
-}
-
-func (s *Server) answerPage(w http.ResponseWriter, r *http.Request, q feed.Query, page feed.Page, refresh *live.Cursor) {
-	out := pageJSON{Data: make([]feed.Item, 0, len(page.Items)), HasMore: page.HasMore}
-	if refresh != nil {
-		c := refresh.String()
-		out.RefreshCursor = &c
-	}
-	for _, n := range page.Items {
-		out.Data = append(out.Data, n.Item())
+	var next, refreshCursor *string
+	if c := page.Refresh; c != nil {
+		text := live.Cursor{Position: live.Position{Tx: c.Tx, ID: c.ID}, At: c.At, History: c.History, WAL: c.WAL, Synchronous: c.Synchronous}.String()
+		refreshCursor = &text
 	}
 	if page.HasMore {
-		next := page.Next.Encode()
-		out.NextCursor = &next
-		link := url.Values{"limit": {strconv.Itoa(q.Limit)}, "cursor": {next}}
+		text := page.Next.Encode()
+		next = &text
+		link := url.Values{"limit": {strconv.Itoa(q.Limit)}, "cursor": {text}}
 		if q.UnreadOnly {
 			link.Set("unread", "true")
 		}
 		// Add, not Set: a deprecated version's Link rel="deprecation" stays.
 		w.Header().Add("Link", "<"+r.URL.Path+"?"+link.Encode()+`>; rel="next"`)
 	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
+	writePageBody(w, page.Items, page.HasMore, next, refreshCursor)
 }
 
 func (s *Server) markRead(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User) {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/apiversion"
+	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 )
@@ -46,6 +47,28 @@ func newMetrics(reg prometheus.Registerer, clk clock.Clock) *metrics {
 	}
 	reg.MustRegister(m.requests, m.apiRequests, m.duration, m.feedReads, m.replicaLag, m.limited)
 	return m
+}
+
+// tokenCacheStats is what a UserAuthorizer with a cache of verified tokens
+// (auth.UserVerifier) reports of it.
+type tokenCacheStats interface {
+	TokenCacheStats() auth.TokenCacheStats
+}
+
+// registerTokenCache exports the counts of the user token cache, read at
+// each scrape.
+func registerTokenCache(reg prometheus.Registerer, c tokenCacheStats) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spoolcast_token_cache_hits_total",
+			Help: "User tokens answered from the cache of verified tokens, without their signature checked again."},
+			func() float64 { return float64(c.TokenCacheStats().Hits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spoolcast_token_cache_misses_total",
+			Help: "User tokens checked in full (signature and claims) because the cache did not hold them, valid or not."},
+			func() float64 { return float64(c.TokenCacheStats().Misses) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spoolcast_token_cache_entries",
+			Help: "Verified user tokens the cache holds now, up to its bound (10,000 unless configured otherwise)."},
+			func() float64 { return float64(c.TokenCacheStats().Entries) }),
+	)
 }
 
 // initFeedReads creates at 0 the series of where feed reads may go: with a

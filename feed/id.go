@@ -16,11 +16,14 @@ type ID struct {
 }
 
 // String returns the API form of the id.
-func (id ID) String() string {
+func (id ID) String() string { return string(id.append(nil)) }
+
+// append appends the API form of the id to dst.
+func (id ID) append(dst []byte) []byte {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(id.CreatedAt.UnixMicro()))
 	binary.BigEndian.PutUint64(b[8:], uint64(id.Seq))
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	return base64.RawURLEncoding.AppendEncode(dst, b[:])
 }
 
 // ParseID reads an API id; anything this server did not make is ErrNotFound.

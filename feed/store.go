@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/pghistory"
 	"github.com/spoolcast/spoolcast/internal/weekly"
 )
 
@@ -63,6 +66,9 @@ type Page struct {
 	HasMore bool
 	// Next is the cursor of the page after this one; zero when HasMore is false.
 	Next Cursor
+	// Refresh is where a since read starts, read with the page when
+	// Query.Refresh asked for it.
+	Refresh *Refresh
 }
 
 // Query selects a page.
@@ -74,6 +80,9 @@ type Query struct {
 	After *Cursor
 	// UnreadOnly keeps only rows without read_at.
 	UnreadOnly bool
+	// Refresh also reads the refresh cursor (Page.Refresh), in the page's
+	// statement. Only for a first page (no After).
+	Refresh bool
 }
 
 // Store reads and updates feeds.
@@ -81,6 +90,7 @@ type Store struct {
 	db         DB
 	clock      clock.Clock
 	partitions *partitionCache
+	prepared   bool // reads run as named prepared statements
 }
 
 // NewStore returns a store over db that tells time by clk: the newest
@@ -95,7 +105,31 @@ func NewStore(db DB, clk clock.Clock) *Store {
 // they are the same on a streaming standby, and a partition it does not
 // have yet is only read through the partitioned table for a while.
 func (s *Store) On(db DB) *Store {
-	return &Store{db: db, clock: s.clock, partitions: s.partitions}
+	return &Store{db: db, clock: s.clock, partitions: s.partitions, prepared: s.prepared}
+}
+
+// WithPreparedReads returns the store running its reads (pages, unread
+// counts) as named prepared statements: parsed once per connection and,
+// once Postgres settles on a generic plan, planned once, where an unnamed
+// statement is parsed and planned at every run (most of what a page costs
+// Postgres: benchmarks/README.md, "Feed reads under load"). Only for a DB
+// whose every connection may hold them: straight to Postgres, or through a
+// pooler that carries them (PgBouncer 1.21 or later with
+// max_prepared_statements > 0). Their texts name the weeks' partitions, so
+// a connection prepares a few more each week, and pgx's statement cache
+// (512 a connection) drops the oldest.
+func (s *Store) WithPreparedReads() *Store {
+	out := *s
+	out.prepared = true
+	return &out
+}
+
+// args are a read's arguments, after the mode it runs in.
+func (s *Store) args(args queryArgs) []any {
+	if s.prepared {
+		return append([]any{pgx.QueryExecModeCacheStatement}, args...)
+	}
+	return args
 }
 
 // The notification read shape, shared with the live stream's reads: the
@@ -117,8 +151,11 @@ const (
 // ScanTargets returns where the columns NotificationFields, then a read
 // state (ReadState, or a plain n.read_at), scan into, in order: a query may
 // scan columns of its own around them.
+//
+// Data scans as the bytes Postgres sent: as a json.RawMessage pgx would
+// parse it (json.Unmarshal) only to keep it as it came.
 func (n *Notification) ScanTargets() []any {
-	return []any{&n.ID, &n.Type, &n.Category, &n.Title, &n.Body, &n.Data, &n.Producer, &n.CreatedAt, &n.ReceivedAt, &n.ReadAt}
+	return []any{&n.ID, &n.Type, &n.Category, &n.Title, &n.Body, (*[]byte)(&n.Data), &n.Producer, &n.CreatedAt, &n.ReceivedAt, &n.ReadAt}
 }
 
 // ReadMark is the last read-all of user $1 as a row of one, joined as w: the
@@ -152,7 +189,8 @@ const FutureSlack = 24 * time.Hour
 // first, before it asks the partitioned table for the rest. Postgres plans a
 // query on the partitioned table at a cost that grows with its partitions,
 // several times a small page's own cost; a query on one partition plans like
-// a plain table. Most reads are answered from the newest one or two.
+// a plain table. Most reads are answered from the newest one or two, in one
+// statement that reads them in turn.
 const directWeeks = 2
 
 // span is a piece of a read: one week, asked by its partition's name, or
@@ -166,41 +204,80 @@ type span struct {
 }
 
 // bound adds the span's created_at bounds to a query on table n.
-func (sp span) bound(sql string, args []any) (string, []any) {
+func (sp span) bound(sql string, args *queryArgs) string {
 	if sp.before != nil {
-		args = append(args, *sp.before)
-		sql += fmt.Sprintf(` AND n.created_at < $%d`, len(args))
+		sql += ` AND n.created_at < ` + args.add(*sp.before)
 	}
 	if sp.from != nil {
-		args = append(args, *sp.from)
-		sql += fmt.Sprintf(` AND n.created_at >= $%d`, len(args))
+		sql += ` AND n.created_at >= ` + args.add(*sp.from)
 	}
-	return sql, args
+	return sql
 }
 
-// spans returns the pieces of a read of rows at or before upper, newest
-// first. A week whose partition does not exist (weeks before the deployment,
-// or a week maintenance has not created yet) is read through the partitioned
-// table rather than by a name Postgres would answer with an error.
-func (s *Store) spans(ctx context.Context, upper time.Time) ([]span, error) {
-	out := make([]span, 0, directWeeks+1)
-	week := weekly.Start(upper)
-	for range directWeeks {
-		name := weekly.Partition("notifications", week)
-		exists, err := s.partitions.exists(ctx, s.db, s.clock, name)
+// source is the span's table in a FROM list, as n.
+func (sp span) source() string { return pgx.Identifier{sp.table}.Sanitize() + ` n` }
+
+// queryArgs are the arguments of a statement being built.
+type queryArgs []any
+
+// add appends an argument and returns its placeholder.
+func (a *queryArgs) add(v any) string {
+	*a = append(*a, v)
+	return "$" + strconv.Itoa(len(*a))
+}
+
+// week returns the span of the week that starts at start: its partition by
+// name, or, when it does not exist (weeks before the deployment, or a week
+// maintenance has not created yet), the partitioned table bounded to the
+// week, rather than a name Postgres would answer with an error.
+func (s *Store) week(ctx context.Context, start time.Time) (span, error) {
+	name := weekly.Partition("notifications", start)
+	exists, err := s.partitions.exists(ctx, s.db, s.clock, name)
+	if err != nil {
+		return span{}, err
+	}
+	if exists {
+		return span{table: name, week: start}, nil
+	}
+	from, before := start, start.AddDate(0, 0, 7)
+	return span{table: "notifications", from: &from, before: &before, week: start}, nil
+}
+
+// weeks returns the spans of the weeks from newest's back to oldest's, newest first.
+func (s *Store) weeks(ctx context.Context, newest, oldest time.Time) ([]span, error) {
+	var out []span
+	for w, last := weekly.Start(newest), weekly.Start(oldest); !w.Before(last); w = w.AddDate(0, 0, -7) {
+		sp, err := s.week(ctx, w)
 		if err != nil {
 			return nil, err
 		}
-		if exists {
-			out = append(out, span{table: name, week: week})
-		} else {
-			from, before := week, week.AddDate(0, 0, 7)
-			out = append(out, span{table: "notifications", from: &from, before: &before, week: week})
-		}
-		week = week.AddDate(0, 0, -7)
+		out = append(out, sp)
 	}
-	before := week.AddDate(0, 0, 7)
-	return append(out, span{table: "notifications", before: &before}), nil
+	return out, nil
+}
+
+// spans returns the pieces of a read of rows at or before upper, newest
+// first: by name, the weeks from upper's back to directWeeks-1 weeks before
+// at's (a read of the newest rows bounds them by now plus FutureSlack, so
+// from Sunday it names next week's too), and the rest, every partition
+// before them, through the partitioned table.
+func (s *Store) spans(ctx context.Context, upper, at time.Time) (named []span, rest span, err error) {
+	named, err = s.weeks(ctx, upper, at.AddDate(0, 0, -7*(directWeeks-1)))
+	if err != nil {
+		return nil, span{}, err
+	}
+	before := named[len(named)-1].week
+	return named, span{table: "notifications", before: &before}, nil
+}
+
+// forget drops what is known of the spans' partitions: a statement naming
+// them found one missing (retention dropped it since it was looked up).
+func (s *Store) forget(spans ...[]span) {
+	for _, sps := range spans {
+		for _, sp := range sps {
+			s.partitions.forget(sp.table)
+		}
+	}
 }
 
 // partitionRecheck is how long a partition found missing is read through the
@@ -251,10 +328,33 @@ func (c *partitionCache) forget(name string) {
 	delete(c.present, name)
 }
 
+// Refresh is where a since read of the user's notifications in commit order
+// (live.Since) starts after a first page: the cursor live.Now makes, read
+// in the page's own statement, so from its snapshot. What committed before
+// it is on the page or further down the feed; every row after it is
+// returned by a since read from it (a row may be in both).
+type Refresh struct {
+	// Tx and ID are the position of the user's last row below the
+	// statement's horizon (pg_snapshot_xmin) among those created within
+	// IngestSlack before At; zero when none is.
+	Tx uint64
+	ID int64
+	// At is the statement's time (now()).
+	At time.Time
+	// History, WAL and Synchronous are the database's history, the
+	// statement's place in its WAL, and whether its commits wait for a
+	// synchronous standby (package pghistory).
+	History     pghistory.History
+	WAL         uint64
+	Synchronous bool
+}
+
 // Page returns the page q names, newest first. It reads limit+1 rows to learn
 // whether another page follows. Notifications are partitioned by week of
-// created_at: the page reads the newest partitions first, each by name, and
-// stops once it has its rows, so its cost does not grow with the partitions kept.
+// created_at: one statement reads the newest partitions by name in turn (from
+// the cursor's week, after a cursor), the read mark and, with q.Refresh, the
+// refresh cursor; only a page those weeks cannot fill reads on, through the
+// partitioned table, so its cost does not grow with the partitions kept.
 func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 	limit := q.Limit
 	if limit == 0 {
@@ -263,72 +363,165 @@ func (s *Store) Page(ctx context.Context, q Query) (Page, error) {
 	if limit < 1 || limit > MaxLimit {
 		return Page{}, fmt.Errorf("limit %d: want 1..%d", limit, MaxLimit)
 	}
-	upper := s.clock.Now().Add(FutureSlack)
-	if q.After != nil {
-		upper = q.After.CreatedAt
+	if q.Refresh && q.After != nil {
+		return Page{}, errors.New("a refresh cursor is read with a first page only")
 	}
-	var items []Notification
-	spans, err := s.spans(ctx, upper)
+	now := s.clock.Now()
+	upper, at := now.Add(FutureSlack), now
+	if q.After != nil {
+		upper, at = q.After.CreatedAt, q.After.CreatedAt
+	}
+	p, err := s.page(ctx, q, limit, now, upper, at)
+	if undefinedTable(err) { // a partition dropped since it was looked up: once more, looked up again
+		p, err = s.page(ctx, q, limit, now, upper, at)
+	}
 	if err != nil {
 		return Page{}, fmt.Errorf("read feed: %w", err)
 	}
-	for _, sp := range spans {
-		more, err := s.pageIn(ctx, q, sp, upper, limit+1-len(items))
-		if err != nil {
-			return Page{}, fmt.Errorf("read feed: %w", err)
-		}
-		if items = append(items, more...); len(items) > limit {
-			break
+	return p, nil
+}
+
+func (s *Store) page(ctx context.Context, q Query, limit int, now, upper, at time.Time) (Page, error) {
+	named, rest, err := s.spans(ctx, upper, at)
+	if err != nil {
+		return Page{}, err
+	}
+	var refresh []span
+	if q.Refresh {
+		// The weeks that can hold a row created within IngestSlack before
+		// Postgres's now(), which may differ from ours by FutureSlack.
+		if refresh, err = s.weeks(ctx, now.Add(FutureSlack), now.Add(-FutureSlack-IngestSlack)); err != nil {
+			return Page{}, err
 		}
 	}
-	p := Page{Items: items}
-	if len(items) > limit {
-		p.Items, p.HasMore = items[:limit], true
+	p := Page{}
+	p.Items, p.Refresh, err = s.readPage(ctx, q, named, upper, limit+1, refresh)
+	if err != nil {
+		if undefinedTable(err) {
+			s.forget(named, refresh)
+		}
+		return Page{}, err
+	}
+	if len(p.Items) <= limit {
+		more, _, err := s.readPage(ctx, q, []span{rest}, upper, limit+1-len(p.Items), nil)
+		if err != nil {
+			return Page{}, err
+		}
+		p.Items = append(p.Items, more...)
+	}
+	if len(p.Items) > limit {
+		p.Items, p.HasMore = p.Items[:limit], true
 		last := p.Items[limit-1]
 		p.Next = Cursor{CreatedAt: last.CreatedAt, ID: last.ID}
 	}
 	return p, nil
 }
 
-// pageIn reads up to n rows of q's page, created at or before upper, from one span.
-func (s *Store) pageIn(ctx context.Context, q Query, sp span, upper time.Time, n int) ([]Notification, error) {
-	sql := `SELECT ` + NotificationColumns + `
-		FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n, ` + ReadMark + ` w
-		WHERE n.user_id = $1 AND n.created_at <= $3`
-	args := []any{q.UserID, n, upper}
-	sql, args = sp.bound(sql, args)
-	if q.UnreadOnly {
-		sql += ` AND n.read_at IS NULL AND NOT ` + ReadAllCovers
-	}
+// readPage reads, in one statement, up to n rows of q's page created at or
+// before upper from the spans, newest first: each span's rows in index
+// order, merged, read no further than n; with refresh (the spans the
+// refresh position may lie in), the refresh cursor too.
+func (s *Store) readPage(ctx context.Context, q Query, spans []span, upper time.Time, n int, refresh []span) ([]Notification, *Refresh, error) {
+	args := queryArgs{q.UserID}
+	limit, up := args.add(n), args.add(upper)
+	var afterAt, afterID string
 	if q.After != nil {
-		// A row comparison matches the index order, so the scan starts right
-		// at the cursor whatever its depth.
-		sql += fmt.Sprintf(` AND (n.created_at, n.id) < ($%d, $%d)`, len(args)+1, len(args)+2)
-		args = append(args, q.After.CreatedAt, q.After.ID)
+		afterAt, afterID = args.add(q.After.CreatedAt), args.add(q.After.ID)
 	}
-	sql += ` ORDER BY n.created_at DESC, n.id DESC LIMIT $2`
-	rows, err := s.db.Query(ctx, sql, args...)
-	var items []Notification
-	if err == nil {
-		items, err = pgx.CollectRows(rows, scanNotification)
+	branches := make([]string, len(spans))
+	for i, sp := range spans {
+		b := `SELECT ` + NotificationColumns + ` FROM ` + sp.source() + `, w WHERE n.user_id = $1 AND n.created_at <= ` + up
+		b = sp.bound(b, &args)
+		if q.UnreadOnly {
+			b += ` AND n.read_at IS NULL AND NOT ` + ReadAllCovers
+		}
+		if q.After != nil {
+			// A row comparison matches the index order, so the scan starts
+			// right at the cursor whatever its depth.
+			b += ` AND (n.created_at, n.id) < (` + afterAt + `, ` + afterID + `)`
+		}
+		branches[i] = b + ` ORDER BY n.created_at DESC, n.id DESC LIMIT ` + limit
 	}
-	if undefinedTable(err) {
-		s.partitions.forget(sp.table)
-		return nil, nil // dropped since it was looked up: nothing is left in it
+	page := branches[0]
+	if len(branches) > 1 {
+		// Postgres merges the branches (Merge Append) and stops at the
+		// limit: an older week is read only as far as the page needs it.
+		page = `SELECT * FROM ((` + strings.Join(branches, `) UNION ALL (`) + `)) u ORDER BY u.created_at DESC, u.id DESC LIMIT ` + limit
 	}
-	return items, err
+	sql := `WITH w AS MATERIALIZED ` + ReadMark + ` ` + page
+	if refresh != nil {
+		sql = refreshSQL(refresh, page, &args)
+	}
+	rows, err := s.db.Query(ctx, sql, s.args(args)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	items := make([]Notification, 0, n)
+	var r Refresh
+	var sys int64
+	var tl int32
+	var head []any // the refresh cursor's columns, before the page's
+	if refresh != nil {
+		head = []any{&r.At, &sys, &tl, &r.WAL, &r.Synchronous, &r.Tx, &r.ID}
+	}
+	read := false
+	for rows.Next() {
+		read = true
+		var note Notification
+		dest := append(head, note.ScanTargets()...)
+		empty := refresh != nil && rows.RawValues()[len(head)] == nil // the refresh cursor alone: no row
+		if empty {
+			dest = append(head, make([]any, len(dest)-len(head))...)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, err
+		}
+		if !empty {
+			items = append(items, note)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	if refresh == nil {
+		return items, nil, nil
+	}
+	if !read {
+		return nil, nil, errors.New("the refresh cursor was not read")
+	}
+	r.History = pghistory.History{System: uint64(sys), Timeline: uint32(tl)}
+	return items, &r, nil
+}
+
+// refreshSQL is the statement of a first page that also reads where a since
+// read starts (Refresh): the statement's state, evaluated once, and the
+// user's last row below its horizon (in commit order) among those created
+// within IngestSlack before its time, on every row of the page, and alone
+// on one row when the page is empty. This is live.Now's read, in the
+// page's snapshot: every row not in the page's snapshot belongs to a
+// transaction at or above the horizon, so a since read returns it.
+func refreshSQL(refresh []span, page string, args *queryArgs) string {
+	slack, future := args.add(IngestSlack), args.add(FutureSlack)
+	branches := make([]string, len(refresh))
+	for i, sp := range refresh {
+		branches[i] = sp.bound(`SELECT n.tx, n.id FROM `+sp.source()+` WHERE n.user_id = $1 AND n.tx < s.hz
+			AND n.created_at >= s.at - `+slack+`::interval AND n.created_at < s.at + `+future+`::interval`, args)
+	}
+	return `WITH w AS MATERIALIZED ` + ReadMark + `, s(hz, at, sys, tl, wal, sync) AS MATERIALIZED (
+			SELECT pg_snapshot_xmin(pg_current_snapshot()), now(), ` + pghistory.Columns + `, ` + pghistory.WAL + `, ` + pghistory.Synchronous + `)
+		SELECT s.at, s.sys, s.tl, s.wal, s.sync, coalesce(r.tx, '0'::xid8), coalesce(r.id, 0), p.*
+		FROM s LEFT JOIN LATERAL (
+			SELECT r.tx, r.id FROM ((` + strings.Join(branches, `) UNION ALL (`) + `)) r
+			ORDER BY r.tx DESC, r.id DESC LIMIT 1) r ON true
+		LEFT JOIN (` + page + `) p ON true
+		ORDER BY p.created_at DESC, p.id DESC`
 }
 
 // undefinedTable reports a missing relation: a week whose partition does not exist.
 func undefinedTable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
-}
-
-func scanNotification(row pgx.CollectableRow) (Notification, error) {
-	var n Notification
-	err := row.Scan(n.ScanTargets()...)
-	return n, err
 }
 
 // MarkRead marks one of the user's notifications read. Marking it again, or
@@ -404,48 +597,98 @@ func (s *Store) MarkAllRead(ctx context.Context, userID string) (through ID, ok 
 // UnreadCount counts the user's unread notifications up to UnreadCap; capped
 // is true when there are more. It never counts a whole feed: it reads the
 // unread index from the top down to the newest notification read-all
-// covered, at most UnreadCap+1 rows, the newest partitions first (older ones
-// only while that lies further back), then the few that committed after the
-// read-all though older in feed order.
+// covered, at most UnreadCap+1 rows, and the few that committed after the
+// read-all though older in feed order. One statement reads the newest
+// partitions by name; only when the read-all lies further back (or there is
+// none) and they hold no more than UnreadCap does a second read the rest.
 func (s *Store) UnreadCount(ctx context.Context, userID string) (count int, capped bool, err error) {
-	spans, err := s.spans(ctx, s.clock.Now().Add(FutureSlack))
+	now := s.clock.Now()
+	count, capped, err = s.unreadCount(ctx, userID, now)
+	if undefinedTable(err) { // a partition dropped since it was looked up: once more, looked up again
+		count, capped, err = s.unreadCount(ctx, userID, now)
+	}
 	if err != nil {
 		return 0, false, fmt.Errorf("unread count: %w", err)
 	}
-	for _, sp := range spans {
-		// Two ranges of the unread index: above the newest notification
-		// read-all covered, and below it the few whose transactions were
-		// still open when it was asked (they started at most IngestSlack
-		// before), which it left unread.
-		newer := `SELECT 1 FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n
-				WHERE n.user_id = $1 AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
-		args := []any{userID, UnreadCap + 1 - count, IngestSlack}
-		newer, args = sp.bound(newer, args)
-		late := `SELECT 1 FROM ` + pgx.Identifier{sp.table}.Sanitize() + ` n
-				WHERE n.user_id = $1 AND n.read_at IS NULL AND (n.created_at, n.id) <= (w.at, w.id)
-				  AND n.created_at >= w.marked - $3::interval AND NOT pg_visible_in_snapshot(n.tx, w.snap)`
-		late, args = sp.bound(late, args)
-		sql := `SELECT (SELECT count(*) FROM (` + newer + ` LIMIT $2) a) + (SELECT count(*) FROM (` + late + ` LIMIT $2) b),
-				w.at, w.marked - $3::interval FROM ` + ReadMark + ` w`
-		var n int
-		var through, oldestLate pgtype.Timestamptz
-		err := s.db.QueryRow(ctx, sql, args...).Scan(&n, &through, &oldestLate)
-		if undefinedTable(err) {
-			s.partitions.forget(sp.table)
-			continue
-		}
-		if err != nil {
-			return 0, false, fmt.Errorf("unread count: %w", err)
-		}
-		if count += n; count > UnreadCap {
-			return UnreadCap, true, nil
-		}
-		covered := func(t pgtype.Timestamptz) bool {
-			return t.Valid && t.InfinityModifier == pgtype.Finite && !t.Time.Before(sp.week)
-		}
-		if !sp.week.IsZero() && covered(through) && covered(oldestLate) {
-			break // everything older was covered by read-all
-		}
+	return count, capped, nil
+}
+
+func (s *Store) unreadCount(ctx context.Context, userID string, now time.Time) (int, bool, error) {
+	named, _, err := s.spans(ctx, now.Add(FutureSlack), now)
+	if err != nil {
+		return 0, false, err
 	}
-	return count, false, nil
+	var ranges []unreadRange
+	for _, sp := range named {
+		ranges = append(ranges, unreadRange{span: sp}, unreadRange{span: sp, late: true})
+	}
+	n, through, oldestLate, err := s.countUnread(ctx, userID, ranges, UnreadCap+1)
+	if undefinedTable(err) {
+		s.forget(named)
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if n > UnreadCap {
+		return UnreadCap, true, nil
+	}
+	// What lies before the named weeks, through the partitioned table, and
+	// only what the read mark leaves unread: the newer range from the read
+	// mark on, the late range from how far back it reaches. Both bounds
+	// are known now, so Postgres plans only the partitions between them.
+	before := named[len(named)-1].week
+	finite := func(t pgtype.Timestamptz) bool { return t.Valid && t.InfinityModifier == pgtype.Finite }
+	ranges = ranges[:0]
+	if !finite(through) || through.Time.Before(before) {
+		sp := span{table: "notifications", before: &before}
+		if finite(through) {
+			sp.from = &through.Time
+		}
+		ranges = append(ranges, unreadRange{span: sp})
+	}
+	if finite(oldestLate) && oldestLate.Time.Before(before) { // none without a read-all
+		ranges = append(ranges, unreadRange{span: span{table: "notifications", before: &before, from: &oldestLate.Time}, late: true})
+	}
+	if len(ranges) == 0 {
+		return n, false, nil // everything older was covered by read-all
+	}
+	more, _, _, err := s.countUnread(ctx, userID, ranges, UnreadCap+1-n)
+	if err != nil {
+		return 0, false, err
+	}
+	if n += more; n > UnreadCap {
+		return UnreadCap, true, nil
+	}
+	return n, false, nil
+}
+
+// unreadRange is one range of the unread index in a span: above the newest
+// notification read-all covered, or (late) below it, the few whose
+// transactions were still open when it was asked (they started at most
+// IngestSlack before), which it left unread.
+type unreadRange struct {
+	span
+	late bool
+}
+
+// countUnread counts up to max unread rows of the user in the ranges, in
+// one statement that reads them in turn and no further than max, and
+// returns the read mark's newest notification and how far back rows it
+// left unread may lie.
+func (s *Store) countUnread(ctx context.Context, userID string, ranges []unreadRange, max int) (n int, through, oldestLate pgtype.Timestamptz, err error) {
+	args := queryArgs{userID}
+	limit, slack := args.add(max), args.add(IngestSlack)
+	selects := make([]string, len(ranges))
+	for i, r := range ranges {
+		sql := `SELECT 1 FROM ` + r.source() + ` WHERE n.user_id = $1 AND n.read_at IS NULL AND (n.created_at, n.id) > (w.at, w.id)`
+		if r.late {
+			sql = `SELECT 1 FROM ` + r.source() + ` WHERE n.user_id = $1 AND n.read_at IS NULL AND (n.created_at, n.id) <= (w.at, w.id)
+				AND n.created_at >= w.marked - ` + slack + `::interval AND NOT pg_visible_in_snapshot(n.tx, w.snap)`
+		}
+		selects[i] = r.bound(sql, &args)
+	}
+	sql := `SELECT (SELECT count(*) FROM ((` + strings.Join(selects, `) UNION ALL (`) + `) LIMIT ` + limit + `) c),
+			w.at, w.marked - ` + slack + `::interval FROM ` + ReadMark + ` w`
+	err = s.db.QueryRow(ctx, sql, s.args(args)...).Scan(&n, &through, &oldestLate)
+	return n, through, oldestLate, err
 }

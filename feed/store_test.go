@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/eventtest"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/weekly"
+	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
@@ -418,5 +421,258 @@ func TestANotificationCommittedAfterReadAllIsUnreadThoughOlder(t *testing.T) {
 	}
 	if n, _, _ := store.UnreadCount(ctx, "dana"); n != 0 {
 		t.Errorf("unread after the second read-all = %d, want 0", n)
+	}
+}
+
+// statementCounter passes every statement to Postgres and counts the
+// feed's reads: the partition lookups, made once and remembered, apart.
+type statementCounter struct {
+	*pgxpool.Pool
+	n atomic.Int64
+}
+
+func (c *statementCounter) count(sql string) {
+	if !strings.Contains(sql, "to_regclass") {
+		c.n.Add(1)
+	}
+}
+
+func (c *statementCounter) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.count(sql)
+	return c.Pool.Query(ctx, sql, args...)
+}
+
+func (c *statementCounter) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.count(sql)
+	return c.Pool.QueryRow(ctx, sql, args...)
+}
+
+// statements runs read and returns how many statements it sent.
+func (c *statementCounter) statements(t *testing.T, read func() error) int64 {
+	t.Helper()
+	before := c.n.Load()
+	if err := read(); err != nil {
+		t.Fatal(err)
+	}
+	return c.n.Load() - before
+}
+
+func TestPagesAndUnreadCountsOfARecentFeedAreOneStatementEach(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	seed(t, pool, "gus", "g", 150, 50)
+	db := &statementCounter{Pool: pool}
+	store := feed.NewStore(db, nil)
+	var first feed.Page
+	for _, tc := range []struct {
+		name string
+		read func() error
+		want int64
+	}{
+		{"a first page and its refresh cursor", func() (err error) {
+			first, err = store.Page(ctx, feed.Query{UserID: "gus", Refresh: true})
+			return err
+		}, 1},
+		{"the page after it", func() error { _, err := store.Page(ctx, feed.Query{UserID: "gus", After: &first.Next}); return err }, 1},
+		{"an unread page", func() error { _, err := store.Page(ctx, feed.Query{UserID: "gus", UnreadOnly: true}); return err }, 1},
+		{"a capped unread count", func() error { _, _, err := store.UnreadCount(ctx, "gus"); return err }, 1},
+		{"read-all", func() error { _, _, err := store.MarkAllRead(ctx, "gus"); return err }, 1},
+		{"an unread count after read-all", func() error { _, _, err := store.UnreadCount(ctx, "gus"); return err }, 1},
+		// Without a read-all, fewer unread rows than the cap in the newest
+		// weeks: the rest of the feed is counted too.
+		{"the unread count of a small feed never read", func() error { _, _, err := store.UnreadCount(ctx, "nobody"); return err }, 2},
+	} {
+		if got := db.statements(t, tc.read); got != tc.want {
+			t.Errorf("%s: %d statements, want %d", tc.name, got, tc.want)
+		}
+	}
+	if first.Refresh == nil || len(first.Items) != feed.DefaultLimit || !first.HasMore {
+		t.Errorf("first page = %d items, has_more %v, refresh %+v", len(first.Items), first.HasMore, first.Refresh)
+	}
+}
+
+// The newest weeks are counted first; the weeks before them, from the
+// read-all on (only those partitions are planned).
+func TestAnUnreadCountAfterAReadAllWeeksAgoCountsWhatCameSince(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	insert := func(daysAgo int) {
+		t.Helper()
+		at := time.Now().AddDate(0, 0, -daysAgo)
+		if _, err := pool.Exec(ctx, `SELECT spoolcast_ensure_week_partition('notifications', $1)`, at); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO notifications (user_id, created_at, type, category, producer, idempotency_key, notification_key, title)
+			VALUES ('hana', $1, 't', 'c', 'p', $2, $2, $2)`, at, fmt.Sprintf("%d days ago", daysAgo)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := feed.NewStore(pool, nil)
+	insert(60)
+	insert(40)
+	if _, _, err := store.MarkAllRead(ctx, "hana"); err != nil { // through the one of 40 days ago
+		t.Fatal(err)
+	}
+	insert(30)
+	insert(20)
+	insert(1)
+	if n, capped, err := store.UnreadCount(ctx, "hana"); err != nil || n != 3 || capped {
+		t.Errorf("unread = %d capped=%v %v; want the three since read-all", n, capped, err)
+	}
+}
+
+func TestTheRefreshCursorIsWhereLiveNowStands(t *testing.T) {
+	// Not parallel: a transaction another test holds open moves the horizon
+	// of both reads.
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	store := feed.NewStore(pool, nil)
+	seed(t, pool, "ivy", "i", 30, 10)
+	for _, user := range []string{"ivy", "nobody"} {
+		page, err := store.Page(ctx, feed.Query{UserID: user, Refresh: true})
+		if err != nil || page.Refresh == nil {
+			t.Fatalf("%s's first page = %v, %v", user, page.Refresh, err)
+		}
+		want, err := live.Now(ctx, pool, user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := page.Refresh
+		got := live.Cursor{Position: live.Position{Tx: r.Tx, ID: r.ID}, At: r.At, History: r.History, WAL: r.WAL, Synchronous: r.Synchronous}
+		if got.Position != want.Position || got.History != want.History || got.Synchronous != want.Synchronous ||
+			got.WAL == 0 || got.WAL > want.WAL || got.At.After(want.At) || want.At.Sub(got.At) > time.Minute {
+			t.Errorf("%s: the page's refresh cursor %+v; live.Now's right after %+v", user, got, want)
+		}
+	}
+	if _, err := store.Page(ctx, feed.Query{UserID: "ivy", Refresh: true, After: &feed.Cursor{CreatedAt: time.Now(), ID: 1}}); err == nil {
+		t.Error("a refresh cursor after a cursor was read; want an error: it belongs to a first page")
+	}
+}
+
+func TestARowCommittedAfterAFirstPageIsReturnedSinceItsRefreshCursor(t *testing.T) {
+	// Not parallel: it holds a transaction open, which holds back what
+	// another test's since read returns.
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	store := feed.NewStore(pool, nil)
+	seed(t, pool, "jo", "before", 3, 3)
+	open, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(ctx)
+	if _, err := ingest.Ingest(ctx, open, []ingest.Item{{Producer: "p", Event: eventtest.Event(t, "late", "jo")}}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := store.Page(ctx, feed.Query{UserID: "jo", Refresh: true})
+	if err != nil || len(page.Items) != 3 {
+		t.Fatalf("first page = %d items, %v; want the three committed", len(page.Items), err)
+	}
+	if err := open.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seed(t, pool, "jo", "after", 1, 1)
+	r := page.Refresh
+	changes, err := live.Since(ctx, pool, "jo", live.Cursor{Position: live.Position{Tx: r.Tx, ID: r.ID}, At: r.At, History: r.History, WAL: r.WAL, Synchronous: r.Synchronous}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var titles []string
+	for _, n := range changes.Items {
+		titles = append(titles, n.Title)
+	}
+	if fmt.Sprint(titles) != "[Export ready n 0]" { // the late one, then the one after
+		t.Errorf("since the first page's refresh cursor: %v; want what it did not show, in commit order", titles)
+	}
+}
+
+func TestPreparedReadsAnswerAsUnnamedOnesAndArePlannedOnce(t *testing.T) {
+	t.Parallel()
+	// One connection, to see what it holds prepared.
+	pool := pgtest.Connect(t, pgtest.DB(t)+"&pool_max_conns=1")
+	ctx := context.Background()
+	seed(t, pool, "kim", "old", 60, 20)
+	if _, _, err := feed.NewStore(pool, nil).MarkAllRead(ctx, "kim"); err != nil {
+		t.Fatal(err)
+	}
+	seed(t, pool, "kim", "new", 5, 5)
+	unnamed := feed.NewStore(pool, nil)
+	prepared := unnamed.WithPreparedReads()
+	ids := func(p feed.Page) string {
+		var out []int64
+		for _, n := range p.Items {
+			out = append(out, n.ID)
+		}
+		return fmt.Sprint(out, p.HasMore, p.Next)
+	}
+	for range 8 { // past the custom plans Postgres tries first
+		for _, q := range []feed.Query{{UserID: "kim", Refresh: true}, {UserID: "kim", Limit: 7, UnreadOnly: true}} {
+			a, errA := unnamed.Page(ctx, q)
+			b, errB := prepared.Page(ctx, q)
+			if errA != nil || errB != nil || ids(a) != ids(b) {
+				t.Fatalf("%+v: unnamed %s, %v; prepared %s, %v", q, ids(a), errA, ids(b), errB)
+			}
+			next, after := q, a.Next
+			next.Refresh, next.After = false, &after
+			a, errA = unnamed.Page(ctx, next)
+			b, errB = prepared.Page(ctx, next)
+			if errA != nil || errB != nil || ids(a) != ids(b) {
+				t.Fatalf("next page: unnamed %s, %v; prepared %s, %v", ids(a), errA, ids(b), errB)
+			}
+		}
+		n, capped, err := prepared.UnreadCount(ctx, "kim")
+		if err != nil || n != 5 || capped {
+			t.Fatalf("prepared unread count = %d %v %v; want 5", n, capped, err)
+		}
+	}
+	var statements, generic int
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE generic_plans > 0) FROM pg_prepared_statements`).Scan(&statements, &generic); err != nil {
+		t.Fatal(err)
+	}
+	if statements < 4 || generic < 4 {
+		t.Errorf("the connection holds %d prepared statements, %d of them on a generic plan; want the reads', planned once", statements, generic)
+	}
+}
+
+func TestAPartitionDroppedAfterItWasReadIsNotReadAgain(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	old := weekly.Start(time.Now()).Add(-12 * time.Hour) // last week's, read by name
+	if _, err := pool.Exec(ctx, `SELECT spoolcast_ensure_week_partition('notifications', $1)`, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO notifications (user_id, created_at, type, category, producer, idempotency_key, notification_key, title)
+		VALUES ('lou', $1, 't', 'c', 'p', 'old', 'old', 'old')`, old); err != nil {
+		t.Fatal(err)
+	}
+	seed(t, pool, "lou", "now", 1, 1)
+	db := &errorRecorder{Pool: pool}
+	stores := []*feed.Store{feed.NewStore(db, nil), feed.NewStore(db, nil).WithPreparedReads()}
+	for _, store := range stores {
+		for range 2 {
+			if got := fmt.Sprint(allTitles(t, store, feed.Query{UserID: "lou", Limit: 5})); got != "[n 0 old]" {
+				t.Fatalf("lou's feed = %s; want both", got)
+			}
+		}
+	}
+	// Retention drops the old week, which both stores know as present.
+	if _, err := pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{weekly.Partition("notifications", old)}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	for i, store := range stores {
+		if i == 0 { // the count first: it finds the partition gone
+			if n, _, err := store.UnreadCount(ctx, "lou"); err != nil || n != 1 {
+				t.Errorf("unread after the drop = %d, %v; want 1", n, err)
+			}
+		}
+		if got := fmt.Sprint(allTitles(t, store, feed.Query{UserID: "lou", Limit: 5})); got != "[n 0]" {
+			t.Errorf("lou's feed after the drop = %s; want the newest alone", got)
+		}
+		if n, _, err := store.UnreadCount(ctx, "lou"); err != nil || n != 1 {
+			t.Errorf("unread after the drop = %d, %v; want 1", n, err)
+		}
 	}
 }

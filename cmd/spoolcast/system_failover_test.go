@@ -66,7 +66,11 @@ func (a *streamApp) run(ctx context.Context) {
 // reload reads the whole feed, as an app whose cursor was refused does.
 func (a *streamApp) reload(ctx context.Context) {
 	for cursor := ""; ctx.Err() == nil; {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/v1/notifications?limit=100&cursor="+cursor, nil)
+		pageURL := a.base + "/v1/notifications?limit=100" // a first page has no cursor (an empty one is a 400)
+		if cursor != "" {
+			pageURL += "&cursor=" + cursor
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, pageURL, nil)
 		req.Header.Set("Authorization", "Bearer "+a.token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -73,6 +73,8 @@ type SpoolMetrics struct {
 	deadBytes    *prometheus.Desc
 	fileBytes    *prometheus.Desc
 	diskFull     *prometheus.Desc
+	unmerged     *prometheus.Desc
+	filterBytes  *prometheus.Desc
 	batchSize    prometheus.Histogram
 	commitTaken  prometheus.Histogram
 }
@@ -92,6 +94,8 @@ func NewSpoolMetrics(reg prometheus.Registerer, log *slog.Logger) *SpoolMetrics 
 		deadBytes:    prometheus.NewDesc("spoolcast_spool_dead_bytes", "Payload bytes of dead rows.", nil, nil),
 		fileBytes:    prometheus.NewDesc("spoolcast_spool_bytes", "Size of the spool's database file, its key index file and their WALs on disk.", nil, nil),
 		diskFull:     prometheus.NewDesc("spoolcast_spool_disk_full", "1 while the spool's last write found its disk full (new events get 503), else 0.", nil, nil),
+		unmerged:     prometheus.NewDesc("spoolcast_spool_unmerged_keys", "Claimed keys the spool's writer holds in memory, not yet merged into the key index file; new events get 503 past 8 merge batches of them.", nil, nil),
+		filterBytes:  prometheus.NewDesc("spoolcast_spool_key_filter_bytes", "Memory of the Bloom filters before the spool's key index file, about 2 bytes per kept key.", nil, nil),
 		batchSize: metric.Histogram("spoolcast_spool_commit_batch_size",
 			"Writes carried by one spool transaction (group commit).", prometheus.ExponentialBuckets(1, 2, 11)),
 		commitTaken: metric.Histogram("spoolcast_spool_commit_duration_seconds",
@@ -112,7 +116,7 @@ func (m *SpoolMetrics) ObserveCommit(writes int, took time.Duration) {
 
 // Describe implements prometheus.Collector.
 func (m *SpoolMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.pending, m.pendingBytes, m.maxBytesDesc, m.oldestAge, m.keptKeys, m.refeedBytes, m.dead, m.deadBytes, m.fileBytes, m.diskFull} {
+	for _, d := range []*prometheus.Desc{m.pending, m.pendingBytes, m.maxBytesDesc, m.oldestAge, m.keptKeys, m.refeedBytes, m.dead, m.deadBytes, m.fileBytes, m.diskFull, m.unmerged, m.filterBytes} {
 		ch <- d
 	}
 }
@@ -138,6 +142,8 @@ func (m *SpoolMetrics) Collect(ch chan<- prometheus.Metric) {
 		v float64
 	}{
 		{m.pending, float64(st.Pending)},
+		{m.unmerged, float64(st.UnmergedKeys)},
+		{m.filterBytes, float64(st.KeyFilterBytes)},
 		{m.pendingBytes, float64(st.PendingBytes)},
 		{m.maxBytesDesc, float64(m.maxBytes)},
 		{m.oldestAge, st.OldestPendingAge.Seconds()},

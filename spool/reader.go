@@ -87,10 +87,19 @@ type Stats struct {
 	DeadBytes int64 `json:"dead_bytes"`
 	// FileBytes is the size of the database file, the key index file and their WALs on disk.
 	FileBytes int64 `json:"file_bytes"`
+	// UnmergedKeys is how many claimed keys the writer holds in memory, not
+	// yet in the key index file; KeyFilterBytes is the memory of the
+	// filters before that file. Both only from the spool's own process.
+	UnmergedKeys   int64 `json:"-"`
+	KeyFilterBytes int64 `json:"-"`
 }
 
 // Stats reads the spool's depth, lag and size.
-func (s *Spool) Stats(ctx context.Context) (Stats, error) { return s.reader.Stats(ctx) }
+func (s *Spool) Stats(ctx context.Context) (Stats, error) {
+	st, err := s.reader.Stats(ctx)
+	st.UnmergedKeys, st.KeyFilterBytes = int64(s.recent.len()), s.filter.bytes()
+	return st, err
+}
 
 // List returns rows in seq order, see Reader.List.
 func (s *Spool) List(ctx context.Context, filter Filter, limit int) ([]Record, error) {

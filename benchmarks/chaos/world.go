@@ -217,6 +217,9 @@ func setUp(ctx context.Context, dir, binary string) (*world, error) {
 			args: []string{"central", "--listen", addr, "--database-url", w.dbURL,
 				"--oidc-issuer", w.issuer.Issuer, "--oidc-audience", audience, "--jwks-url", jwksURL,
 				"--push=true", "--expo-url", w.expoURL, "--receipt-interval", "1s",
+				// A replica killed mid-send leaves its dispatches queued
+				// for this long: within the run's settling.
+				"--push-interrupted-after", "3m",
 				"--prefs-url", prefsURL, "--service-jwt-secret-file", secret, "--prefs-timeout", "300ms", "--prefs-cache-ttl", "2s",
 				"--maintenance-interval", "0", "--db-connect-timeout", "2s", "--shutdown-timeout", "20s", "--log-level", "warn"},
 		})

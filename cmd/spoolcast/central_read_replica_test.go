@@ -56,3 +56,12 @@ func TestCentralRefusesANegativeMaxReplicaLag(t *testing.T) {
 		t.Errorf("central --max-replica-lag -1s: %v %s; want a refusal naming the flag", err, out)
 	}
 }
+
+func TestCentralRefusesAnInterruptedAfterWithinTheLease(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(proctest.Binary(t), "central", "--database-url", "postgres://x/y", "--oidc-issuer", "i", "--oidc-audience", "a",
+		"--jwks-url", "http://127.0.0.1:1/jwks", "--push-interrupted-after", "1m").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--push-interrupted-after") {
+		t.Errorf("central --push-interrupted-after 1m: %v %s; want a refusal naming the flag", err, out)
+	}
+}

@@ -30,7 +30,8 @@ type pushFlags struct {
 	prefsCacheTTL   time.Duration
 	prefsTimeout    time.Duration
 	receiptInterval time.Duration
-	maxDevices      int // enabled push devices per user; 0 is push.DefaultMaxEnabledPerUser
+	interrupted     time.Duration // 0 is push's default, 10m
+	maxDevices      int           // enabled push devices per user; 0 is push.DefaultMaxEnabledPerUser
 }
 
 func (p *pushFlags) register(fs *flag.FlagSet) {
@@ -44,6 +45,7 @@ func (p *pushFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.prefsCacheTTL, "prefs-cache-ttl", time.Minute, "how long an answer of --prefs-url is kept per user (failures never are)")
 	fs.DurationVar(&p.prefsTimeout, "prefs-timeout", 300*time.Millisecond, "longest wait for --prefs-url; past it the notification is pushed anyway (fail open)")
 	fs.DurationVar(&p.receiptInterval, "receipt-interval", 30*time.Second, "how often push receipts are fetched")
+	fs.DurationVar(&p.interrupted, "push-interrupted-after", 10*time.Minute, "how long a dispatch written but never answered (its replica killed mid-send) stays queued before it ends failed (interrupted); never resent, as Expo may have taken it. At least 3m: a live replica records a send's outcome within its 2-minute lease")
 	fs.IntVar(&p.maxDevices, "max-devices-per-user", push.DefaultMaxEnabledPerUser, "most enabled push devices a user keeps; registering one more disables the user's least recently seen (disabled_reason replaced)")
 }
 
@@ -53,6 +55,9 @@ func (p *pushFlags) validate() error {
 		return errors.New("--expo-rate must not be negative and --expo-concurrency must be at least 1")
 	case p.maxAge < 0 || p.prefsCacheTTL < 0 || p.prefsTimeout < 0 || p.receiptInterval < 0:
 		return errors.New("--push-max-age, --prefs-cache-ttl, --prefs-timeout and --receipt-interval must not be negative")
+	case p.interrupted != 0 && p.interrupted < 3*time.Minute:
+		// 0 is the default: spoolcast dev leaves it unset.
+		return fmt.Errorf("--push-interrupted-after %s: must be at least 3m, past the dispatcher's 2-minute lease and a send", p.interrupted)
 	case p.maxDevices < 0:
 		// 0 is the default, not "no device": spoolcast dev leaves it unset.
 		return fmt.Errorf("--max-devices-per-user %d: must be at least 1 (0 is the default, %d)", p.maxDevices, push.DefaultMaxEnabledPerUser)
@@ -97,7 +102,7 @@ func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <
 		return nil, err
 	}
 	if w.receipts, err = push.NewReceiptReconciler(push.ReceiptReconcilerConfig{
-		DB: pool, Receipter: client, Devices: devices, Interval: p.receiptInterval, Metrics: metrics, Logger: logger,
+		DB: pool, Receipter: client, Devices: devices, Interval: p.receiptInterval, Interrupted: p.interrupted, Metrics: metrics, Logger: logger,
 	}); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,8 @@ package feed
 import (
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/spoolcast/spoolcast/internal/jsonenc"
 )
 
 // AppendPageJSON appends the API's page document, {"data":[…],"has_more":…,
@@ -27,7 +28,7 @@ func AppendPageJSON(dst []byte, items []Notification, hasMore bool, next, refres
 	dst = appendStringOrNull(dst, next)
 	if refresh != nil {
 		dst = append(dst, `,"refresh_cursor":`...)
-		dst = appendString(dst, *refresh)
+		dst = jsonenc.AppendHTMLString(dst, *refresh)
 	}
 	return append(dst, "}\n"...)
 }
@@ -38,13 +39,13 @@ func (n Notification) appendItemJSON(dst []byte) []byte {
 	dst = n.PublicID().append(dst) // base64url: nothing to escape
 	dst = append(dst, '"')
 	dst = append(dst, `,"type":`...)
-	dst = appendString(dst, n.Type)
+	dst = jsonenc.AppendHTMLString(dst, n.Type)
 	dst = append(dst, `,"category":`...)
-	dst = appendString(dst, n.Category)
+	dst = jsonenc.AppendHTMLString(dst, n.Category)
 	dst = append(dst, `,"title":`...)
-	dst = appendString(dst, n.Title)
+	dst = jsonenc.AppendHTMLString(dst, n.Title)
 	dst = append(dst, `,"body":`...)
-	dst = appendString(dst, n.Body)
+	dst = jsonenc.AppendHTMLString(dst, n.Body)
 	dst = append(dst, `,"data":`...)
 	if len(n.Data) == 0 { // none; encoding/json fails on an empty RawMessage
 		dst = append(dst, "null"...)
@@ -52,7 +53,7 @@ func (n Notification) appendItemJSON(dst []byte) []byte {
 		dst = appendCompactJSON(dst, n.Data)
 	}
 	dst = append(dst, `,"producer":`...)
-	dst = appendString(dst, n.Producer)
+	dst = jsonenc.AppendHTMLString(dst, n.Producer)
 	dst = append(dst, `,"created_at":`...)
 	dst = appendTime(dst, n.CreatedAt)
 	dst = append(dst, `,"received_at":`...)
@@ -66,7 +67,7 @@ func appendStringOrNull(dst []byte, s *string) []byte {
 	if s == nil {
 		return append(dst, "null"...)
 	}
-	return appendString(dst, *s)
+	return jsonenc.AppendHTMLString(dst, *s)
 }
 
 func appendTimeOrNull(dst []byte, t *time.Time) []byte {
@@ -81,61 +82,6 @@ func appendTimeOrNull(dst []byte, t *time.Time) []byte {
 func appendTime(dst []byte, t time.Time) []byte {
 	dst = append(dst, '"')
 	dst = t.AppendFormat(dst, time.RFC3339Nano)
-	return append(dst, '"')
-}
-
-// appendString appends s as a JSON string as encoding/json does with HTML
-// escaping on: <, > and & as \u003c, \u003e, \u0026, U+2028 and U+2029
-// escaped, invalid UTF-8 as U+FFFD.
-func appendString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRuneInString(s[i:])
-		if c == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if c == '\u2028' || c == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
 

@@ -134,6 +134,18 @@ func (s *Spool) MarkFailed(ctx context.Context, seqs []int64) error {
 // execForSeqs runs query, whose IN list is %s, for the seqs in chunks that stay
 // under SQLite's parameter limit; fixed is bound before each chunk's seqs.
 func execForSeqs(ctx context.Context, tx execer, query string, fixed []any, seqs []int64) error {
+	return forSeqChunks(query, fixed, seqs, func(q string, args []any) error {
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("update spool rows: %w", err)
+		}
+		return nil
+	})
+}
+
+// forSeqChunks calls run with query, its %s an IN list of up to 500
+// placeholders, and its arguments (fixed, then the chunk's seqs), for each
+// chunk of seqs.
+func forSeqChunks(query string, fixed []any, seqs []int64, run func(q string, args []any) error) error {
 	const chunk = 500
 	for len(seqs) > 0 {
 		n := min(chunk, len(seqs))
@@ -141,11 +153,10 @@ func execForSeqs(ctx context.Context, tx execer, query string, fixed []any, seqs
 		for _, seq := range seqs[:n] {
 			args = append(args, seq)
 		}
-		q := fmt.Sprintf(query, strings.TrimSuffix(strings.Repeat("?,", n), ","))
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("update spool rows: %w", err)
-		}
 		seqs = seqs[n:]
+		if err := run(fmt.Sprintf(query, strings.TrimSuffix(strings.Repeat("?,", n), ",")), args); err != nil {
+			return err
+		}
 	}
 	return nil
 }

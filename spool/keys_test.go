@@ -203,30 +203,14 @@ func TestAPrunedKeyIsNewAgain(t *testing.T) {
 // rows, totals and every key's answer intact.
 func TestALayout3SpoolIsMigrated(t *testing.T) {
 	t.Parallel()
-	schema, err := os.ReadFile("testdata/v3/schema.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "spool.db")
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{
-		string(schema),
+	path := olderSpool(t, "testdata/v3/schema.sql",
 		`INSERT INTO totals (id, pending_rows, pending_bytes, kept_rows, dead_rows, dead_bytes, kept_bytes) VALUES (1, 0, 0, 0, 0, 0, 0)`,
 		`INSERT INTO events (seq, producer, key, request_hash, size, received_at) VALUES (1, 'billing', 'pending', 'h', 17, 1)`,
 		`INSERT INTO payloads VALUES (1, '{"k":"pending"}  ')`,
 		`INSERT INTO events (seq, producer, key, request_hash, size, received_at, forwarded_at) VALUES (2, 'billing', 'kept', 'h', 0, 1, 2)`,
 		`INSERT INTO events (seq, producer, key, request_hash, size, received_at, forwarded_at, dead_reason) VALUES (3, 'billing', 'dead', 'h', 4, 1, 2, 'refused')`,
 		`INSERT INTO payloads VALUES (3, 'nope')`,
-		`PRAGMA user_version = 3`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
+		`PRAGMA user_version = 3`)
 	s := openSpool(t, spool.Config{Path: path})
 	st, err := s.Stats(context.Background())
 	if err != nil || st.Pending != 1 || st.PendingBytes != 17 || st.KeptKeys != 1 || st.Dead != 1 || st.DeadBytes != 4 {
@@ -253,15 +237,7 @@ func TestAFailingClaimFailsItsRepeatsAndNotItsBatch(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "spool.db")
 	s := openSpool(t, spool.Config{Path: path})
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Exec(`CREATE TRIGGER poison BEFORE INSERT ON payloads WHEN CAST(NEW.payload AS TEXT) = '{"k":"poison"}'
-		BEGIN SELECT RAISE(ABORT, 'poisoned payload'); END`); err != nil {
-		t.Fatal(err)
-	}
+	poisonPayloads(t, path)
 	const good, poisoned = 200, 40
 	var failed atomic.Int32
 	var wg sync.WaitGroup

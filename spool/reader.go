@@ -202,22 +202,8 @@ func RequeueDead(ctx context.Context, path string) (int64, error) {
 		return 0, fmt.Errorf("requeue dead rows: %w", err)
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, `UPDATE events SET forwarded_at = NULL, dead_reason = NULL WHERE dead_reason IS NOT NULL RETURNING size`)
+	n, bytes, err := sumRows(tx.QueryContext(ctx, `UPDATE events SET forwarded_at = NULL, dead_reason = NULL WHERE dead_reason IS NOT NULL RETURNING size`))
 	if err != nil {
-		return 0, fmt.Errorf("requeue dead rows: %w", err)
-	}
-	var n, bytes int64
-	for rows.Next() {
-		var size int64
-		if err := rows.Scan(&size); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("requeue dead rows: %w", err)
-		}
-		n++
-		bytes += size
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("requeue dead rows: %w", err)
 	}
 	if err := (totalsDelta{deadRows: -n, deadBytes: -bytes, pendingRows: n, pendingBytes: bytes}).apply(ctx, tx); err != nil {

@@ -114,23 +114,10 @@ func (s *Spool) pruneRefeed(ctx context.Context) (int64, error) {
 func (s *Spool) Refeed(ctx context.Context, since time.Time) (int64, error) {
 	var n int64
 	err := s.write(ctx, func(ctx context.Context, tx execer) error {
-		rows, err := tx.QueryContext(ctx, `UPDATE events SET forwarded_at = NULL WHERE seq IN (SELECT seq FROM (`+keptPayloads+` AND e.forwarded_at >= ?)) RETURNING size`, since.UnixNano())
-		if err != nil {
-			return fmt.Errorf("refeed: %w", err)
-		}
 		var bytes int64
-		n = 0
-		for rows.Next() {
-			var size int64
-			if err := rows.Scan(&size); err != nil {
-				rows.Close()
-				return fmt.Errorf("refeed: %w", err)
-			}
-			n++
-			bytes += size
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		var err error
+		n, bytes, err = sumRows(tx.QueryContext(ctx, `UPDATE events SET forwarded_at = NULL WHERE seq IN (SELECT seq FROM (`+keptPayloads+` AND e.forwarded_at >= ?)) RETURNING size`, since.UnixNano()))
+		if err != nil {
 			return fmt.Errorf("refeed: %w", err)
 		}
 		return totalsDelta{keptRows: -n, keptBytes: -bytes, pendingRows: n, pendingBytes: bytes}.apply(ctx, tx)

@@ -130,28 +130,12 @@ func TestTheRecordedPostgresHistorySurvivesAReopen(t *testing.T) {
 // its rows and totals intact.
 func TestALayout2SpoolIsMigrated(t *testing.T) {
 	t.Parallel()
-	schema, err := os.ReadFile("testdata/v2/schema.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "spool.db")
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{
-		string(schema),
+	path := olderSpool(t, "testdata/v2/schema.sql",
 		`INSERT INTO totals (id, pending_rows, pending_bytes, kept_rows, dead_rows, dead_bytes) VALUES (1, 0, 0, 0, 0, 0)`,
 		`INSERT INTO events (seq, producer, key, request_hash, size, received_at) VALUES (1, 'billing', 'pending', x'00', 13, 1)`,
 		`INSERT INTO payloads VALUES (1, '{"k":"pending"}')`,
 		`INSERT INTO events (seq, producer, key, request_hash, size, received_at, forwarded_at) VALUES (2, 'billing', 'kept', x'00', 0, 1, 2)`,
-		`PRAGMA user_version = 2`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
+		`PRAGMA user_version = 2`)
 	s := openSpool(t, spool.Config{Path: path, RefeedWindow: time.Hour})
 	ctx := context.Background()
 	st, err := s.Stats(ctx)
@@ -162,4 +146,26 @@ func TestALayout2SpoolIsMigrated(t *testing.T) {
 	if st, _ := s.Stats(ctx); st.RefeedBytes == 0 || st.Pending != 0 {
 		t.Errorf("after forwarding on the migrated file: %+v", st)
 	}
+}
+
+// olderSpool writes a spool file of an earlier layout: schemaFile, then the
+// statements (rows and its user_version), and returns its path.
+func olderSpool(t *testing.T, schemaFile string, statements ...string) string {
+	t.Helper()
+	schema, err := os.ReadFile(schemaFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "spool.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range append([]string{string(schema)}, statements...) {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return path
 }

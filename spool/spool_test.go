@@ -741,17 +741,7 @@ func TestAClaimWhosePayloadCannotBeStoredChangesNothing(t *testing.T) {
 	if err != nil || first.Outcome != event.Accepted {
 		t.Fatalf("first claim = %v, %v; want accepted", first.Outcome, err)
 	}
-	// Another connection makes the payload insert of one key fail, the way
-	// an I/O or constraint error would, short of a full disk.
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Exec(`CREATE TRIGGER poison BEFORE INSERT ON payloads WHEN CAST(NEW.payload AS TEXT) = '{"k":"poison"}'
-		BEGIN SELECT RAISE(ABORT, 'poisoned payload'); END`); err != nil {
-		t.Fatal(err)
-	}
+	db := poisonPayloads(t, path)
 	before, err := s.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -820,4 +810,21 @@ func TestAClaimWhosePayloadCannotBeStoredChangesNothing(t *testing.T) {
 	if s.Room() != room+int64(len(`{"k":"before"}`)) {
 		t.Errorf("room once forwarded = %d, want %d", s.Room(), room+int64(len(`{"k":"before"}`)))
 	}
+}
+
+// poisonPayloads makes, from another connection, the payload insert of the
+// key "poison" fail, the way an I/O or constraint error would, short of a
+// full disk. It returns that connection (DROP TRIGGER poison undoes it).
+func poisonPayloads(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(`CREATE TRIGGER poison BEFORE INSERT ON payloads WHEN CAST(NEW.payload AS TEXT) = '{"k":"poison"}'
+		BEGIN SELECT RAISE(ABORT, 'poisoned payload'); END`); err != nil {
+		t.Fatal(err)
+	}
+	return db
 }

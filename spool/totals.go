@@ -2,8 +2,8 @@ package spool
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
-	"strings"
 )
 
 // totalsDelta is a change of the totals row. Every statement that adds,
@@ -35,32 +35,31 @@ func (d totalsDelta) apply(ctx context.Context, tx execer) error {
 // row (RETURNING size, say), for the seqs in chunks, and returns the rows and
 // the sum of the numbers.
 func sumForSeqs(ctx context.Context, tx execer, query string, fixed []any, seqs []int64) (rows, sum int64, err error) {
-	const chunk = 500
-	for len(seqs) > 0 {
-		n := min(chunk, len(seqs))
-		args := append(make([]any, 0, len(fixed)+n), fixed...)
-		for _, seq := range seqs[:n] {
-			args = append(args, seq)
-		}
-		seqs = seqs[n:]
-		q := fmt.Sprintf(query, strings.TrimSuffix(strings.Repeat("?,", n), ","))
-		r, err := tx.QueryContext(ctx, q, args...)
-		if err != nil {
-			return 0, 0, fmt.Errorf("update spool rows: %w", err)
-		}
-		for r.Next() {
-			var v int64
-			if err := r.Scan(&v); err != nil {
-				r.Close()
-				return 0, 0, fmt.Errorf("update spool rows: %w", err)
-			}
-			rows++
-			sum += v
-		}
-		r.Close()
-		if err := r.Err(); err != nil {
-			return 0, 0, fmt.Errorf("update spool rows: %w", err)
-		}
+	err = forSeqChunks(query, fixed, seqs, func(q string, args []any) error {
+		n, s, err := sumRows(tx.QueryContext(ctx, q, args...))
+		rows, sum = rows+n, sum+s
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("update spool rows: %w", err)
 	}
 	return rows, sum, nil
+}
+
+// sumRows counts the rows of a statement returning one number a row, and
+// sums the numbers.
+func sumRows(r *sql.Rows, err error) (rows, sum int64, _ error) {
+	if err != nil {
+		return 0, 0, err
+	}
+	defer r.Close()
+	for r.Next() {
+		var v int64
+		if err := r.Scan(&v); err != nil {
+			return 0, 0, err
+		}
+		rows++
+		sum += v
+	}
+	return rows, sum, r.Err()
 }

@@ -1,6 +1,6 @@
 // Package jsonenc writes JSON strings by hand, byte for byte as
-// encoding/json does with HTML escaping off, for the hot paths that build
-// their JSON without reflection.
+// encoding/json does (with HTML escaping off, or on), for the hot paths that
+// build their JSON without reflection.
 package jsonenc
 
 import (
@@ -11,13 +11,19 @@ import (
 
 // AppendString appends s as a JSON string exactly as encoding/json does with
 // HTML escaping off.
-func AppendString(dst []byte, s string) []byte {
+func AppendString(dst []byte, s string) []byte { return appendString(dst, s, false) }
+
+// AppendHTMLString appends s as a JSON string exactly as encoding/json does
+// by default, with HTML escaping on: <, > and & as \u003c, \u003e, \u0026.
+func AppendHTMLString(dst []byte, s string) []byte { return appendString(dst, s, true) }
+
+func appendString(dst []byte, s string, html bool) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
+			if b >= 0x20 && b != '"' && b != '\\' && (!html || b != '<' && b != '>' && b != '&') {
 				i++
 				continue
 			}

@@ -103,26 +103,6 @@ func TestOnADirectConnectionOnlyTheNamedStatementsArePrepared(t *testing.T) {
 	}
 }
 
-// holdServer takes PgBouncer's one idle server connection for the rest of
-// the test: a client's next transaction then runs on a new one.
-func holdServer(t *testing.T, bounced string) {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, bounced)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1`, pgx.QueryExecModeSimpleProtocol); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-}
-
 // TestThroughPgBouncerInTransactionModeNothingIsPrepared pins what the
 // installed PgBouncer (1.18) does with a named statement in transaction
 // mode: it stays on the server connection of the transaction that prepared
@@ -143,7 +123,9 @@ func TestThroughPgBouncerInTransactionModeNothingIsPrepared(t *testing.T) {
 			if _, err := run(pool); err != nil {
 				t.Fatalf("before the server moved: %v", err)
 			}
-			holdServer(t, bounced)
+			// PgBouncer's one idle server connection is held for the rest
+			// of the test: a client's next transaction runs on a new one.
+			pgtest.HoldOpen(t, bounced, `SELECT 1`)
 			_, err := run(pool)
 			var pgErr *pgconn.PgError
 			switch {

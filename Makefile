@@ -64,14 +64,15 @@ lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-## bench: hot-path benchmarks, the relay load generator, the forwarder, feed-depth, push and live stream benchmarks,
+## bench: hot-path benchmarks, the relay load generator, the forwarder, feed-depth, feed-load (wrk), push and live stream benchmarks,
 ## then the relay against Redis, NATS JetStream and Postgres (benchmarks/peers, a module of its own) with its plot
 bench:
-	@scripts/ensure-deps postgresql redis
+	@scripts/ensure-deps postgresql redis wrk
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./spool/ ./relay/
 	$(GO) run ./benchmarks/loadgen -duration 10s
 	$(GO) run ./benchmarks/forwardbench
 	$(GO) run ./benchmarks/feedbench
+	$(GO) run ./benchmarks/feedload
 	$(GO) run ./benchmarks/pushbench
 	$(GO) run ./benchmarks/livebench
 	cd benchmarks/peers && $(GO) run . -plot

@@ -2,15 +2,66 @@ package central
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/julienschmidt/httprouter"
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/eventhttp"
+	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/problem"
+	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
+
+// cancelEvent is DELETE /internal/v1/events/{key}: stop a scheduled event
+// before its send_at. 200 cancelled (again for a repeat), 404 for a key
+// never ingested for the token's subject, 409 once it was sent.
+func (s *Server) cancelEvent(w http.ResponseWriter, r *http.Request, c auth.ServiceClaims) {
+	if c.Subject == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope"`)
+		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "the service token has no subject to scope its keys"))
+		return
+	}
+	key := httprouter.ParamsFromContext(r.Context()).ByName("key")
+	if err := event.CheckKey(key); err != nil {
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidEvent, err.Error()).On("idempotency_key"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.DBTimeout)
+	defer cancel()
+	res, err := ingest.Cancel(ctx, s.cfg.DB, c.Subject, key, s.cfg.Clock.Now())
+	if err != nil {
+		s.dbError(w, r, "cancel", err)
+		return
+	}
+	switch res.Outcome {
+	case ingest.CancelUnknown:
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.UnknownEvent,
+			fmt.Sprintf("no event with key %q was ingested for %q (or its key expired)", key, c.Subject)))
+		return
+	case ingest.CancelTooLate:
+		problem.Write(w, r, problem.New(http.StatusConflict, problem.AlreadySent,
+			fmt.Sprintf("the event with key %q was sent already (it had no send_at, or its send_at passed)", key)))
+		return
+	}
+	if res.Stopped > 0 && s.cfg.PushMetrics != nil {
+		s.cfg.PushMetrics.CountPolicy(push.PolicyCancelled, res.Stopped)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, cancelAnswer{Status: "cancelled", IdempotencyKey: key, CancelledAt: res.Cancelled.UTC(), Notifications: res.Stopped})
+}
+
+// cancelAnswer is the body of a cancellation's 200.
+type cancelAnswer struct {
+	Status         string    `json:"status"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	CancelledAt    time.Time `json:"cancelled_at"`
+	// Notifications is how many this request stopped: 0 for a repeat.
+	Notifications int `json:"notifications"`
+}
 
 // ingestEvent is POST /internal/v1/events: the relay's contract for producers
 // that cannot run a sidecar. Keys are scoped to the token's subject.
@@ -20,12 +71,12 @@ func (s *Server) ingestEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "the service token has no subject to scope its keys"))
 		return
 	}
-	ev, p := eventhttp.Decode(r, s.cfg.MaxBody)
+	now := s.cfg.Clock.Now()
+	ev, p := eventhttp.Decode(r, s.cfg.MaxBody, now)
 	if p != nil {
 		problem.Write(w, r, *p)
 		return
 	}
-	now := s.cfg.Clock.Now()
 	// Once sent, the event is answered with its real outcome even if the
 	// client hangs up or half-closes meanwhile; only DBTimeout bounds it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.DBTimeout)

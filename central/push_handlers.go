@@ -100,7 +100,7 @@ func (s *Server) putPreferences(w http.ResponseWriter, r *http.Request, _ httpro
 	if s.preferencesElsewhere(w, r) {
 		return
 	}
-	var doc push.PreferencesDoc
+	var doc push.PreferencesUpdate
 	if !readJSON(w, r, &doc) {
 		return
 	}

@@ -84,6 +84,8 @@ type Config struct {
 	AdminRole string
 	// Devices registers push tokens. Default the store over DB.
 	Devices *push.Devices
+	// PushMetrics counts the cancellations of scheduled events; nil: not counted.
+	PushMetrics *push.Metrics
 	// Preferences keeps built-in push preferences. Default the store over DB.
 	Preferences *push.BuiltinPreferences
 	// PreferencesExternal says preferences live in the product's own API
@@ -295,6 +297,7 @@ func (s *Server) routeAll() {
 	s.handleUser(http.MethodPut, "/v1/preferences", user, s.putPreferences)
 
 	s.handleService(http.MethodPost, "/internal/v1/events", auth.ScopeEmit, s.ingestEvent)
+	s.handleService(http.MethodDelete, "/internal/v1/events/:key", auth.ScopeEmit, s.cancelEvent)
 
 	// The stream is not wrapped in API versions: its frames cannot be
 	// buffered and translated. They follow the latest version's shapes.

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spoolcast/spoolcast/internal/jsonenc"
@@ -31,7 +32,13 @@ const (
 	MaxTitleLen      = 1024
 	MaxBodyLen       = 4096
 	MaxRunIDLen      = 256
+	MaxDigestKeyLen  = 256
 	DefaultCategory  = "general"
+	// MaxScheduleAhead is how far ahead send_at may be.
+	MaxScheduleAhead = 30 * 24 * time.Hour
+	// MinDigestWindow and MaxDigestWindow bound a digest's window.
+	MinDigestWindow = 10 * time.Second
+	MaxDigestWindow = 24 * time.Hour
 	maxDataNestLevel = 32
 )
 
@@ -73,6 +80,58 @@ type Event struct {
 	Body           string          `json:"body,omitempty"`
 	Data           json.RawMessage `json:"data,omitempty"`
 	RunID          string          `json:"run_id,omitempty"`
+	// SendAt (RFC 3339, canonically UTC) schedules the notification: it does
+	// not exist for its recipients before then. Empty sends at once.
+	SendAt string `json:"send_at,omitempty"`
+	// Priority is "" (normal) or PriorityCritical; "normal" is canonically "".
+	Priority string `json:"priority,omitempty"`
+	// Digest gathers the pushes of one recipient with the same key within
+	// the window into one push at the window's end.
+	Digest *Digest `json:"digest,omitempty"`
+}
+
+// Priorities.
+const (
+	PriorityNormal   = "normal"
+	PriorityCritical = "critical"
+)
+
+// Digest is an event's digest: its key and window (a Go duration, 10s to
+// 24h, canonically as time.Duration.String writes it).
+type Digest struct {
+	Key    string `json:"key"`
+	Window string `json:"window"`
+}
+
+// SendTime is when the notification is due: the zero time for at once.
+func (ev Event) SendTime() time.Time {
+	if ev.SendAt == "" {
+		return time.Time{}
+	}
+	t, _ := time.Parse(time.RFC3339Nano, ev.SendAt)
+	return t
+}
+
+// Critical reports whether the event bypasses quiet hours and throttles.
+func (ev Event) Critical() bool { return ev.Priority == PriorityCritical }
+
+// DigestWindow is the digest's window; 0 without a digest.
+func (ev Event) DigestWindow() time.Duration {
+	if ev.Digest == nil {
+		return 0
+	}
+	d, _ := time.ParseDuration(ev.Digest.Window)
+	return d
+}
+
+// CheckSchedule refuses a send_at more than MaxScheduleAhead after now. It
+// is the ingress's check (with its clock), not Decode's: an event spooled
+// or forwarded once accepted is not refused later.
+func (ev Event) CheckSchedule(now time.Time) error {
+	if t := ev.SendTime(); !t.IsZero() && t.Sub(now) > MaxScheduleAhead {
+		return invalid("send_at", fmt.Sprintf("is more than %s ahead", "30 days"))
+	}
+	return nil
 }
 
 // Decode reads one event from body. headerKey is the Idempotency-Key header's
@@ -196,6 +255,16 @@ func (ev *Event) canonicalize() error {
 	if err := ev.check(); err != nil {
 		return err
 	}
+	if ev.SendAt != "" {
+		t, _ := time.Parse(time.RFC3339Nano, ev.SendAt) // check parsed it
+		ev.SendAt = t.UTC().Format(time.RFC3339Nano)
+	}
+	if ev.Priority == PriorityNormal {
+		ev.Priority = ""
+	}
+	if ev.Digest != nil {
+		ev.Digest.Window = ev.DigestWindow().String()
+	}
 	data, err := canonicalData(ev.Data)
 	if err != nil {
 		return err
@@ -231,6 +300,37 @@ func (ev *Event) check() error {
 	for _, r := range ev.Recipients {
 		if err := checkText("recipients", r, MaxRecipientLen, true); err != nil {
 			return err
+		}
+	}
+	return ev.checkPolicy()
+}
+
+// CheckKey checks an idempotency key given apart from an event (a
+// cancellation's path): the rules of the event's idempotency_key.
+func CheckKey(key string) error {
+	return checkText("idempotency_key", key, MaxKeyLen, true)
+}
+
+// checkPolicy checks the delivery policy fields: send_at, priority, digest.
+func (ev *Event) checkPolicy() error {
+	if ev.SendAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, ev.SendAt)
+		if err != nil || t.Year() < 2000 || t.Year() > 9999 {
+			return invalid("send_at", "must be an RFC 3339 time, such as 2026-12-24T18:00:00Z")
+		}
+	}
+	switch ev.Priority {
+	case "", PriorityNormal, PriorityCritical:
+	default:
+		return invalid("priority", `must be "normal" or "critical"`)
+	}
+	if ev.Digest != nil {
+		if err := checkText("digest.key", ev.Digest.Key, MaxDigestKeyLen, true); err != nil {
+			return err
+		}
+		d, err := time.ParseDuration(ev.Digest.Window)
+		if err != nil || d < MinDigestWindow || d > MaxDigestWindow {
+			return invalid("digest.window", "must be a duration from 10s to 24h, such as \"5m\"")
 		}
 	}
 	return nil

@@ -56,6 +56,10 @@ func decodeFast(body []byte) (ev Event, ok bool) {
 			field, bit = &ev.Body, 16
 		case "run_id":
 			field, bit = &ev.RunID, 32
+		case "send_at":
+			field, bit = &ev.SendAt, 256
+		case "priority":
+			field, bit = &ev.Priority, 512
 		case "recipients":
 			bit = 64
 			if ev.Recipients, ok = p.strs(); !ok {
@@ -446,6 +450,21 @@ func (ev Event) appendCanonical(dst []byte) ([]byte, error) {
 	if ev.RunID != "" {
 		dst = append(dst, `,"run_id":`...)
 		dst = jsonenc.AppendString(dst, ev.RunID)
+	}
+	if ev.SendAt != "" {
+		dst = append(dst, `,"send_at":`...)
+		dst = jsonenc.AppendString(dst, ev.SendAt)
+	}
+	if ev.Priority != "" {
+		dst = append(dst, `,"priority":`...)
+		dst = jsonenc.AppendString(dst, ev.Priority)
+	}
+	if ev.Digest != nil {
+		dst = append(dst, `,"digest":{"key":`...)
+		dst = jsonenc.AppendString(dst, ev.Digest.Key)
+		dst = append(dst, `,"window":`...)
+		dst = jsonenc.AppendString(dst, ev.Digest.Window)
+		dst = append(dst, '}')
 	}
 	return append(dst, '}'), nil
 }

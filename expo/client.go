@@ -61,6 +61,8 @@ type Message struct {
 	Body  string         `json:"body,omitempty"`
 	Data  map[string]any `json:"data,omitempty"`
 	Sound string         `json:"sound,omitempty"`
+	// Priority is Expo's delivery priority: "high" for critical notifications.
+	Priority string `json:"priority,omitempty"`
 }
 
 // Ticket is Expo's answer to one message of a send: an id to ask for its

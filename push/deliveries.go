@@ -73,7 +73,8 @@ type DeliveryReader interface {
 }
 
 // States lists the dispatch states, for validating a filter.
-var States = []string{StateQueued, StateSent, StateDelivered, StateReceiptError, StateReceiptMissing, StateFailed, StateSkipped}
+var States = []string{StateQueued, StateSent, StateDelivered, StateReceiptError, StateReceiptMissing, StateFailed, StateSkipped,
+	StateDeferred, StateDigested, StateThrottled, StateSuppressed, StateCancelled}
 
 // Deliveries returns a keyset page of dispatches on (created_at DESC, id
 // DESC), with their notification's title and category and the token masked.

@@ -125,8 +125,10 @@ func (d *Dispatcher) release(ctx context.Context, items []created) error {
 		return nil
 	}
 	var ids, nid []int64
-	var ncreated, enqueued []time.Time
-	var users, categories []string
+	var ncreated, enqueued, due []time.Time
+	var users, categories, priorities []string
+	var digestKeys []*string
+	var digestWindows, digestCounts []*int64
 	seen := map[int64]bool{}
 	for _, c := range items {
 		ids = append(ids, c.id)
@@ -134,19 +136,36 @@ func (d *Dispatcher) release(ctx context.Context, items []created) error {
 			seen[c.n.id] = true
 			nid, ncreated, enqueued = append(nid, c.n.id), append(ncreated, c.n.createdAt), append(enqueued, c.n.enqueuedAt)
 			users, categories = append(users, c.n.user), append(categories, c.n.category)
+			due, priorities = append(due, c.n.dueAt), append(priorities, c.n.priority)
+			var key *string
+			var window, count *int64
+			if c.n.digestKey != "" {
+				k, w, n := c.n.digestKey, int64(c.n.digestWindow.Seconds()), int64(c.n.digestCount)
+				key, window = &k, &w
+				if n > 0 {
+					count = &n
+				}
+			}
+			digestKeys, digestWindows, digestCounts = append(digestKeys, key), append(digestWindows, window), append(digestCounts, count)
 		}
 	}
-	// The dispatches of one pass share created_at (see record).
+	// The dispatches of one pass share created_at (see record). The queue
+	// rows come back as they were: due when they were, with their digest.
 	tag, err := d.cfg.DB.Exec(ctx, `WITH dropped AS (
 			DELETE FROM push_dispatches WHERE id = ANY($1) AND created_at = $2 AND state = 'queued'
 			RETURNING notification_id
 		)
-		INSERT INTO push_queue (notification_id, notification_created_at, enqueued_at, user_id, category, claimed_by)
-		SELECT n.id, n.created_at, n.enqueued_at, n.user_id, n.category, $3
-		FROM unnest($4::int8[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[]) AS n(id, created_at, enqueued_at, user_id, category)
+		INSERT INTO push_queue (notification_id, notification_created_at, enqueued_at, user_id, category, claimed_by,
+		                        due_at, priority, digest_key, digest_window, digest_count)
+		SELECT n.id, n.created_at, n.enqueued_at, n.user_id, n.category, $3,
+		       n.due_at, n.priority, n.digest_key, make_interval(secs => n.digest_window), n.digest_count
+		FROM unnest($4::int8[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[],
+		            $9::timestamptz[], $10::text[], $11::text[], $12::int8[], $13::int8[])
+		     AS n(id, created_at, enqueued_at, user_id, category, due_at, priority, digest_key, digest_window, digest_count)
 		WHERE n.id IN (SELECT notification_id FROM dropped)
 		ON CONFLICT (notification_id) DO NOTHING`,
-		ids, items[0].createdAt, d.cfg.Replica, nid, ncreated, enqueued, users, categories)
+		ids, items[0].createdAt, d.cfg.Replica, nid, ncreated, enqueued, users, categories,
+		due, priorities, digestKeys, digestWindows, digestCounts)
 	if err != nil {
 		return err
 	}
@@ -191,10 +210,11 @@ func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
 // Expo's 4 KiB (the feed keeps the whole text), and the notification's id.
 func message(c created) expo.Message {
 	m := expo.Message{
-		To:    c.token,
-		Title: c.n.title,
-		Body:  c.n.body,
-		Sound: "default",
+		To:       c.token,
+		Title:    c.n.title,
+		Body:     c.n.body,
+		Sound:    "default",
+		Priority: expoPriority(c.n),
 		Data: map[string]any{
 			"notification_id": feed.ID{CreatedAt: c.n.createdAt, Seq: c.n.id}.String(),
 			"category":        c.n.category,
@@ -224,4 +244,13 @@ func shorten(s string, n int) string {
 		return ""
 	}
 	return s[:cut] + "…"
+}
+
+// expoPriority is Expo's priority for a notification: high for critical
+// ones, Expo's default otherwise.
+func expoPriority(q *queued) string {
+	if q.critical() {
+		return "high"
+	}
+	return ""
 }

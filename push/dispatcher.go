@@ -22,7 +22,6 @@ import (
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/startstop"
-	"github.com/spoolcast/spoolcast/internal/weekly"
 )
 
 // Sender sends push messages: an *expo.Client.
@@ -69,6 +68,9 @@ type DispatcherConfig struct {
 	MaxAge time.Duration
 	// Replica names this process in the queue's leases. Default host-pid-random.
 	Replica string
+	// Throttle caps the pushes per user and category in a window
+	// (--push-throttle); the zero Throttle is off. Critical pushes pass it.
+	Throttle Throttle
 	// Clock times the interval and the gauges and tells which notifications
 	// are past MaxAge. Default the wall clock.
 	Clock clock.Clock
@@ -109,6 +111,8 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		return nil, errors.New("dispatcher: a database, a sender, preferences and devices are required")
 	case cfg.Interval < 0 || cfg.BatchSize < 0 || cfg.Workers < 0 || cfg.Lease < 0 || cfg.MaxAge < 0:
 		return nil, errors.New("dispatcher: interval, batch size, workers, lease and max age must not be negative")
+	case cfg.Throttle.Limit < 0 || (cfg.Throttle.Limit > 0 && cfg.Throttle.Window < time.Second):
+		return nil, errors.New("dispatcher: a throttle needs a limit of at least 1 and a window of at least 1s")
 	}
 	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 500)
@@ -227,15 +231,19 @@ func (d *Dispatcher) workerPass(ctx context.Context) (again bool) {
 // (partial indexes), whatever the dispatch history holds.
 func (d *Dispatcher) gauges(ctx context.Context) {
 	startstop.Every(ctx, startstop.Schedule{Interval: gaugesInterval, Clock: d.cfg.Clock}, func(ctx context.Context) bool {
-		var queued, sent int64
+		var queued, sent, deferred int64
 		var oldest float64
+		now := d.cfg.Clock.Now()
 		err := d.cfg.DB.QueryRow(ctx, `SELECT
 				(SELECT count(*) FROM push_dispatches WHERE state = 'queued'),
 				(SELECT count(*) FROM push_dispatches WHERE state = 'sent' AND sent_at > now() - interval '24 hours'),
-				coalesce((SELECT extract(epoch FROM now() - enqueued_at) FROM push_queue ORDER BY notification_id LIMIT 1), 0)`).Scan(&queued, &sent, &oldest)
+				coalesce((SELECT extract(epoch FROM greatest(now(), $1) - greatest(enqueued_at, due_at)) FROM push_queue
+				          WHERE due_at <= greatest(now(), $1) ORDER BY due_at, notification_id LIMIT 1), 0),
+				(SELECT count(*) FROM push_queue WHERE due_at > greatest(now(), $1))`, now).Scan(&queued, &sent, &oldest, &deferred)
 		if err == nil {
 			d.cfg.Metrics.dispatches.WithLabelValues(StateQueued).Set(float64(queued))
 			d.cfg.Metrics.dispatches.WithLabelValues(StateSent).Set(float64(sent))
+			d.cfg.Metrics.dispatches.WithLabelValues(StateDeferred).Set(float64(deferred))
 			d.cfg.Metrics.queueOldest.Set(max(0, oldest))
 		}
 		return false
@@ -251,6 +259,15 @@ type queued struct {
 	category   string
 	title      string
 	body       string
+	// dueAt is when the row became due: its enqueuing, or the end of the
+	// quiet hours that deferred it.
+	dueAt    time.Time
+	priority string
+	// digestKey and digestWindow: the notification's digest. A digest's own
+	// push (digestCount > 0) gathers digestCount notifications.
+	digestKey    string
+	digestWindow time.Duration
+	digestCount  int
 	// retaken: the queue row had been claimed before, by a dispatcher whose
 	// lease ran out or that gave it back, and may have dispatched it to
 	// some of the devices already.
@@ -258,6 +275,20 @@ type queued struct {
 	// claimedBy is the pass's claim token (claimToken), which its later
 	// statements name.
 	claimedBy string
+}
+
+func (q *queued) critical() bool { return q.priority == "critical" }
+
+// digestMember reports whether the notification joins a digest rather than
+// being pushed alone.
+func (q *queued) digestMember() bool { return q.digestKey != "" && q.digestCount == 0 }
+
+// since is when the push became due: what --push-max-age counts from.
+func (q *queued) since() time.Time {
+	if q.dueAt.After(q.createdAt) {
+		return q.dueAt
+	}
+	return q.createdAt
 }
 
 // dispatchRow is a dispatch to write.
@@ -328,43 +359,57 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 		// now (given back above).
 		return 0, stop.Err()
 	}
-	var rows []dispatchRow
+	now := d.cfg.Clock.Now()
+	quiet, qerr := quietHours(ctx, d.cfg.DB, users)
+	if qerr != nil {
+		d.failLog.Do(func(suppressed int64) {
+			d.log.Warn("quiet hours unreadable; pushing (fail open)", "err", qerr, "suppressed", suppressed)
+		})
+	}
+	var p plan
 	var invalid []string
-	oldest := d.cfg.Clock.Now().Add(-d.cfg.MaxAge)
+	oldest := now.Add(-d.cfg.MaxAge)
 	for i := range claimed {
 		q := &claimed[i]
 		// A notification dispatched before, in part (see dispatched), goes
 		// only to the devices it has not been dispatched to.
 		before, dispatchedBefore := done[q.id]
 		var skipped string
+		var sends []dispatchRow
 		switch {
-		case q.createdAt.Before(oldest):
-			skipped = fmt.Sprintf("expired: created more than %s ago (--push-max-age)", d.cfg.MaxAge)
+		case q.since().Before(oldest):
+			skipped = fmt.Sprintf("expired: due more than %s ago (--push-max-age)", d.cfg.MaxAge)
 		case off[q.user][q.category]:
 			skipped = fmt.Sprintf("push is off for category %q", q.category)
 		default:
-			n := 0
 			for _, t := range tokens[q.user] {
 				switch {
 				case !ValidToken(t):
 					invalid = append(invalid, t)
 				case !before[t]:
-					rows = append(rows, dispatchRow{n: q, token: &t, state: StateQueued})
-					n++
+					sends = append(sends, dispatchRow{n: q, token: &t, state: StateQueued})
 				}
 			}
-			if n == 0 {
+			if len(sends) == 0 {
 				skipped = "no enabled device"
 			}
 		}
-		if skipped != "" && !dispatchedBefore { // no skipped row beside earlier dispatches
-			rows = append(rows, dispatchRow{n: q, state: StateSkipped, err: &skipped})
+		switch {
+		case skipped != "":
+			if !dispatchedBefore { // no skipped row beside earlier dispatches
+				p.rows = append(p.rows, dispatchRow{n: q, state: StateSkipped, err: &skipped})
+			}
+		case dispatchedBefore:
+			// Its policies were decided when it was first dispatched.
+			p.rows = append(p.rows, sends...)
+		default:
+			p.decide(q, sends, quiet[q.user], now, qerr != nil, d.cfg.Throttle)
 		}
 	}
 	if err := d.cfg.Devices.disableTokens(ctx, invalid, DisabledInvalid); err != nil {
 		d.log.Warn("disable invalid tokens", "err", err)
 	}
-	created, err := d.create(ctx, claimed, rows)
+	created, err := d.write(ctx, claimed, &p, now)
 	if err != nil {
 		// The write may have committed though its answer was lost (Postgres
 		// went away during the commit, which a synchronous standby kept):
@@ -377,6 +422,8 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 			return len(claimed), err
 		}
 		d.log.Warn("the dispatches' write had committed though its answer was lost; sending them", "err", err)
+	} else {
+		p.count(d.cfg.Metrics)
 	}
 	written = true
 	d.send(ctx, created)
@@ -432,28 +479,38 @@ func (d *Dispatcher) unclaimAll(ctx context.Context, token string) error {
 // keeps claimed_by when it is given back or its lease runs out: that is how
 // a dispatcher knows it was retaken.
 func (d *Dispatcher) claim(ctx context.Context, token string) ([]queued, error) {
+	// Rows are due when either clock says so: Postgres's (rows queued by
+	// ingest) or the dispatcher's (rows deferred to a time it computed).
 	rows, err := d.cfg.DB.Query(ctx, `WITH c AS (
 			UPDATE push_queue q SET claimed_until = now() + $3::interval, claimed_by = $2
 			FROM (SELECT notification_id, claimed_by FROM push_queue
-			      WHERE claimed_until IS NULL OR claimed_until < now()
-			      ORDER BY notification_id LIMIT $1 FOR UPDATE SKIP LOCKED) t
+			      WHERE due_at <= greatest(now(), $4) AND (claimed_until IS NULL OR claimed_until < now())
+			      ORDER BY due_at, notification_id LIMIT $1 FOR UPDATE SKIP LOCKED) t
 			WHERE q.notification_id = t.notification_id
 			RETURNING q.notification_id, q.notification_created_at, q.enqueued_at, q.user_id, q.category,
-			          t.claimed_by IS NOT NULL AS retaken
+			          t.claimed_by IS NOT NULL AS retaken, q.due_at, q.priority, q.digest_key, q.digest_window, q.digest_count
 		)
 		SELECT c.notification_id, coalesce(c.notification_created_at, '-infinity'), c.enqueued_at, c.user_id, c.category,
-		       coalesce(n.title, ''), coalesce(n.body, ''), c.retaken
+		       coalesce(n.title, ''), coalesce(n.body, ''), c.retaken, c.due_at, c.priority, coalesce(c.digest_key, ''),
+		       coalesce(extract(epoch FROM c.digest_window), 0)::int8, coalesce(c.digest_count, 0)
 		FROM c LEFT JOIN notifications n ON n.id = c.notification_id AND n.created_at = c.notification_created_at
-		ORDER BY c.notification_id`, d.cfg.BatchSize, token, d.cfg.Lease)
+		ORDER BY c.due_at, c.notification_id`, d.cfg.BatchSize, token, d.cfg.Lease, d.cfg.Clock.Now())
 	if err != nil {
 		return nil, fmt.Errorf("claim the push queue: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queued, error) {
 		var q queued
 		var created pgtype.Timestamptz // -infinity for a row queued before notifications had partitions
-		err := r.Scan(&q.id, &created, &q.enqueuedAt, &q.user, &q.category, &q.title, &q.body, &q.retaken)
+		var windowSeconds int64
+		err := r.Scan(&q.id, &created, &q.enqueuedAt, &q.user, &q.category, &q.title, &q.body, &q.retaken,
+			&q.dueAt, &q.priority, &q.digestKey, &windowSeconds, &q.digestCount)
 		if created.InfinityModifier == pgtype.Finite {
 			q.createdAt = created.Time
+		}
+		q.digestWindow = time.Duration(windowSeconds) * time.Second
+		if q.digestCount > 1 {
+			// A digest's push says how many it gathers, with the latest title.
+			q.title, q.body = digestTitle(q.digestCount, q.digestKey), q.title
 		}
 		q.claimedBy = token
 		return q, err
@@ -486,7 +543,8 @@ func (d *Dispatcher) dispatched(ctx context.Context, claimed []queued) (map[int6
 	// A notification's dispatches are written after it: created_at bounds
 	// the partitions and the user index's range.
 	rows, err := d.cfg.DB.Query(ctx, `SELECT notification_id, coalesce(token, '') FROM push_dispatches
-		WHERE user_id = ANY($1) AND created_at >= $2 AND notification_id = ANY($3)`, users, since, ids)
+		WHERE user_id = ANY($1) AND created_at >= $2 AND notification_id = ANY($3)
+		  AND state NOT IN ('deferred', 'digested')`, users, since, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read earlier dispatches: %w", err)
 	}
@@ -535,7 +593,7 @@ type created struct {
 // create writes the dispatch rows and takes the notifications out of the
 // queue, in one statement: only those still leased to this dispatcher (a
 // pass that outlived its lease writes nothing for rows another has taken).
-func (d *Dispatcher) create(ctx context.Context, claimed []queued, rows []dispatchRow) ([]created, error) {
+func create(ctx context.Context, tx pgx.Tx, claimed []queued, rows []dispatchRow) ([]created, error) {
 	ids := make([]int64, len(claimed))
 	for i, q := range claimed {
 		ids[i] = q.id
@@ -553,35 +611,21 @@ func (d *Dispatcher) create(ctx context.Context, claimed []queued, rows []dispat
 	for i := range claimed {
 		byKey[fmt.Sprint(claimed[i].id)] = &claimed[i]
 	}
-	insert := func() (pgx.Rows, error) {
-		return d.cfg.DB.Query(ctx, `WITH released AS (
-				DELETE FROM push_queue WHERE notification_id = ANY($1) AND claimed_by = $2
-				RETURNING notification_id
-			)
-			INSERT INTO push_dispatches (notification_id, notification_created_at, user_id, token, state, error)
-			SELECT r.nid, r.ncreated, r.user_id, r.token, r.state, r.error
-			FROM unnest($3::int8[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::text[])
-			     AS r(nid, ncreated, user_id, token, state, error)
-			WHERE r.nid IN (SELECT notification_id FROM released)
-			RETURNING id, created_at, notification_id, coalesce(token, ''), state`,
-			ids, claimed[0].claimedBy, nid, ncreated, users, tokens, states, errs)
-	}
-	res, err := insert()
-	var out []created
-	if err == nil {
-		out, err = collectCreated(res, byKey)
-	}
-	if weekly.NoPartition(err) {
-		if _, err = weekly.Ensure(ctx, d.cfg.DB, "push_dispatches", time.Time{}); err == nil {
-			if res, err = insert(); err == nil {
-				out, err = collectCreated(res, byKey)
-			}
-		}
-	}
+	res, err := tx.Query(ctx, `WITH released AS (
+			DELETE FROM push_queue WHERE notification_id = ANY($1) AND claimed_by = $2
+			RETURNING notification_id
+		)
+		INSERT INTO push_dispatches (notification_id, notification_created_at, user_id, token, state, error)
+		SELECT r.nid, r.ncreated, r.user_id, r.token, r.state, r.error
+		FROM unnest($3::int8[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::text[])
+		     AS r(nid, ncreated, user_id, token, state, error)
+		WHERE r.nid IN (SELECT notification_id FROM released)
+		RETURNING id, created_at, notification_id, coalesce(token, ''), state`,
+		ids, claimed[0].claimedBy, nid, ncreated, users, tokens, states, errs)
 	if err != nil {
-		return nil, fmt.Errorf("write dispatches: %w", err)
+		return nil, err
 	}
-	return out, nil
+	return collectCreated(res, byKey)
 }
 
 func collectCreated(rows pgx.Rows, byKey map[string]*queued) ([]created, error) {

@@ -16,6 +16,7 @@ type Metrics struct {
 	prefsLookups   *prometheus.CounterVec
 	queueOldest    prometheus.Gauge
 	released       prometheus.Counter
+	policy         *prometheus.CounterVec
 }
 
 // Results of a message sent, the values of spoolcast_push_sent_total's result label.
@@ -29,7 +30,7 @@ const (
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		dispatches: metric.GaugeVec("spoolcast_dispatches",
-			"Dispatches in flight by state: queued (written, not yet answered by Expo) and sent (a ticket, awaiting its receipt, younger than 24 h). Final states are counted by spoolcast_push_sent_total and spoolcast_push_receipts_total.", "state"),
+			"Dispatches in flight by state: queued (written, not yet answered by Expo), sent (a ticket, awaiting its receipt, younger than 24 h) and deferred (notifications whose push waits in the queue for quiet hours to end). Final states are counted by spoolcast_push_sent_total, spoolcast_push_receipts_total and spoolcast_push_policy_total.", "state"),
 		sent: metric.CounterVec("spoolcast_push_sent_total",
 			"Push messages by result: ok (Expo gave a ticket), error (a ticket with an error), failed (the request failed: after its retries, or at once when Expo may have taken it).", "result"),
 		receipts: metric.CounterVec("spoolcast_push_receipts_total",
@@ -44,8 +45,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Age of the oldest notification waiting in the push queue; 0 when it is empty."),
 		released: metric.Counter("spoolcast_push_released_total",
 			"Notifications a stopping dispatcher gave back to the push queue unsent, for another replica to take at once."),
+		policy: metric.CounterVec("spoolcast_push_policy_total",
+			"Notifications by delivery policy outcome: passed (no policy held the push), deferred (quiet hours), digested (joined a digest), digest (a digest's one push dispatched), throttled, suppressed (seen first), critical (a critical push passed quiet hours or a throttle), cancelled (a scheduled notification cancelled), fail_open (quiet hours unreadable: pushed).", "outcome"),
 	}
-	for _, s := range []string{"queued", "sent"} {
+	for _, o := range []string{PolicyPassed, PolicyDeferred, PolicyDigested, PolicyDigestSent, PolicyThrottled, PolicySuppressed, PolicyCritical, PolicyCancelled, PolicyFailOpen} {
+		m.policy.WithLabelValues(o)
+	}
+	for _, s := range []string{"queued", "sent", "deferred"} {
 		m.dispatches.WithLabelValues(s)
 	}
 	for _, r := range []string{SentOK, SentError, SentFailed} {
@@ -62,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.requestTook.WithLabelValues(e)
 	}
 	if reg != nil {
-		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released)
+		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released, m.policy)
 	}
 	return m
 }
@@ -70,4 +76,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // ObserveRequest records one Expo request; it fits expo.Config.OnRequest.
 func (m *Metrics) ObserveRequest(endpoint string, took float64) {
 	m.requestTook.WithLabelValues(endpoint).Observe(took)
+}
+
+// CountPolicy counts n notifications with a policy outcome (such as
+// PolicyCancelled, which ingress decides).
+func (m *Metrics) CountPolicy(outcome string, n int) {
+	m.policy.WithLabelValues(outcome).Add(float64(n))
 }

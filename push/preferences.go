@@ -40,6 +40,15 @@ type CategorySetting struct {
 // preference service speak them: {"categories":{"<category>":{"push":false}}}.
 type PreferencesDoc struct {
 	Categories map[string]CategorySetting `json:"categories"`
+	// QuietHours are the built-in store's; nil: none.
+	QuietHours *QuietHours `json:"quiet_hours"`
+}
+
+// PreferencesUpdate is a PUT /v1/preferences: the categories it names are
+// set and the others kept; quiet_hours absent are kept, null removed.
+type PreferencesUpdate struct {
+	Categories map[string]CategorySetting `json:"categories"`
+	QuietHours QuietHoursSetting          `json:"quiet_hours"`
 }
 
 // BuiltinPreferences keeps preferences in Postgres (GET|PUT /v1/preferences).
@@ -78,19 +87,47 @@ func (p *BuiltinPreferences) Get(ctx context.Context, userID string) (Preference
 		}
 		doc.Categories[category] = CategorySetting{Push: push}
 	}
-	return doc, rows.Err()
+	if err := rows.Err(); err != nil {
+		return PreferencesDoc{}, err
+	}
+	quiet, err := quietHours(ctx, p.db, []string{userID})
+	if err != nil {
+		return PreferencesDoc{}, err
+	}
+	if q, ok := quiet[userID]; ok {
+		doc.QuietHours = &q
+	}
+	return doc, nil
 }
 
-// Merge sets the categories in doc and keeps the others as they were.
-func (p *BuiltinPreferences) Merge(ctx context.Context, userID string, doc PreferencesDoc) (PreferencesDoc, error) {
+// Merge sets the categories in doc and keeps the others as they were, and
+// sets or removes the quiet hours if doc says so, in one statement.
+func (p *BuiltinPreferences) Merge(ctx context.Context, userID string, doc PreferencesUpdate) (PreferencesDoc, error) {
 	categories := make([]string, 0, len(doc.Categories))
 	pushes := make([]bool, 0, len(doc.Categories))
 	for c, s := range doc.Categories {
 		categories, pushes = append(categories, c), append(pushes, s.Push)
 	}
-	if _, err := p.db.Exec(ctx, `INSERT INTO push_preferences (user_id, category, push)
-		SELECT $1, c, p FROM unnest($2::text[], $3::bool[]) AS t(c, p)
-		ON CONFLICT (user_id, category) DO UPDATE SET push = EXCLUDED.push, updated_at = now()`, userID, categories, pushes); err != nil {
+	// $4: 0 keeps the quiet hours, 1 sets them, 2 removes them.
+	action, start, end, zone := 0, 0, 0, ""
+	if doc.QuietHours.Set {
+		action = 2
+		if q := doc.QuietHours.Value; q != nil {
+			action, start, end, zone = 1, q.start, q.end, q.TimeZone
+		}
+	}
+	if _, err := p.db.Exec(ctx, `WITH prefs AS (
+			INSERT INTO push_preferences (user_id, category, push)
+			SELECT $1, c, p FROM unnest($2::text[], $3::bool[]) AS t(c, p)
+			ON CONFLICT (user_id, category) DO UPDATE SET push = EXCLUDED.push, updated_at = now()
+		),
+		removed AS (
+			DELETE FROM push_quiet_hours WHERE user_id = $1 AND $4::int = 2
+		)
+		INSERT INTO push_quiet_hours (user_id, start_minute, end_minute, time_zone)
+		SELECT $1, $5, $6, $7 WHERE $4::int = 1
+		ON CONFLICT (user_id) DO UPDATE SET start_minute = EXCLUDED.start_minute, end_minute = EXCLUDED.end_minute,
+		    time_zone = EXCLUDED.time_zone, updated_at = now()`, userID, categories, pushes, action, start, end, zone); err != nil {
 		return PreferencesDoc{}, fmt.Errorf("save preferences: %w", err)
 	}
 	return p.Get(ctx, userID)

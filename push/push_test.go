@@ -359,7 +359,7 @@ func TestADisabledCategoryKeepsTheFeedRowAndSkipsThePush(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	s.register("u1", "ExponentPushToken[a]")
-	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesDoc{Categories: map[string]push.CategorySetting{"marketing": {Push: false}}}); err != nil {
+	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{Categories: map[string]push.CategorySetting{"marketing": {Push: false}}}); err != nil {
 		t.Fatal(err)
 	}
 	s.ingest("promo", "marketing", "u1")

@@ -162,7 +162,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 			return resultUnauthorized
 		}
 	}
-	ev, p := eventhttp.Decode(r, s.cfg.MaxBody)
+	ev, p := eventhttp.Decode(r, s.cfg.MaxBody, s.cfg.Clock.Now())
 	if p != nil {
 		problem.Write(w, r, *p)
 		return resultInvalid

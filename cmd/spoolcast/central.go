@@ -29,6 +29,7 @@ import (
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/schedule"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
@@ -132,6 +133,8 @@ type runningCentral struct {
 	verifier    *auth.UserVerifier
 	maintenance *lifecycle.Scheduler // nil with --maintenance-interval 0
 	push        *pushWorkers         // nil with --push=false
+	firer       *schedule.Firer      // scheduled notifications and digest windows
+	firerWaker  *ingest.Waker        // wakes the readers after the firer's commits
 	listener    *pglisten.Listener
 	live        *live.Hub
 	api         *central.Server
@@ -327,7 +330,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	api, err := central.New(central.Config{
 		UserLimit: userLimit, FailedAuthLimit: ipLimit,
 		DB: c.pool, ReadDB: readDB, MaxReplicaLag: o.maxReplicaLag, DBTimeout: o.dbStatementTimeout, Users: users, Services: serviceAuth, AdminRole: o.adminRole,
-		Devices: devices, Preferences: builtin, PreferencesExternal: builtin == nil,
+		Devices: devices, PushMetrics: pushMetrics, Preferences: builtin, PreferencesExternal: builtin == nil,
 		Live: c.live, SchemaReady: schemaReady(c.pool), AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval, Inbox: o.inbox,
 		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Registry: reg, Logger: logger,
 		PreparedFeedReads: o.prepared == pgpool.PreparedOn,
@@ -341,6 +344,13 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		if c.push, err = startPush(ctx, o, c.pool, c.listener.Subscribe(), pushMetrics, prefs, devices, logger); err != nil {
 			return fail(err)
 		}
+	}
+
+	// Due work fires in every replica, pushing or not: a scheduled
+	// notification is the feed's before it is push's.
+	c.firerWaker = ingest.NewWaker(c.pool, o.wakeUpInterval, nil, logger)
+	if c.firer, err = schedule.New(schedule.Config{DB: c.pool, Fired: c.firerWaker.Committed, Metrics: schedule.NewMetrics(reg), Logger: logger}); err != nil {
+		return fail(err)
 	}
 
 	{
@@ -360,6 +370,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	}
 	c.listener.Start(bg)
 	c.live.Start(bg)
+	c.firer.Start(bg)
 	var h http.Handler = api
 	apiHandler.Store(&h)
 	c.log.Info("central listening", "addr", c.addr, "issuer", o.oidcIssuer, "internal_ingress", services != nil)
@@ -396,6 +407,8 @@ func (c *runningCentral) shutdown(timeout time.Duration) error {
 	err = errors.Join(err, <-stopped)
 	c.api.Close()
 	err = errors.Join(err, <-pushStopped) // before the listener that wakes it and the pool it writes with
+	err = errors.Join(err, c.firer.Stop(ctx))
+	c.firerWaker.Stop()
 	err = errors.Join(err, c.listener.Stop(ctx))
 	if c.maintenance != nil {
 		err = errors.Join(err, c.maintenance.Stop(ctx))

@@ -32,6 +32,7 @@ type pushFlags struct {
 	receiptInterval time.Duration
 	interrupted     time.Duration // 0 is push's default, 10m
 	maxDevices      int           // enabled push devices per user; 0 is push.DefaultMaxEnabledPerUser
+	throttle        push.Throttle
 }
 
 func (p *pushFlags) register(fs *flag.FlagSet) {
@@ -46,6 +47,11 @@ func (p *pushFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.prefsTimeout, "prefs-timeout", 300*time.Millisecond, "longest wait for --prefs-url; past it the notification is pushed anyway (fail open)")
 	fs.DurationVar(&p.receiptInterval, "receipt-interval", 30*time.Second, "how often push receipts are fetched")
 	fs.DurationVar(&p.interrupted, "push-interrupted-after", 10*time.Minute, "how long a dispatch written but never answered (its replica killed mid-send) stays queued before it ends failed (interrupted); never resent, as Expo may have taken it. At least 3m: a live replica records a send's outcome within its 2-minute lease")
+	fs.Func("push-throttle", "most pushes per user and category in a fixed window, as N/DURATION (such as 5/1h); pushes past it are not sent and show in the delivery log as throttled. Critical notifications pass it. Default off", func(v string) error {
+		t, err := push.ParseThrottle(v)
+		p.throttle = t
+		return err
+	})
 	fs.IntVar(&p.maxDevices, "max-devices-per-user", push.DefaultMaxEnabledPerUser, "most enabled push devices a user keeps; registering one more disables the user's least recently seen (disabled_reason replaced)")
 }
 
@@ -97,7 +103,7 @@ func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <
 	w := &pushWorkers{}
 	if w.dispatcher, err = push.NewDispatcher(push.DispatcherConfig{
 		DB: pool, Sender: client, Preferences: prefs, Devices: devices, Wake: wake,
-		MaxAge: p.maxAge, Metrics: metrics, Logger: logger,
+		MaxAge: p.maxAge, Throttle: p.throttle, Metrics: metrics, Logger: logger,
 	}); err != nil {
 		return nil, err
 	}

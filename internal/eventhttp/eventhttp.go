@@ -20,9 +20,10 @@ import (
 )
 
 // Decode reads and validates an ingest request: content type, size, the
-// Idempotency-Key header and the event body. A nil problem means ev is valid and
-// canonical. Central's internal ingress answers with the same rules.
-func Decode(r *http.Request, maxBody int64) (ev event.Event, p *problem.Problem) {
+// Idempotency-Key header and the event body; now bounds its send_at. A nil
+// problem means ev is valid and canonical. Central's internal ingress
+// answers with the same rules.
+func Decode(r *http.Request, maxBody int64, now time.Time) (ev event.Event, p *problem.Problem) {
 	fail := func(status int, t problem.Type, detail, field string) (event.Event, *problem.Problem) {
 		pr := problem.New(status, t, detail).On(field)
 		return event.Event{}, &pr
@@ -57,6 +58,9 @@ func Decode(r *http.Request, maxBody int64) (ev event.Event, p *problem.Problem)
 		}
 	}
 	ev, err = event.Decode(body, headerKey)
+	if err == nil {
+		err = ev.CheckSchedule(now)
+	}
 	if err != nil {
 		var evErr *event.Error
 		field := ""

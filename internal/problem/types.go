@@ -14,6 +14,8 @@ func (t Type) URI() string { return typeURI(t.Slug) }
 // The problem types of every spoolcast API, in one table; docs/api.md lists
 // them for users.
 var (
+	// AlreadySent: the event's notifications were sent; it cannot be cancelled.
+	AlreadySent = Type{"already-sent", "Already sent"}
 	// AppUpdateRequired: the app's version is below the floor the API still serves.
 	AppUpdateRequired = Type{"app-update-required", "App update required"}
 	// BodyTooLarge: the request body is over the route's limit.
@@ -72,6 +74,8 @@ var (
 	TooManySockets = Type{"too-many-sockets", "Too many sockets"}
 	// Unauthorized: no valid token; detail says why.
 	Unauthorized = Type{"unauthorized", "Unauthorized"}
+	// UnknownEvent: no event with this key was ingested for the caller.
+	UnknownEvent = Type{"unknown-event", "Unknown event"}
 	// UnknownAPIVersion: the API version asked for is not served.
 	UnknownAPIVersion = Type{"unknown-api-version", "Unknown API version"}
 	// UnsupportedMediaType: the body is not application/json.
@@ -80,6 +84,7 @@ var (
 
 // Types lists every problem type, for documentation and its test.
 var Types = []Type{
+	AlreadySent,
 	AppUpdateRequired,
 	BodyTooLarge,
 	DatabaseUnavailable,
@@ -109,6 +114,7 @@ var Types = []Type{
 	StreamUnavailable,
 	TooManySockets,
 	Unauthorized,
+	UnknownEvent,
 	UnknownAPIVersion,
 	UnsupportedMediaType,
 }

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
@@ -92,7 +93,7 @@ func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
 	run := func() error {
 		return db.QueryRow(ctx, ingestSQL, pgx.QueryExecModeCacheDescribe,
 			a.eventKey, a.hash, a.producer, a.producerKey, a.received, a.typ, a.category, a.title, a.body, a.data, a.runID,
-			a.rcptEvent, a.rcptUser,
+			a.rcptEvent, a.rcptUser, a.sendAt, a.priority, a.digestKey, a.digestWindow,
 		).Scan(&created, &conflicted)
 	}
 	err := run()
@@ -143,6 +144,9 @@ type ingestArgs struct {
 	received                                                                 []*time.Time
 	rcptEvent                                                                []int64
 	rcptUser                                                                 []string
+	sendAt                                                                   []*time.Time
+	priority                                                                 []string
+	digestKey, digestWindow                                                  []*string
 }
 
 func (a *ingestArgs) addEvent(it Item, eventKey string, hash []byte) {
@@ -166,4 +170,17 @@ func (a *ingestArgs) addEvent(it Item, eventKey string, hash []byte) {
 	a.body = append(a.body, it.Event.Body)
 	a.data = append(a.data, data)
 	a.runID = append(a.runID, it.Event.RunID)
+	var sendAt *time.Time
+	if t := it.Event.SendTime(); !t.IsZero() {
+		sendAt = &t
+	}
+	a.sendAt = append(a.sendAt, sendAt)
+	a.priority = append(a.priority, cmp.Or(it.Event.Priority, event.PriorityNormal))
+	var digestKey, digestWindow *string
+	if d := it.Event.Digest; d != nil {
+		w := fmt.Sprintf("%d seconds", int64(it.Event.DigestWindow().Seconds()))
+		digestKey, digestWindow = &d.Key, &w
+	}
+	a.digestKey = append(a.digestKey, digestKey)
+	a.digestWindow = append(a.digestWindow, digestWindow)
 }

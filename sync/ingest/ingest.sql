@@ -1,16 +1,20 @@
 -- Ingest one batch in one statement (one implicit transaction).
 --
--- Events come once each: $1..$11 hold one element per event, and an event's
--- number is its position there (1-based). Recipients come as pairs: $12 the
--- number of the recipient's event, $13 its user id. Title, body and data are
--- sent and parsed once per event, however many recipients it has.
+-- Events come once each: $1..$11 and $14..$17 hold one element per event,
+-- and an event's number is its position there (1-based). Recipients come as
+-- pairs: $12 the number of the recipient's event, $13 its user id. Title,
+-- body and data are sent and parsed once per event, however many recipients
+-- it has.
 WITH ev AS (
     SELECT event_key, hash, producer, producer_key, received_at, type, category,
-           title, body, data::jsonb AS data, run_id, ev
+           title, body, data::jsonb AS data, run_id, send_at, priority, digest_key,
+           digest_window::interval AS digest_window, ev
     FROM unnest($1::text[], $2::bytea[], $3::text[], $4::text[], $5::timestamptz[], $6::text[],
-                $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
+                $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+                $14::timestamptz[], $15::text[], $16::text[], $17::text[])
          WITH ORDINALITY
-         AS t(event_key, hash, producer, producer_key, received_at, type, category, title, body, data, run_id, ev)
+         AS t(event_key, hash, producer, producer_key, received_at, type, category, title, body, data, run_id,
+              send_at, priority, digest_key, digest_window, ev)
 ),
 -- One row per recipient, with its notification key derived here, as
 -- sync.NotificationKey does: length-prefixed producer and key, then the user.
@@ -26,8 +30,8 @@ rcpt AS (
 -- claim waits for the winner's commit and then sees the winner's hash. Keys are
 -- taken in key order so that concurrent batches cannot deadlock.
 event_claims AS (
-    INSERT INTO idempotency_keys (key, request_hash)
-    SELECT event_key, hash FROM ev ORDER BY event_key
+    INSERT INTO idempotency_keys (key, request_hash, claimed_at)
+    SELECT event_key, hash, greatest(now(), send_at) FROM ev ORDER BY event_key
     ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key
     RETURNING key, request_hash
 ),
@@ -39,16 +43,33 @@ conflicted AS (
     JOIN event_claims c ON c.key = e.event_key
     WHERE c.request_hash IS DISTINCT FROM e.hash
 ),
+-- A scheduled event's keys count as claimed at send_at (greatest ignores a
+-- NULL), so they outlive the key window after it fires and a retry before
+-- or after send_at stays a duplicate.
 -- Claim first: one key per recipient. RETURNING gives only the keys this
 -- statement inserted, so a re-sent event writes nothing.
 claimed AS (
-    INSERT INTO idempotency_keys (key, request_hash)
-    SELECT r.key, e.hash
+    INSERT INTO idempotency_keys (key, request_hash, claimed_at)
+    SELECT r.key, e.hash, greatest(now(), e.send_at)
     FROM rcpt r JOIN ev e ON e.ev = r.ev
     WHERE r.ev NOT IN (SELECT ev FROM conflicted)
     ORDER BY r.key
     ON CONFLICT DO NOTHING
     RETURNING key
+),
+-- A scheduled event's notifications wait in scheduled_notifications until
+-- send_at (schedule.Firer moves them); the others exist at once.
+scheduled AS (
+    INSERT INTO scheduled_notifications (send_at, user_id, received_at, type, category, title, body, data, producer,
+                                         idempotency_key, notification_key, run_id, priority, digest_key, digest_window)
+    SELECT e.send_at, r.user_id, e.received_at, e.type, e.category, e.title, e.body, e.data, e.producer,
+           e.producer_key, r.key, NULLIF(e.run_id, ''), e.priority, e.digest_key, e.digest_window
+    FROM rcpt r
+    JOIN claimed c ON c.key = r.key
+    JOIN ev e ON e.ev = r.ev
+    WHERE e.send_at IS NOT NULL
+    ORDER BY r.ord
+    RETURNING notification_key
 ),
 inserted AS (
     INSERT INTO notifications (user_id, received_at, type, category, title, body, data, producer, idempotency_key, notification_key, run_id)
@@ -56,15 +77,18 @@ inserted AS (
     FROM rcpt r
     JOIN claimed c ON c.key = r.key
     JOIN ev e ON e.ev = r.ev
+    WHERE e.send_at IS NULL
     ORDER BY r.ord
     RETURNING id, created_at, user_id, category, notification_key
 ),
 queued AS (
-    INSERT INTO push_queue (notification_id, notification_created_at, user_id, category)
-    SELECT id, created_at, user_id, category FROM inserted
+    INSERT INTO push_queue (notification_id, notification_created_at, user_id, category, priority, digest_key, digest_window)
+    SELECT n.id, n.created_at, n.user_id, n.category, e.priority, e.digest_key, e.digest_window
+    FROM inserted n JOIN rcpt r ON r.key = n.notification_key JOIN ev e ON e.ev = r.ev
 )
 -- No NOTIFY here: a notifying commit serializes with every other one (see
 -- sync.WakeUp); the caller's Waker sends the wake-up after the commit.
 SELECT
-    coalesce((SELECT array_agg(r.ev) FROM inserted n JOIN rcpt r ON r.key = n.notification_key), '{}'),
+    coalesce((SELECT array_agg(r.ev) FROM (SELECT notification_key FROM inserted UNION ALL SELECT notification_key FROM scheduled) n
+              JOIN rcpt r ON r.key = n.notification_key), '{}'),
     coalesce((SELECT array_agg(ev) FROM conflicted), '{}');

@@ -27,7 +27,7 @@ func NotificationKey(producer, key, recipient string) string {
 // the event's recipients: the time a duplicate is answered with.
 func FirstClaim(ctx context.Context, db DB, producer, key, recipient string) (time.Time, error) {
 	var at time.Time
-	err := db.QueryRow(ctx, `SELECT claimed_at FROM idempotency_keys WHERE key = $1`, pgx.QueryExecModeCacheDescribe,
+	err := db.QueryRow(ctx, `SELECT least(claimed_at, now()) FROM idempotency_keys WHERE key = $1`, pgx.QueryExecModeCacheDescribe,
 		NotificationKey(producer, key, recipient)).Scan(&at)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read the first claim: %w", err)

@@ -59,6 +59,13 @@ type Config struct {
 	// refused 503, so that the load balancer tries another replica. 0: no
 	// cap.
 	MaxSockets int
+	// Presence records in Postgres which users hold a socket here and how
+	// far each has seen the stream ({"type":"seen"} messages), for
+	// --push-suppress-if-seen. Off: nothing is written, seen messages are
+	// ignored.
+	Presence bool
+	// Replica names this replica in the presence rows. Default host-pid-time.
+	Replica string
 	// Metrics receives the stream's metrics. Default: not exported.
 	Metrics *Metrics
 	// Logger receives the stream's logs. Default slog.Default().
@@ -108,6 +115,8 @@ type Hub struct {
 	state   atomic.Pointer[dbState] // what the reader last saw of the database, to check cursors by
 	serving context.Context         // the loops' context, for resumes; set before ready is closed
 	sockets sync.WaitGroup          // each socket until its connection is closed
+	// presence is nil unless Config.Presence.
+	presence *presence
 }
 
 // New returns a hub; Start begins reading.
@@ -142,6 +151,9 @@ func New(cfg Config) (*Hub, error) {
 		ready:     make(chan struct{}),
 	}
 	h.reader.hub = h
+	if cfg.Presence {
+		h.presence = newPresence(cfg.Replica)
+	}
 	return h, nil
 }
 
@@ -149,7 +161,11 @@ func New(cfg Config) (*Hub, error) {
 // does, and none after Shutdown. Sockets are served once the reader has its
 // starting position.
 func (h *Hub) Start(ctx context.Context) {
-	h.svc.Start(ctx, h.reader.run, h.pingLoop)
+	loops := []func(context.Context){h.reader.run, h.pingLoop}
+	if h.presence != nil {
+		loops = append(loops, h.presenceLoop)
+	}
+	h.svc.Start(ctx, loops...)
 }
 
 // Ready reports whether the hub serves sockets: started, its reader
@@ -204,6 +220,9 @@ func (h *Hub) add(s *socket) bool {
 		return false
 	}
 	h.users[s.user] = append(h.users[s.user], s)
+	if h.presence != nil && len(h.users[s.user]) == 1 {
+		h.presence.opened(s.user)
+	}
 	h.total++
 	h.sockets.Add(1)
 	h.metrics.connections.Inc()
@@ -255,6 +274,9 @@ func (h *Hub) remove(s *socket) {
 	}
 	if len(ss) == 0 {
 		delete(h.users, s.user)
+		if h.presence != nil {
+			h.presence.closed(s.user)
+		}
 	} else {
 		h.users[s.user] = ss
 	}

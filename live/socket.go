@@ -316,7 +316,8 @@ func (s *socket) drop() {
 }
 
 // read reads what the client sends: pongs and pings keep the socket alive, a
-// close frame closes it, anything else is discarded. A client silent for two
+// close frame closes it, a seen message (one text frame) moves the user's
+// seen position when the hub records presence, anything else is discarded. A client silent for two
 // ping intervals is gone. buffered holds bytes the handshake read ahead.
 func (s *socket) read(buffered []byte) {
 	closing := false // a close frame is queued: the writer closes the connection after it
@@ -342,9 +343,18 @@ func (s *socket) read(buffered []byte) {
 			return
 		}
 		if !h.OpCode.IsControl() {
-			if _, err := io.CopyN(io.Discard, r, h.Length); err != nil {
+			if h.OpCode != ws.OpText || !h.Fin || s.hub.presence == nil {
+				if _, err := io.CopyN(io.Discard, r, h.Length); err != nil {
+					return
+				}
+				continue
+			}
+			msg := make([]byte, h.Length) // at most maxClientFrame
+			if _, err := io.ReadFull(r, msg); err != nil {
 				return
 			}
+			ws.Cipher(msg, h.Mask, 0)
+			s.hub.clientMessage(s.user, msg)
 			continue
 		}
 		p := payload[:h.Length]

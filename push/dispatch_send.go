@@ -127,6 +127,7 @@ func (d *Dispatcher) release(ctx context.Context, items []created) error {
 	var ids, nid []int64
 	var ncreated, enqueued, due []time.Time
 	var users, categories, priorities []string
+	var seenWaited []bool
 	var digestKeys []*string
 	var digestWindows, digestCounts []*int64
 	seen := map[int64]bool{}
@@ -136,7 +137,7 @@ func (d *Dispatcher) release(ctx context.Context, items []created) error {
 			seen[c.n.id] = true
 			nid, ncreated, enqueued = append(nid, c.n.id), append(ncreated, c.n.createdAt), append(enqueued, c.n.enqueuedAt)
 			users, categories = append(users, c.n.user), append(categories, c.n.category)
-			due, priorities = append(due, c.n.dueAt), append(priorities, c.n.priority)
+			due, priorities, seenWaited = append(due, c.n.dueAt), append(priorities, c.n.priority), append(seenWaited, c.n.seenWaited)
 			var key *string
 			var window, count *int64
 			if c.n.digestKey != "" {
@@ -156,16 +157,16 @@ func (d *Dispatcher) release(ctx context.Context, items []created) error {
 			RETURNING notification_id
 		)
 		INSERT INTO push_queue (notification_id, notification_created_at, enqueued_at, user_id, category, claimed_by,
-		                        due_at, priority, digest_key, digest_window, digest_count)
+		                        due_at, priority, digest_key, digest_window, digest_count, seen_waited)
 		SELECT n.id, n.created_at, n.enqueued_at, n.user_id, n.category, $3,
-		       n.due_at, n.priority, n.digest_key, make_interval(secs => n.digest_window), n.digest_count
+		       n.due_at, n.priority, n.digest_key, make_interval(secs => n.digest_window), n.digest_count, n.seen_waited
 		FROM unnest($4::int8[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[],
-		            $9::timestamptz[], $10::text[], $11::text[], $12::int8[], $13::int8[])
-		     AS n(id, created_at, enqueued_at, user_id, category, due_at, priority, digest_key, digest_window, digest_count)
+		            $9::timestamptz[], $10::text[], $11::text[], $12::int8[], $13::int8[], $14::bool[])
+		     AS n(id, created_at, enqueued_at, user_id, category, due_at, priority, digest_key, digest_window, digest_count, seen_waited)
 		WHERE n.id IN (SELECT notification_id FROM dropped)
 		ON CONFLICT (notification_id) DO NOTHING`,
 		ids, items[0].createdAt, d.cfg.Replica, nid, ncreated, enqueued, users, categories,
-		due, priorities, digestKeys, digestWindows, digestCounts)
+		due, priorities, digestKeys, digestWindows, digestCounts, seenWaited)
 	if err != nil {
 		return err
 	}

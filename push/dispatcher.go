@@ -71,6 +71,11 @@ type DispatcherConfig struct {
 	// Throttle caps the pushes per user and category in a window
 	// (--push-throttle); the zero Throttle is off. Critical pushes pass it.
 	Throttle Throttle
+	// SuppressIfSeen holds the push of a user with an open stream this long
+	// after its notification was created; read or seen on the stream
+	// meanwhile, it is not sent (--push-suppress-if-seen). 0: off.
+	// Critical pushes are not held.
+	SuppressIfSeen time.Duration
 	// Clock times the interval and the gauges and tells which notifications
 	// are past MaxAge. Default the wall clock.
 	Clock clock.Clock
@@ -268,6 +273,8 @@ type queued struct {
 	digestKey    string
 	digestWindow time.Duration
 	digestCount  int
+	// seenWaited: the push was held once for its user to see it.
+	seenWaited bool
 	// retaken: the queue row had been claimed before, by a dispatcher whose
 	// lease ran out or that gave it back, and may have dispatched it to
 	// some of the devices already.
@@ -366,6 +373,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 			d.log.Warn("quiet hours unreadable; pushing (fail open)", "err", qerr, "suppressed", suppressed)
 		})
 	}
+	seenNow := d.seenState(ctx, claimed, users, now)
 	var p plan
 	var invalid []string
 	oldest := now.Add(-d.cfg.MaxAge)
@@ -403,7 +411,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 			// Its policies were decided when it was first dispatched.
 			p.rows = append(p.rows, sends...)
 		default:
-			p.decide(q, sends, quiet[q.user], now, qerr != nil, d.cfg.Throttle)
+			p.decide(q, sends, quiet[q.user], now, qerr != nil, d.cfg.Throttle, seenNow)
 		}
 	}
 	if err := d.cfg.Devices.disableTokens(ctx, invalid, DisabledInvalid); err != nil {
@@ -488,11 +496,11 @@ func (d *Dispatcher) claim(ctx context.Context, token string) ([]queued, error) 
 			      ORDER BY due_at, notification_id LIMIT $1 FOR UPDATE SKIP LOCKED) t
 			WHERE q.notification_id = t.notification_id
 			RETURNING q.notification_id, q.notification_created_at, q.enqueued_at, q.user_id, q.category,
-			          t.claimed_by IS NOT NULL AS retaken, q.due_at, q.priority, q.digest_key, q.digest_window, q.digest_count
+			          t.claimed_by IS NOT NULL AS retaken, q.due_at, q.priority, q.digest_key, q.digest_window, q.digest_count, q.seen_waited
 		)
 		SELECT c.notification_id, coalesce(c.notification_created_at, '-infinity'), c.enqueued_at, c.user_id, c.category,
 		       coalesce(n.title, ''), coalesce(n.body, ''), c.retaken, c.due_at, c.priority, coalesce(c.digest_key, ''),
-		       coalesce(extract(epoch FROM c.digest_window), 0)::int8, coalesce(c.digest_count, 0)
+		       coalesce(extract(epoch FROM c.digest_window), 0)::int8, coalesce(c.digest_count, 0), c.seen_waited
 		FROM c LEFT JOIN notifications n ON n.id = c.notification_id AND n.created_at = c.notification_created_at
 		ORDER BY c.due_at, c.notification_id`, d.cfg.BatchSize, token, d.cfg.Lease, d.cfg.Clock.Now())
 	if err != nil {
@@ -503,7 +511,7 @@ func (d *Dispatcher) claim(ctx context.Context, token string) ([]queued, error) 
 		var created pgtype.Timestamptz // -infinity for a row queued before notifications had partitions
 		var windowSeconds int64
 		err := r.Scan(&q.id, &created, &q.enqueuedAt, &q.user, &q.category, &q.title, &q.body, &q.retaken,
-			&q.dueAt, &q.priority, &q.digestKey, &windowSeconds, &q.digestCount)
+			&q.dueAt, &q.priority, &q.digestKey, &windowSeconds, &q.digestCount, &q.seenWaited)
 		if created.InfinityModifier == pgtype.Finite {
 			q.createdAt = created.Time
 		}

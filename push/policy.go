@@ -9,6 +9,10 @@ import (
 	"strings"
 	"time"
 	_ "time/tzdata" // quiet hours name IANA zones: the binary carries them, whatever the host has
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolcast/spoolcast/feed"
 )
 
 // The policy states a dispatch can end in besides the sending ones.
@@ -195,4 +199,69 @@ func (t Throttle) String() string {
 // digestTitle is a digest push's title: how many it gathers, and its key.
 func digestTitle(count int, key string) string {
 	return fmt.Sprintf("%d new in %s", count, key)
+}
+
+// seenState is what suppress-if-seen knows of a pass's notifications: whose
+// users hold an open stream, and which were seen or read already.
+type seenState struct {
+	hold    time.Duration // SuppressIfSeen; 0: off
+	present map[string]bool
+	seen    map[int64]bool
+}
+
+// seenState reads, for suppress-if-seen, which users hold a stream open and
+// which of the notifications that may be suppressed now (held once, or
+// older than the hold) were read or seen on the stream. A failed read
+// holds and suppresses nothing: the push is sent (fail open).
+func (d *Dispatcher) seenState(ctx context.Context, claimed []queued, users []string, now time.Time) seenState {
+	st := seenState{hold: d.cfg.SuppressIfSeen}
+	if st.hold <= 0 {
+		return st
+	}
+	fail := func(err error) seenState {
+		d.failLog.Do(func(suppressed int64) {
+			d.log.Warn("stream presence unreadable; pushing without waiting to be seen", "err", err, "suppressed", suppressed)
+		})
+		return seenState{}
+	}
+	rows, err := d.cfg.DB.Query(ctx, `SELECT DISTINCT user_id FROM stream_presence WHERE user_id = ANY($1) AND expires_at > now()`, users)
+	if err != nil {
+		return fail(err)
+	}
+	present, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fail(err)
+	}
+	st.present = map[string]bool{}
+	for _, u := range present {
+		st.present[u] = true
+	}
+	var ids []int64
+	var created []time.Time
+	for _, q := range claimed {
+		if !q.critical() && (q.seenWaited || st.present[q.user] && !q.createdAt.Add(st.hold).After(now)) {
+			ids, created = append(ids, q.id), append(created, q.createdAt)
+		}
+	}
+	if len(ids) == 0 {
+		return st
+	}
+	rows, err = d.cfg.DB.Query(ctx, `SELECT n.id
+		FROM unnest($1::int8[], $2::timestamptz[]) AS q(id, created_at)
+		JOIN notifications n ON n.id = q.id AND n.created_at = q.created_at
+		LEFT JOIN (SELECT user_id, through_at AS at, through_id AS id, snapshot AS snap FROM read_marks) w ON w.user_id = n.user_id
+		LEFT JOIN stream_seen s ON s.user_id = n.user_id
+		WHERE n.read_at IS NOT NULL OR `+feed.ReadAllCovers+` OR (n.tx, n.id) <= (s.through_tx, s.through_id)`, ids, created)
+	if err != nil {
+		return fail(err)
+	}
+	seen, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fail(err)
+	}
+	st.seen = map[int64]bool{}
+	for _, id := range seen {
+		st.seen[id] = true
+	}
+	return st
 }

@@ -354,3 +354,65 @@ func TestOneDigestPushForAHundredEventsInASecondAcrossTwoReplicasEvenWithOneKill
 		}
 	}
 }
+
+func TestAPushWaitsForAUserWithAnOpenStreamAndIsSuppressedOnlyIfSeenOrRead(t *testing.T) {
+	t.Parallel()
+	p := newPolicyStack(t, push.Throttle{})
+	d, err := push.NewDispatcher(push.DispatcherConfig{DB: p.pool, Sender: p.client, Preferences: p.prefs, Devices: p.devices,
+		Clock: p.clk, Metrics: p.metrics, Logger: slog.New(slog.DiscardHandler), SuppressIfSeen: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.dispatcher = d
+	for _, u := range []string{"reader", "watcher", "away", "ignorer", "boss"} {
+		p.register(u, "ExponentPushToken["+u+"]")
+	}
+	ctx := context.Background()
+	// Everyone but "away" holds a stream open on some replica.
+	if _, err := p.pool.Exec(ctx, `INSERT INTO stream_presence (user_id, replica, expires_at)
+		SELECT u, 'replica-a', now() + interval '1 hour' FROM unnest(ARRAY['reader','watcher','ignorer','boss']) AS u`); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"reader", "watcher", "away", "ignorer"} {
+		p.emit("hello-"+u, fmt.Sprintf(`"recipients":[%q],"title":"for %s"`, u, u))
+	}
+	p.emit("boss-alert", `"recipients":["boss"],"title":"critical","priority":"critical"`)
+	p.drain()
+	if got := titles(p.stack.fake.Messages()); len(got) != 2 {
+		t.Fatalf("at once Expo got %q; want only the absent user's push and the critical one", got)
+	}
+	// Within the hold: one user reads it in the feed, another's app says
+	// it has seen the stream up to it.
+	if _, err := p.pool.Exec(ctx, `UPDATE notifications SET read_at = now() WHERE user_id = 'reader'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.pool.Exec(ctx, `INSERT INTO stream_seen (user_id, through_tx, through_id)
+		SELECT user_id, tx, id FROM notifications WHERE user_id = 'watcher'`); err != nil {
+		t.Fatal(err)
+	}
+	p.clk.Advance(29 * time.Second)
+	p.drain()
+	if n := len(p.stack.fake.Messages()); n != 2 {
+		t.Fatalf("%d pushes before the hold ended; want still 2", n)
+	}
+	p.clk.Advance(2 * time.Second)
+	p.drain()
+	got := titles(p.stack.fake.Messages())
+	if len(got) != 3 || got[2] != "for ignorer" {
+		t.Fatalf("after the hold Expo got %q; want the unseen push sent", got)
+	}
+	var suppressed []string
+	rows, _ := p.pool.Query(ctx, `SELECT user_id FROM push_dispatches WHERE state = 'suppressed' ORDER BY user_id`)
+	for rows.Next() {
+		var u string
+		_ = rows.Scan(&u)
+		suppressed = append(suppressed, u)
+	}
+	rows.Close()
+	if fmt.Sprint(suppressed) != "[reader watcher]" {
+		t.Errorf("suppressed for %v; want the reader and the watcher", suppressed)
+	}
+	if c := p.counter("spoolcast_push_policy_total", "outcome", push.PolicySuppressed); c != 2 {
+		t.Errorf("policy suppressed = %v, want 2", c)
+	}
+}

@@ -23,6 +23,9 @@ type plan struct {
 type deferral struct {
 	q   *queued
 	end time.Time
+	// seenWait: held for its user to see it, not for quiet hours: not
+	// logged, and not held for that again.
+	seenWait bool
 }
 
 type candidate struct {
@@ -31,9 +34,11 @@ type candidate struct {
 }
 
 // decide applies the policies to a notification that would be pushed to
-// sends: a digest member joins its digest; quiet hours defer it (unless
-// critical); a throttle decides it in write; otherwise it is pushed.
-func (p *plan) decide(q *queued, sends []dispatchRow, quiet QuietHours, now time.Time, quietFailed bool, th Throttle) {
+// sends: a digest member joins its digest; one seen already is suppressed,
+// one whose user has the stream open waits to be seen; quiet hours defer it;
+// a throttle decides it in write; otherwise it is pushed. Critical pushes
+// pass all but the digest.
+func (p *plan) decide(q *queued, sends []dispatchRow, quiet QuietHours, now time.Time, quietFailed bool, th Throttle, seen seenState) {
 	if p.counts == nil {
 		p.counts = map[string]int{}
 	}
@@ -41,6 +46,18 @@ func (p *plan) decide(q *queued, sends []dispatchRow, quiet QuietHours, now time
 		p.members = append(p.members, q)
 		p.counts[PolicyDigested]++
 		return
+	}
+	if !q.critical() {
+		switch {
+		case seen.seen[q.id]:
+			why := "seen on the stream or read before its push was due (--push-suppress-if-seen)"
+			p.rows = append(p.rows, dispatchRow{n: q, state: StateSuppressed, err: &why})
+			p.counts[PolicySuppressed]++
+			return
+		case seen.hold > 0 && !q.seenWaited && seen.present[q.user] && q.createdAt.Add(seen.hold).After(now):
+			p.deferrals = append(p.deferrals, deferral{q: q, end: q.createdAt.Add(seen.hold), seenWait: true})
+			return
+		}
 	}
 	bypassed := false
 	if end, ok := quiet.Until(now); ok {
@@ -195,18 +212,19 @@ func deferPushes(ctx context.Context, tx pgx.Tx, token string, deferrals []defer
 	ids := make([]int64, len(deferrals))
 	ends := make([]time.Time, len(deferrals))
 	whys := make([]string, len(deferrals))
+	seenWaits := make([]bool, len(deferrals))
 	for i, df := range deferrals {
-		ids[i], ends[i] = df.q.id, df.end
+		ids[i], ends[i], seenWaits[i] = df.q.id, df.end, df.seenWait
 		whys[i] = "quiet hours until " + df.end.Format(time.RFC3339)
 	}
 	_, err := tx.Exec(ctx, `WITH moved AS (
-			UPDATE push_queue q SET due_at = u.due, claimed_until = NULL, claimed_by = NULL
-			FROM unnest($1::int8[], $2::timestamptz[], $3::text[]) AS u(id, due, why)
+			UPDATE push_queue q SET due_at = u.due, claimed_until = NULL, claimed_by = NULL, seen_waited = q.seen_waited OR u.seen_wait
+			FROM unnest($1::int8[], $2::timestamptz[], $3::text[], $5::bool[]) AS u(id, due, why, seen_wait)
 			WHERE q.notification_id = u.id AND q.claimed_by = $4
-			RETURNING q.notification_id, coalesce(q.notification_created_at, now()) AS ncreated, q.user_id, u.why
+			RETURNING q.notification_id, coalesce(q.notification_created_at, now()) AS ncreated, q.user_id, u.why, u.seen_wait
 		)
 		INSERT INTO push_dispatches (notification_id, notification_created_at, user_id, state, error)
-		SELECT notification_id, ncreated, user_id, 'deferred', why FROM moved`, ids, ends, whys, token)
+		SELECT notification_id, ncreated, user_id, 'deferred', why FROM moved WHERE NOT seen_wait`, ids, ends, whys, token, seenWaits)
 	return err
 }
 

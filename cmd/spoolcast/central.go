@@ -309,7 +309,8 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	if c.live, err = live.New(live.Config{
 		DB: c.pool, ReaderDB: c.readerPool, Wake: c.listener.Subscribe(), PollInterval: o.live.pollInterval, PingInterval: o.live.pingInterval,
 		QueueBytes: int(o.live.queueBytes), MaxSocketsPerUser: o.live.maxPerUser, MaxSockets: o.live.maxSockets,
-		Metrics: live.NewMetrics(reg), Logger: logger,
+		Presence: o.push.suppressIfSeen > 0,
+		Metrics:  live.NewMetrics(reg), Logger: logger,
 	}); err != nil {
 		return fail(err)
 	}

@@ -33,6 +33,7 @@ type pushFlags struct {
 	interrupted     time.Duration // 0 is push's default, 10m
 	maxDevices      int           // enabled push devices per user; 0 is push.DefaultMaxEnabledPerUser
 	throttle        push.Throttle
+	suppressIfSeen  time.Duration
 }
 
 func (p *pushFlags) register(fs *flag.FlagSet) {
@@ -52,6 +53,7 @@ func (p *pushFlags) register(fs *flag.FlagSet) {
 		p.throttle = t
 		return err
 	})
+	fs.DurationVar(&p.suppressIfSeen, "push-suppress-if-seen", 0, "hold the push of a user with an open stream this long; if the notification is read, or the app sends {\"type\":\"seen\",\"cursor\":…} for it, meanwhile, the push is not sent (suppressed). Every replica records its stream users in Postgres while set. Critical notifications are not held. 0: off")
 	fs.IntVar(&p.maxDevices, "max-devices-per-user", push.DefaultMaxEnabledPerUser, "most enabled push devices a user keeps; registering one more disables the user's least recently seen (disabled_reason replaced)")
 }
 
@@ -59,6 +61,8 @@ func (p *pushFlags) validate() error {
 	switch {
 	case p.expoRate < 0 || p.expoConcurrency < 1:
 		return errors.New("--expo-rate must not be negative and --expo-concurrency must be at least 1")
+	case p.suppressIfSeen < 0 || p.suppressIfSeen > time.Hour:
+		return fmt.Errorf("--push-suppress-if-seen %s: from 0 (off) to 1h", p.suppressIfSeen)
 	case p.maxAge < 0 || p.prefsCacheTTL < 0 || p.prefsTimeout < 0 || p.receiptInterval < 0:
 		return errors.New("--push-max-age, --prefs-cache-ttl, --prefs-timeout and --receipt-interval must not be negative")
 	case p.interrupted != 0 && p.interrupted < 3*time.Minute:
@@ -103,7 +107,7 @@ func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <
 	w := &pushWorkers{}
 	if w.dispatcher, err = push.NewDispatcher(push.DispatcherConfig{
 		DB: pool, Sender: client, Preferences: prefs, Devices: devices, Wake: wake,
-		MaxAge: p.maxAge, Throttle: p.throttle, Metrics: metrics, Logger: logger,
+		MaxAge: p.maxAge, Throttle: p.throttle, SuppressIfSeen: p.suppressIfSeen, Metrics: metrics, Logger: logger,
 	}); err != nil {
 		return nil, err
 	}

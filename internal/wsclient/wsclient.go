@@ -152,6 +152,9 @@ func (c *Conn) Next(d time.Duration) (Message, error) {
 	}
 }
 
+// SendText sends one text frame, such as a seen message.
+func (c *Conn) SendText(payload []byte) error { return c.write(ws.OpText, payload) }
+
 // write sends one masked frame, as a client must.
 func (c *Conn) write(op ws.OpCode, payload []byte) error {
 	_ = c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))

@@ -126,6 +126,9 @@ func (h *Hub) presenceLoop(ctx context.Context) {
 		}
 		if all {
 			lastRefresh = h.cfg.Clock.Now()
+			if err := h.expirePresence(ctx); err != nil && ctx.Err() == nil {
+				h.log.Warn("delete expired stream presence", "err", err)
+			}
 		}
 		return false
 	})
@@ -209,4 +212,18 @@ func (h *Hub) writePresence(ctx context.Context, all bool) error {
 		}
 	}
 	return nil
+}
+
+// seenKept is how long a user's seen position is kept after it last moved:
+// a push waits to be seen only while its user holds a stream open, so an
+// app away this long has nothing to compare.
+const seenKept = 7 * 24 * time.Hour
+
+// expirePresence deletes the presence rows that expired (replicas killed,
+// whose rows nobody refreshes) and seen positions older than seenKept.
+func (h *Hub) expirePresence(ctx context.Context) error {
+	var n int
+	return h.cfg.DB.QueryRow(ctx, `WITH p AS (DELETE FROM stream_presence WHERE expires_at < now() RETURNING 1),
+			s AS (DELETE FROM stream_seen WHERE seen_at < now() - $1::interval RETURNING 1)
+		SELECT (SELECT count(*) FROM p) + (SELECT count(*) FROM s)`, seenKept).Scan(&n)
 }

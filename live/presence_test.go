@@ -13,7 +13,13 @@ import (
 
 func TestAStreamRecordsItsUsersPresenceAndHowFarTheyHaveSeen(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, func(c *live.Config) { c.Presence, c.Replica = true, "replica-a" })
+	url := pgtest.DB(t)
+	// A replica killed an hour ago left its rows behind.
+	if _, err := pgtest.Connect(t, url).Exec(context.Background(), `INSERT INTO stream_presence (user_id, replica, expires_at)
+		VALUES ('u9', 'replica-dead', now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	s := newStackOn(t, url, func(c *live.Config) { c.Presence, c.Replica = true, "replica-a" })
 	present := func(user string) int {
 		return pgtest.Count(t, s.pool, `SELECT count(*) FROM stream_presence WHERE user_id = $1 AND replica = 'replica-a' AND expires_at > now()`, user)
 	}
@@ -22,6 +28,9 @@ func TestAStreamRecordsItsUsersPresenceAndHowFarTheyHaveSeen(t *testing.T) {
 	laptop := s.dial("u1", "")
 	s.ready(laptop)
 	testsignal.Eventually(t, "u1's presence to be recorded", 10*time.Second, func() bool { return present("u1") == 1 })
+	if n := pgtest.Count(t, s.pool, `SELECT count(*) FROM stream_presence WHERE replica = 'replica-dead'`); n != 0 {
+		t.Errorf("%d expired presence rows of a dead replica kept", n)
+	}
 	s.ingest(s.pool, items(t, "seen", "u1", 3))
 	frames := next(t, phone, "notification", 3)
 	next(t, laptop, "notification", 3)

@@ -74,7 +74,7 @@ CREATE TABLE push_quiet_hours (
 );
 
 -- Throttle counters per (user, category, fixed window): how many pushes the
--- window has taken. Rows of past windows are deleted by the dispatcher.
+-- window has taken. Rows of past windows are deleted by the dispatchers (every 15 s).
 CREATE TABLE push_throttles (
     user_id      text        NOT NULL,
     category     text        NOT NULL,

@@ -251,6 +251,11 @@ func (d *Dispatcher) gauges(ctx context.Context) {
 			d.cfg.Metrics.dispatches.WithLabelValues(StateDeferred).Set(float64(deferred))
 			d.cfg.Metrics.queueOldest.Set(max(0, oldest))
 		}
+		if th := d.cfg.Throttle; th.Limit > 0 {
+			if err := expireThrottles(ctx, d.cfg.DB, now.Truncate(th.Window)); err != nil {
+				d.log.Warn("delete the throttle's past windows", "err", err)
+			}
+		}
 		return false
 	})
 }

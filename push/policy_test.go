@@ -15,6 +15,7 @@ import (
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/schedule"
 	"github.com/spoolcast/spoolcast/sync/ingest"
@@ -208,6 +209,17 @@ func TestAThrottleSendsTheFirstPushesOfItsWindowAndRecordsTheRestThrottled(t *te
 	if got := titles(p.stack.fake.Messages()); len(got) != 5 || got[4] != "next window" {
 		t.Errorf("Expo got %q; want the next window's push", got)
 	}
+	// The past window's counters are deleted by the running dispatchers.
+	if n := pgtest.Count(t, p.pool, `SELECT count(*) FROM push_throttles`); n != 3 {
+		t.Fatalf("%d throttle counters; want the past window's two and the current one's", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.dispatcher.Start(ctx)
+	testsignal.Eventually(t, "the past window's counter to be deleted", 10*time.Second, func() bool {
+		p.clk.Advance(time.Second)
+		return pgtest.Count(t, p.pool, `SELECT count(*) FROM push_throttles`) == 1
+	})
 }
 
 // hangingSender sends to Expo and then never answers: the replica died

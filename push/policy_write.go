@@ -268,3 +268,22 @@ func joinDigests(ctx context.Context, tx pgx.Tx, token string, members []*queued
 	}
 	return nil
 }
+
+// throttleExpireBatch bounds the throttle rows one statement deletes.
+const throttleExpireBatch = 5000
+
+// expireThrottles deletes the throttle counters of windows before current,
+// a batch per statement: only the current window's counters decide.
+func expireThrottles(ctx context.Context, db DB, current time.Time) error {
+	for {
+		tag, err := db.Exec(ctx, `DELETE FROM push_throttles WHERE (user_id, category, window_start) IN (
+				SELECT user_id, category, window_start FROM push_throttles WHERE window_start < $1
+				LIMIT $2 FOR UPDATE SKIP LOCKED)`, current, throttleExpireBatch)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() < throttleExpireBatch {
+			return nil
+		}
+	}
+}

@@ -695,3 +695,41 @@ func TestConfigMistakesAreClearErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestDeliveryPolicyFieldsReachTheRelayAsItReadsThem(t *testing.T) {
+	t.Parallel()
+	r := startRelay(t, relayOpts{})
+	c := newClient(t, client.Config{RelayURL: r.url})
+	ctx := context.Background()
+	at := time.Date(2099, 1, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600))
+	ev := meeting("scheduled:1", "Weekly sync")
+	ev.SendAt, ev.Priority, ev.Digest = time.Now().Add(time.Hour).Truncate(time.Second), "critical", &client.Digest{Key: "chat:room42", Window: 5 * time.Minute}
+	if _, err := c.Emit(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	body := r.requests()[0].body
+	parsed, err := event.Decode(body, "")
+	if err != nil {
+		t.Fatalf("the relay's decoder refuses %s: %v", body, err)
+	}
+	if !parsed.SendTime().Equal(ev.SendAt) || !parsed.Critical() || parsed.Digest == nil || parsed.DigestWindow() != 5*time.Minute {
+		t.Errorf("the relay read %+v from %s", parsed, body)
+	}
+	for _, bad := range []client.Event{
+		{IdempotencyKey: "k", Type: "t", Recipients: []string{"u"}, Priority: "urgent"},
+		{IdempotencyKey: "k", Type: "t", Recipients: []string{"u"}, Digest: &client.Digest{Key: "k", Window: time.Second}},
+		{IdempotencyKey: "k", Type: "t", Recipients: []string{"u"}, Digest: &client.Digest{Window: time.Minute}},
+	} {
+		var inv *client.InvalidEventError
+		if _, err := c.Emit(ctx, bad); !errors.As(err, &inv) {
+			t.Errorf("%+v: %v; want an InvalidEventError", bad, err)
+		}
+	}
+	// The relay refuses a send_at too far ahead: the client leaves that to it.
+	far := meeting("far", "x")
+	far.SendAt = at
+	var inv *client.InvalidEventError
+	if _, err := c.Emit(ctx, far); !errors.As(err, &inv) || inv.Field != "send_at" {
+		t.Errorf("send_at in 2099: %v; want the relay's InvalidEventError on send_at", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spoolcast/spoolcast/event"
@@ -34,6 +35,27 @@ type Event struct {
 	Data any `json:"data,omitempty"`
 	// RunID optionally names the run (a job, a batch) that produced the event.
 	RunID string `json:"run_id,omitempty"`
+	// SendAt schedules the notification: it does not exist for its
+	// recipients before then. At most 30 days ahead; zero sends at once.
+	SendAt time.Time `json:"send_at,omitzero"`
+	// Priority is "" or "normal", or "critical": critical passes quiet hours
+	// and throttles, never preferences.
+	Priority string `json:"priority,omitempty"`
+	// Digest gathers the pushes to one recipient with the same key within
+	// the window into one push at the window's end.
+	Digest *Digest `json:"digest,omitempty"`
+}
+
+// Digest is an event's digest: a key and a window of 10s to 24h.
+type Digest struct {
+	Key    string
+	Window time.Duration
+}
+
+// wireDigest is a Digest as the relay reads it: the window as a duration string.
+type wireDigest struct {
+	Key    string `json:"key"`
+	Window string `json:"window"`
 }
 
 // wireEvent is Event with Data already encoded, so that every attempt sends
@@ -47,6 +69,9 @@ type wireEvent struct {
 	Body           string          `json:"body,omitempty"`
 	Data           json.RawMessage `json:"data,omitempty"`
 	RunID          string          `json:"run_id,omitempty"`
+	SendAt         string          `json:"send_at,omitempty"`
+	Priority       string          `json:"priority,omitempty"`
+	Digest         *wireDigest     `json:"digest,omitempty"`
 }
 
 // encode checks what is cheap to check here and returns the request body.
@@ -69,10 +94,17 @@ func (ev Event) encode() ([]byte, error) {
 	case !utf8.Valid(data):
 		return nil, localInvalid("data", "is not valid UTF-8")
 	}
-	body, err := jsonenc.Marshal(wireEvent{
+	wire := wireEvent{
 		IdempotencyKey: ev.IdempotencyKey, Type: ev.Type, Category: ev.Category, Recipients: ev.Recipients,
-		Title: ev.Title, Body: ev.Body, Data: data, RunID: ev.RunID,
-	})
+		Title: ev.Title, Body: ev.Body, Data: data, RunID: ev.RunID, Priority: ev.Priority,
+	}
+	if !ev.SendAt.IsZero() {
+		wire.SendAt = ev.SendAt.UTC().Format(time.RFC3339Nano)
+	}
+	if ev.Digest != nil {
+		wire.Digest = &wireDigest{Key: ev.Digest.Key, Window: ev.Digest.Window.String()}
+	}
+	body, err := jsonenc.Marshal(wire)
 	if err != nil {
 		return nil, localInvalid("", "cannot be encoded as JSON: "+err.Error())
 	}
@@ -108,6 +140,19 @@ func (ev Event) check() error {
 	}
 	if len(unique) > event.MaxRecipients {
 		return localInvalid("recipients", fmt.Sprintf("%d distinct recipients; at most %d per event", len(unique), event.MaxRecipients))
+	}
+	switch ev.Priority {
+	case "", event.PriorityNormal, event.PriorityCritical:
+	default:
+		return localInvalid("priority", `must be "normal" or "critical"`)
+	}
+	if d := ev.Digest; d != nil {
+		if err := checkText("digest.key", d.Key, event.MaxDigestKeyLen, true); err != nil {
+			return err
+		}
+		if d.Window < event.MinDigestWindow || d.Window > event.MaxDigestWindow {
+			return localInvalid("digest.window", fmt.Sprintf("is %s; from %s to %s", d.Window, event.MinDigestWindow, event.MaxDigestWindow))
+		}
 	}
 	return nil
 }

@@ -221,6 +221,10 @@ func message(c created) expo.Message {
 			"category":        c.n.category,
 		},
 	}
+	if c.n.digestCount > 0 {
+		// A digest's push names it, so that the app can show it as one.
+		m.Data["digest"] = map[string]any{"key": c.n.digestKey, "count": c.n.digestCount}
+	}
 	for size, _ := expo.Size(m); size > expo.MaxMessageBytes; size, _ = expo.Size(m) {
 		over := size - expo.MaxMessageBytes + len("…")
 		switch {

@@ -364,6 +364,9 @@ func TestOneDigestPushForAHundredEventsInASecondAcrossTwoReplicasEvenWithOneKill
 		if m.Title != "100 new in chat:room42" || m.Body != latest[user] {
 			t.Errorf("%s got %q / %q; want the count and the latest title, %q", tok, m.Title, m.Body, latest[user])
 		}
+		if dg, _ := m.Data["digest"].(map[string]any); dg["key"] != "chat:room42" || dg["count"] != 100.0 {
+			t.Errorf("%s's push data %v; want the digest's key and count", tok, m.Data)
+		}
 	}
 }
 

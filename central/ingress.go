@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/julienschmidt/httprouter"
-
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/eventhttp"
@@ -26,7 +24,11 @@ func (s *Server) cancelEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "the service token has no subject to scope its keys"))
 		return
 	}
-	key := httprouter.ParamsFromContext(r.Context()).ByName("key")
+	key, ok := eventhttp.KeyFromPath(r, "/internal/v1/events/")
+	if !ok {
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no route for "+r.URL.Path+": send the key as one path segment, a / in it as %2F"))
+		return
+	}
 	if err := event.CheckKey(key); err != nil {
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidEvent, err.Error()).On("idempotency_key"))
 		return

@@ -297,7 +297,8 @@ func (s *Server) routeAll() {
 	s.handleUser(http.MethodPut, "/v1/preferences", user, s.putPreferences)
 
 	s.handleService(http.MethodPost, "/internal/v1/events", auth.ScopeEmit, s.ingestEvent)
-	s.handleService(http.MethodDelete, "/internal/v1/events/:key", auth.ScopeEmit, s.cancelEvent)
+	// A catch-all, so that cancelEvent reads the key from the escaped path.
+	s.handleService(http.MethodDelete, "/internal/v1/events/*key", auth.ScopeEmit, s.cancelEvent)
 
 	// The stream is not wrapped in API versions: its frames cannot be
 	// buffered and translated. They follow the latest version's shapes.

@@ -24,21 +24,21 @@ import (
 // Limits on an event's fields. They keep a notification small enough for a push
 // payload and a feed row, and reject obvious mistakes (a whole user list).
 const (
-	MaxKeyLen        = 256
-	MaxRecipients    = 1000
-	MaxRecipientLen  = 256
-	MaxTypeLen       = 128
-	MaxCategoryLen   = 128
-	MaxTitleLen      = 1024
-	MaxBodyLen       = 4096
-	MaxRunIDLen      = 256
-	MaxDigestKeyLen  = 256
-	DefaultCategory  = "general"
+	MaxKeyLen       = 256
+	MaxRecipients   = 1000
+	MaxRecipientLen = 256
+	MaxTypeLen      = 128
+	MaxCategoryLen  = 128
+	MaxTitleLen     = 1024
+	MaxBodyLen      = 4096
+	MaxRunIDLen     = 256
+	MaxDigestKeyLen = 256
+	DefaultCategory = "general"
 	// MaxScheduleAhead is how far ahead send_at may be.
 	MaxScheduleAhead = 30 * 24 * time.Hour
 	// MinDigestWindow and MaxDigestWindow bound a digest's window.
-	MinDigestWindow = 10 * time.Second
-	MaxDigestWindow = 24 * time.Hour
+	MinDigestWindow  = 10 * time.Second
+	MaxDigestWindow  = 24 * time.Hour
 	maxDataNestLevel = 32
 )
 

@@ -405,7 +405,12 @@ func TestAPushWaitsForAUserWithAnOpenStreamAndIsSuppressedOnlyIfSeenOrRead(t *te
 		SELECT user_id, tx, id FROM notifications WHERE user_id = 'watcher'`); err != nil {
 		t.Fatal(err)
 	}
-	p.clk.Advance(29 * time.Second)
+	// The hold counts from the notifications' creation, on Postgres's clock.
+	var created time.Time
+	if err := p.pool.QueryRow(ctx, `SELECT max(created_at) FROM notifications`).Scan(&created); err != nil {
+		t.Fatal(err)
+	}
+	p.clk.Advance(created.Add(29 * time.Second).Sub(p.clk.Now()))
 	p.drain()
 	if n := len(p.stack.fake.Messages()); n != 2 {
 		t.Fatalf("%d pushes before the hold ended; want still 2", n)

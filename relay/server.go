@@ -1,6 +1,7 @@
 // Package relay is the producer-facing loopback API of the sidecar: it
 // validates events, authenticates callers when it must, claims each event's key
-// in the spool and answers at once.
+// in the spool and answers at once. A cancellation of an event is spooled and
+// answered the same way.
 //
 // The rule it keeps: a producer is never made to wait on, or fail because of,
 // anything downstream of the spool. 202 means the event is durable on local disk.
@@ -71,6 +72,8 @@ func (c Config) Validate() error {
 	switch {
 	case strings.TrimSpace(c.Producer) == "":
 		return errors.New("producer is required: name the logical service this relay serves (the same on every replica)")
+	case strings.ContainsRune(c.Producer, 0):
+		return errors.New("producer must not contain a NUL byte: the spool keeps cancellations under such names")
 	case c.Spool == nil:
 		return errors.New("spool is required")
 	case c.MaxBody < 0:
@@ -117,6 +120,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	router := httpapi.NewRouter(log)
 	router.HandlerFunc(http.MethodPost, "/v1/events", s.postEvent)
+	// A catch-all, so that cancelEvent reads the key from the escaped path.
+	router.HandlerFunc(http.MethodDelete, "/v1/events/*idempotency_key", s.cancelEvent)
 	s.routeOps(router)
 	ops := httpapi.NewRouter(log)
 	s.routeOps(ops)
@@ -125,7 +130,7 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler: ingest and the operations routes.
+// ServeHTTP implements http.Handler: ingest, cancellation and the operations routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // Ops serves only /healthz, /readyz and /metrics: for a listener that
@@ -151,16 +156,8 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request) {
 // ingest answers one POST /v1/events and returns its outcome label: the
 // event's outcome, or why it was not taken.
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
-	if s.cfg.Verifier != nil {
-		if _, err := s.cfg.Verifier.Authorize(r, auth.ScopeEmit); err != nil {
-			w.Header().Set("WWW-Authenticate", auth.Challenge(err))
-			if errors.Is(err, auth.ErrForbidden) {
-				problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "the token lacks the push:emit scope"))
-			} else {
-				problem.Write(w, r, problem.New(http.StatusUnauthorized, problem.Unauthorized, "a valid service bearer token with scope push:emit is required"))
-			}
-			return resultUnauthorized
-		}
+	if !s.authorized(w, r) {
+		return resultUnauthorized
 	}
 	ev, p := eventhttp.Decode(r, s.cfg.MaxBody, s.cfg.Clock.Now())
 	if p != nil {
@@ -180,6 +177,39 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 		Payload:  canonical,
 		Fanout:   len(ev.Recipients),
 	})
+	if err != nil {
+		return s.claimFailed(w, r, "the event", err)
+	}
+	eventhttp.WriteAnswer(w, r, eventhttp.Answer{Outcome: res.Outcome, IdempotencyKey: ev.IdempotencyKey, ReceivedAt: res.ReceivedAt})
+	return res.Outcome.String()
+}
+
+// authorized answers 401 or 403 and reports false unless the request may
+// emit: it carries a service token with the push:emit scope, or no verifier
+// is configured (loopback only).
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.Verifier == nil {
+		return true
+	}
+	_, err := s.cfg.Verifier.Authorize(r, auth.ScopeEmit)
+	if err == nil {
+		return true
+	}
+	w.Header().Set("WWW-Authenticate", auth.Challenge(err))
+	if errors.Is(err, auth.ErrForbidden) {
+		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "the token lacks the push:emit scope"))
+	} else {
+		problem.Write(w, r, problem.New(http.StatusUnauthorized, problem.Unauthorized, "a valid service bearer token with scope push:emit is required"))
+	}
+	return false
+}
+
+// claimFailed answers a claim the spool did not take (what names the thing
+// claimed, for the 500's detail) and returns the outcome label: 503 with
+// Retry-After for what passes (the spool at its limit, a full disk, a
+// shutdown, a key index behind, a slow commit), 500 otherwise. Every answer
+// tells the producer to retry with the same key.
+func (s *Server) claimFailed(w http.ResponseWriter, r *http.Request, what string, err error) string {
 	switch {
 	case errors.Is(err, spool.ErrFull):
 		s.retryLater(w, r, problem.Overloaded, "the spool holds its limit of events awaiting Postgres; retry later with the same key")
@@ -205,15 +235,13 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 		})
 		s.retryLater(w, r, problem.Overloaded, "the spool did not commit in time; retry with the same key (if it committed meanwhile, the retry is answered as a duplicate)")
 		return resultOverloaded
-	case err != nil:
+	default:
 		s.spoolErrLog.Do(func(suppressed int64) {
 			s.log.Error("spool claim failed", "err", err, "suppressed", suppressed)
 		})
-		problem.Write(w, r, problem.New(http.StatusInternalServerError, problem.SpoolError, "the event could not be written to the spool; retry with the same key"))
+		problem.Write(w, r, problem.New(http.StatusInternalServerError, problem.SpoolError, what+" could not be written to the spool; retry with the same key"))
 		return resultError
 	}
-	eventhttp.WriteAnswer(w, r, eventhttp.Answer{Outcome: res.Outcome, IdempotencyKey: ev.IdempotencyKey, ReceivedAt: res.ReceivedAt})
-	return res.Outcome.String()
 }
 
 func (s *Server) retryLater(w http.ResponseWriter, r *http.Request, t problem.Type, detail string) {

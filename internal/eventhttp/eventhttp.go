@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -73,6 +74,19 @@ func Decode(r *http.Request, maxBody int64, now time.Time) (ev event.Event, p *p
 		return fail(http.StatusBadRequest, problem.InvalidEvent, err.Error(), field)
 	}
 	return ev, nil
+}
+
+// KeyFromPath returns the idempotency key that is the last segment of r's
+// path after prefix (such as "/v1/events/"), URL-unescaped. It reads the
+// escaped path, so that a key holding a / (sent as %2F) stays one segment;
+// false for a path of more segments or a bad escape.
+func KeyFromPath(r *http.Request, prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), prefix)
+	if !ok || strings.Contains(rest, "/") {
+		return "", false
+	}
+	key, err := url.PathUnescape(rest)
+	return key, err == nil
 }
 
 // Answer is the answer to a valid ingest request.

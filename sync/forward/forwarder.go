@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,7 +106,8 @@ func (c Config) Validate() error {
 // at once; a worker retries its own batch until every row has landed (or been
 // set aside as dead), so nothing behind the cursor is left behind. When no
 // batch is in flight, workers read from the top again, which also picks up
-// rows whose acknowledgement failed or that an operator requeued.
+// rows whose acknowledgement failed or that an operator requeued. A spooled
+// cancellation is applied only after the events spooled before it (cancels.go).
 type Forwarder struct {
 	cfg       Config
 	log       *slog.Logger
@@ -127,6 +129,12 @@ type Forwarder struct {
 	inflight int                 // batches handed out and not yet acknowledged
 	refused  map[int64]time.Time // rows refused for good, not yet set aside: when first refused
 	streak   int                 // whole-batch refusals in a row with nothing landing
+	// A take held back a cancellation for the batches in flight ahead of
+	// it: the release that leaves none in flight kicks a worker.
+	cancelWaits bool
+
+	// One line per interval for each outcome of a cancellation worth a warning.
+	unknownLog, tooLateLog *lograte.Limiter
 
 	testSignals forwarderTestSignals
 }
@@ -135,6 +143,7 @@ type Forwarder struct {
 type forwarderTestSignals struct {
 	backoff testsignal.Signal[time.Duration] // a worker began to wait out this backoff
 	landed  testsignal.Signal[int]           // a statement committed this many events
+	held    testsignal.Signal[int64]         // a take held back the cancellation of this seq
 }
 
 // New returns a forwarder; Start runs it.
@@ -162,16 +171,18 @@ func New(cfg Config) (*Forwarder, error) {
 	log := cfg.Logger.With("component", "forwarder")
 	ioCtx, ioCancel := context.WithCancel(context.Background())
 	return &Forwarder{
-		ioCtx:    ioCtx,
-		ioCancel: ioCancel,
-		cfg:      cfg,
-		log:      log,
-		clock:    cfg.Clock,
-		kick:     make(chan struct{}, cfg.Workers),
-		take1:    make(chan struct{}, 1),
-		failLog:  lograte.New(10 * time.Second),
-		wake:     ingest.NewWaker(cfg.DB, cfg.WakeUpInterval, cfg.Clock, log),
-		refused:  map[int64]time.Time{},
+		ioCtx:      ioCtx,
+		ioCancel:   ioCancel,
+		cfg:        cfg,
+		log:        log,
+		clock:      cfg.Clock,
+		kick:       make(chan struct{}, cfg.Workers),
+		take1:      make(chan struct{}, 1),
+		failLog:    lograte.New(10 * time.Second),
+		unknownLog: lograte.New(10 * time.Second),
+		tooLateLog: lograte.New(10 * time.Second),
+		wake:       ingest.NewWaker(cfg.DB, cfg.WakeUpInterval, cfg.Clock, log),
+		refused:    map[int64]time.Time{},
 	}, nil
 }
 
@@ -238,7 +249,9 @@ func (f *Forwarder) limit() spool.BatchLimit {
 
 // take hands the next batch to a worker: after the shared cursor, or from the
 // top when no batch is in flight. Takes run one at a time so that two batches
-// never overlap; waiting for the turn honours ctx.
+// never overlap; waiting for the turn honours ctx. A cancellation goes out
+// only in a batch taken alone, from the top (see cancels.go): otherwise the
+// batch ends before it, and a batch it would begin waits.
 func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
 	select {
 	case f.take1 <- struct{}{}:
@@ -248,7 +261,10 @@ func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
 	}
 	f.mu.Lock()
 	after := f.cursor
-	if f.inflight == 0 || f.rewind.Swap(false) {
+	// Only takes add batches in flight, and they run one at a time: alone
+	// stays true until this one hands out its batch.
+	alone := f.inflight == 0
+	if alone || f.rewind.Swap(false) {
 		after = 0
 	}
 	f.mu.Unlock()
@@ -256,16 +272,37 @@ func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
 	if err != nil || len(batch) == 0 {
 		return nil, err
 	}
+	var held int64
+	if i := slices.IndexFunc(batch, isCancel); i >= 0 && !alone {
+		held, batch = batch[i].Seq, batch[:i]
+	}
 	f.mu.Lock()
+	if len(batch) == 0 {
+		// The batch would begin with a cancellation while others are in
+		// flight ahead of it. Once none is, a worker takes from the top.
+		if f.inflight == 0 {
+			f.kickIdle()
+		} else {
+			f.cancelWaits = true
+		}
+		f.mu.Unlock()
+		f.testSignals.held.Signal(held)
+		return nil, nil
+	}
 	f.cursor = batch[len(batch)-1].Seq
 	f.inflight++
 	f.mu.Unlock()
 	// More may be waiting: wake an idle worker to look.
+	f.kickIdle()
+	return batch, nil
+}
+
+// kickIdle wakes an idle worker, if one is not already being woken.
+func (f *Forwarder) kickIdle() {
 	select {
 	case f.kick <- struct{}{}:
 	default:
 	}
-	return batch, nil
 }
 
 // batchAcks are the spool acknowledgements of one batch, running while its
@@ -288,7 +325,14 @@ func (f *Forwarder) release(acks *batchAcks) {
 	done := func() {
 		f.mu.Lock()
 		f.inflight--
+		wake := f.inflight == 0 && f.cancelWaits
+		if wake {
+			f.cancelWaits = false
+		}
 		f.mu.Unlock()
+		if wake {
+			f.kickIdle()
+		}
 	}
 	if !acks.started.Load() {
 		done()
@@ -400,12 +444,18 @@ func (f *Forwarder) failed(ctx context.Context, err error, failures int) bool {
 // rows of the statement landed, or other rows landed since the row was first
 // refused. A refusal of everything (a schema change, say) is an error to
 // retry, never a reason to bury every row. A statement that runs too long
-// halves *chunk for the next attempt.
+// halves *chunk for the next attempt. A cancellation is applied on its own,
+// in its place among the events, and is retried or set aside as they are.
 func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *batchAcks, chunk *int) (map[int64]bool, error) {
 	handled := map[int64]bool{}
 	rows := make([]spool.Record, 0, len(batch))
 	items := make([]ingest.Item, 0, len(batch))
 	for _, rec := range batch {
+		if isCancel(rec) {
+			rows = append(rows, rec)
+			items = append(items, ingest.Item{}) // not an event: applied by cancel
+			continue
+		}
 		ev, err := event.Parse(rec.Payload)
 		if err != nil {
 			if err := f.bury(ctx, rec, deadInvalid, err); err != nil {
@@ -419,7 +469,33 @@ func (f *Forwarder) forward(ctx context.Context, batch []spool.Record, acks *bat
 	}
 	var unproven error
 	for len(rows) > 0 {
+		if isCancel(rows[0]) {
+			if unproven != nil {
+				break // an event refused ahead of it goes first: the batch is tried again
+			}
+			rec := rows[0]
+			refused, err := f.cancel(ctx, rec, acks)
+			switch {
+			case err != nil:
+				return handled, err
+			case refused == nil:
+				handled[rec.Seq] = true
+			case !f.atFault(rec.Seq, false):
+				unproven = cmp.Or(unproven, refused)
+			default:
+				if err := f.bury(ctx, rec, deadRefused, refused); err != nil {
+					return handled, err
+				}
+				handled[rec.Seq] = true
+			}
+			rows, items = rows[1:], items[1:]
+			continue
+		}
+		// The events up to the next cancellation, in statements of *chunk.
 		n := min(max(1, *chunk), len(rows))
+		if i := slices.IndexFunc(rows[:n], isCancel); i >= 0 {
+			n = i
+		}
 		landed, refused, err := f.send(ctx, rows[:n], items[:n], acks)
 		for _, seq := range landed {
 			handled[seq] = true

@@ -23,6 +23,7 @@ type Metrics struct {
 	lag        prometheus.Histogram
 	refeeds    prometheus.Counter
 	refed      prometheus.Counter
+	cancels    *prometheus.CounterVec
 }
 
 // NewMetrics creates the forwarder's metrics and registers them with reg (nil: not exported).
@@ -46,12 +47,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Changes of Postgres's history (a failover to a standby, a restore) the forwarder found after a commit; each forwards again what was forwarded within the refeed window."),
 		refed: metric.Counter("spoolcast_sync_refed_events_total",
 			"Events put back in the queue by refeeds, to be forwarded again; those Postgres still had count as duplicates."),
+		cancels: metric.CounterVec("spoolcast_relay_cancels_total",
+			"Cancellations (DELETE /v1/events/{key}) applied in Postgres, by outcome: cancelled (the scheduled notifications will not be sent; also a repeat), already_sent (the event had no send_at, or it fired first), unknown (no event with the key was ingested for the producer, or its key expired).", "outcome"),
 	}
 	for _, reason := range []string{deadInvalid, deadRefused, deadConflict} {
 		m.dead.WithLabelValues(reason)
 	}
+	for _, o := range []ingest.CancelOutcome{ingest.Cancelled, ingest.CancelTooLate, ingest.CancelUnknown} {
+		m.cancels.WithLabelValues(o.String())
+	}
 	if reg != nil {
-		reg.MustRegister(m.forwarded, m.duplicates, m.errors, m.dead, m.batch, m.batchRows, m.lag, m.refeeds, m.refed)
+		reg.MustRegister(m.forwarded, m.duplicates, m.errors, m.dead, m.batch, m.batchRows, m.lag, m.refeeds, m.refed, m.cancels)
 	}
 	return m
 }

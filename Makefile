@@ -43,9 +43,11 @@ check-tour:
 ## non-zero on any violation. CHAOS_SEED replays a run. Needs root (tmpfs spool volumes); installs PostgreSQL
 CHAOS_DURATION ?= 10m
 CHAOS_SEED     ?= 0
+# CHAOS_SCHEDULED=true adds scheduled events to the traffic (see benchmarks/README.md §7).
+CHAOS_SCHEDULED ?= false
 chaos: build
 	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql
-	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) $(GO) run ./benchmarks/chaos -spoolcast $(BIN)
+	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) $(GO) run ./benchmarks/chaos -spoolcast $(BIN) -scheduled=$(CHAOS_SCHEDULED)
 
 ## chaos-selfcheck: 30 s of chaos traffic without faults, then a lost event, a duplicate and a stuck dispatch
 ## planted: it must report all three and fail, or the checks cannot fail

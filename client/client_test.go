@@ -715,6 +715,11 @@ func TestDeliveryPolicyFieldsReachTheRelayAsItReadsThem(t *testing.T) {
 	if !parsed.SendTime().Equal(ev.SendAt) || !parsed.Critical() || parsed.Digest == nil || parsed.DigestWindow() != 5*time.Minute {
 		t.Errorf("the relay read %+v from %s", parsed, body)
 	}
+	// The event marshalled as it is reads the same.
+	raw, _ := json.Marshal(ev)
+	if again, err := event.Decode(raw, ""); err != nil || again.DigestWindow() != 5*time.Minute || !again.SendTime().Equal(ev.SendAt) {
+		t.Errorf("json.Marshal of the event gives %s, which the relay reads as %+v, %v", raw, again, err)
+	}
 	for _, bad := range []client.Event{
 		{IdempotencyKey: "k", Type: "t", Recipients: []string{"u"}, Priority: "urgent"},
 		{IdempotencyKey: "k", Type: "t", Recipients: []string{"u"}, Digest: &client.Digest{Key: "k", Window: time.Second}},

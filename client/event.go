@@ -46,16 +46,35 @@ type Event struct {
 	Digest *Digest `json:"digest,omitempty"`
 }
 
-// Digest is an event's digest: a key and a window of 10s to 24h.
+// Digest is an event's digest: a key and a window of 10s to 24h. In JSON
+// the window is a duration string, as the relay reads it: {"key":"chat:room42","window":"5m0s"}.
 type Digest struct {
 	Key    string
 	Window time.Duration
 }
 
-// wireDigest is a Digest as the relay reads it: the window as a duration string.
 type wireDigest struct {
 	Key    string `json:"key"`
 	Window string `json:"window"`
+}
+
+// MarshalJSON implements json.Marshaler.
+func (d Digest) MarshalJSON() ([]byte, error) {
+	return json.Marshal(wireDigest{Key: d.Key, Window: d.Window.String()})
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Digest) UnmarshalJSON(b []byte) error {
+	var w wireDigest
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	window, err := time.ParseDuration(w.Window)
+	if err != nil {
+		return fmt.Errorf("digest window: %w", err)
+	}
+	*d = Digest{Key: w.Key, Window: window}
+	return nil
 }
 
 // wireEvent is Event with Data already encoded, so that every attempt sends
@@ -71,7 +90,7 @@ type wireEvent struct {
 	RunID          string          `json:"run_id,omitempty"`
 	SendAt         string          `json:"send_at,omitempty"`
 	Priority       string          `json:"priority,omitempty"`
-	Digest         *wireDigest     `json:"digest,omitempty"`
+	Digest         *Digest         `json:"digest,omitempty"`
 }
 
 // encode checks what is cheap to check here and returns the request body.
@@ -101,9 +120,7 @@ func (ev Event) encode() ([]byte, error) {
 	if !ev.SendAt.IsZero() {
 		wire.SendAt = ev.SendAt.UTC().Format(time.RFC3339Nano)
 	}
-	if ev.Digest != nil {
-		wire.Digest = &wireDigest{Key: ev.Digest.Key, Window: ev.Digest.Window.String()}
-	}
+	wire.Digest = ev.Digest
 	body, err := jsonenc.Marshal(wire)
 	if err != nil {
 		return nil, localInvalid("", "cannot be encoded as JSON: "+err.Error())

@@ -207,6 +207,7 @@ func expectedFeeds(ctx context.Context, db *pgx.Conn) (map[string]map[string]boo
 // in commit order within a socket.
 func checkApps(apps []*app, expected map[string]map[string]bool) []invariant {
 	var want, missing, phantom, twice, disorder, resumes, refusals, reloaded int
+	var examples []string
 	for _, a := range apps {
 		a.mu.Lock()
 		exp := expected[a.user]
@@ -214,6 +215,12 @@ func checkApps(apps []*app, expected map[string]map[string]bool) []invariant {
 		for id := range exp {
 			if a.frames[id] == 0 && !a.loaded[id] {
 				missing++
+				if len(examples) < 3 {
+					examples = append(examples, a.user+" "+id)
+				}
+				if missing == 1 {
+					fmt.Printf("chaos: %s never saw %s; its sockets: %s\n", a.user, id, strings.Join(a.sessions, " "))
+				}
 			}
 		}
 		for id, n := range a.frames {
@@ -232,8 +239,8 @@ func checkApps(apps []*app, expected map[string]map[string]bool) []invariant {
 	}
 	return []invariant{
 		{"every app saw every notification of its user", missing == 0 && phantom == 0,
-			fmt.Sprintf("%d notifications of %d apps; %d never seen, %d seen that Postgres does not hold; %d resumes with a cursor, %d cursors refused (%d ids reloaded from the feed)",
-				want, len(apps), missing, phantom, resumes, refusals, reloaded)},
+			fmt.Sprintf("%d notifications of %d apps; %d never seen %s, %d seen that Postgres does not hold; %d resumes with a cursor, %d cursors refused (%d ids reloaded from the feed)",
+				want, len(apps), missing, strings.Join(examples, ", "), phantom, resumes, refusals, reloaded)},
 		{"no app saw a notification twice (before any dedupe)", twice == 0, fmt.Sprintf("%d notifications with more than one frame", twice)},
 		{"frames came in commit order within each socket", disorder == 0, fmt.Sprintf("%d frames behind the one before", disorder)},
 	}
@@ -335,6 +342,102 @@ func checkPushes(ctx context.Context, db *pgx.Conn, w *world) ([]invariant, erro
 		{"each device got each push at most once", twice == 0, fmt.Sprintf("%d pushes reached Expo; %d more than once", len(pushes), twice)},
 		{"every notification's push ended (none lost, none stuck queued)", stuck == 0 && unexplained == 0 && undispatched == 0,
 			fmt.Sprintf("dispatches: %s; %d stuck, %d failed or skipped without a reason, %d notifications with no dispatch", strings.Join(states, ", "), stuck, unexplained, undispatched)},
+	}, nil
+}
+
+// checkPolicies: every scheduled event fired (none left waiting), every
+// notification of a digest event was gathered into exactly one digest and
+// no other was, no digest is left open, and the digest pushes that reached
+// Expo gather no more notifications than their users' digests did.
+func checkPolicies(ctx context.Context, db *pgx.Conn, w *world, l *ledger) ([]invariant, error) {
+	var waiting int
+	if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM scheduled_notifications) + (SELECT count(*) FROM push_digests)`).Scan(&waiting); err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, `SELECT n.idempotency_key, n.user_id, n.created_at, n.id,
+			(SELECT count(*) FROM push_dispatches d WHERE d.notification_id = n.id AND d.state = 'digested'),
+			EXISTS (SELECT 1 FROM push_dispatches d WHERE d.notification_id = n.id AND d.state = 'skipped')
+		FROM notifications n WHERE n.producer = 'chaos'`)
+	if err != nil {
+		return nil, err
+	}
+	type userKey struct{ user, key string }
+	gathered := map[userKey]int{}
+	userOf := map[string]string{} // a notification's public id → its user
+	var members, skipped, wrong, stray int
+	l.mu.Lock()
+	for rows.Next() {
+		var key, user string
+		var id feed.ID
+		var digested int
+		var skip bool
+		if err := rows.Scan(&key, &user, &id.CreatedAt, &id.Seq, &digested, &skip); err != nil {
+			l.mu.Unlock()
+			rows.Close()
+			return nil, err
+		}
+		userOf[id.String()] = user
+		dk, isDigest := l.digests[key]
+		switch {
+		case isDigest && digested == 0 && skip:
+			skipped++ // not pushed at all (no device, push off): nothing to gather
+		case isDigest:
+			members++
+			if digested != 1 {
+				wrong++
+			}
+			gathered[userKey{user, dk}] += digested
+		case digested > 0:
+			stray++
+		}
+	}
+	scheduled := len(l.scheduled)
+	l.mu.Unlock()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// One count per digest push (its latest notification), whichever device got it.
+	pushed := map[userKey]map[string]int{}
+	digestPushes := 0
+	for _, m := range w.expo.Messages() {
+		dg, _ := m.Data["digest"].(map[string]any)
+		if dg == nil {
+			continue
+		}
+		id := fmt.Sprint(m.Data["notification_id"])
+		// By the notification's user: a device may have changed hands since.
+		k := userKey{userOf[id], fmt.Sprint(dg["key"])}
+		if pushed[k] == nil {
+			pushed[k] = map[string]int{}
+		}
+		count, _ := dg["count"].(float64)
+		if _, seen := pushed[k][id]; !seen {
+			digestPushes++
+		}
+		pushed[k][id] = int(count)
+	}
+	over := 0
+	var examples []string
+	for k, byID := range pushed {
+		sum := 0
+		for _, c := range byID {
+			sum += c
+		}
+		if sum > gathered[k] {
+			over++
+			if len(examples) < 3 {
+				examples = append(examples, fmt.Sprintf("%s %s: pushed %d, gathered %d", k.user, k.key, sum, gathered[k]))
+			}
+		}
+	}
+	return []invariant{
+		{"scheduled events fired and digests closed (none left waiting)", waiting == 0,
+			fmt.Sprintf("%d scheduled events sent; %d scheduled notifications or digests still waiting", scheduled, waiting)},
+		{"each digest event's notification joined exactly one digest, no other did", wrong == 0 && stray == 0,
+			fmt.Sprintf("%d digest members in %d (user, key) pairs (%d more skipped, not pushed at all); %d not gathered exactly once; %d others gathered", members, len(gathered), skipped, wrong, stray)},
+		{"digest pushes gather no more than their digests", over == 0,
+			fmt.Sprintf("%d digest pushes reached Expo; %d (user, key) pairs pushed more than they gathered %s", digestPushes, over, strings.Join(examples, "; "))},
 	}, nil
 }
 

@@ -27,6 +27,9 @@ import (
 	"github.com/spoolcast/spoolcast/live"
 )
 
+// scheduledEvents: producers send some events with a send_at (-scheduled).
+var scheduledEvents bool
+
 // appUsers have apps; fan-outs also reach bulk users, who have none.
 const (
 	appUsers  = 16
@@ -47,6 +50,10 @@ type sent struct {
 type ledger struct {
 	mu     sync.Mutex
 	events map[string]*sent // idempotency key →
+	// digests names the digest key of each event sent with one; scheduled,
+	// the events sent with a send_at.
+	digests   map[string]string
+	scheduled map[string]bool
 	// bad5xx are answers 5xx other than 503 with Retry-After.
 	bad5xx    []string
 	answers   map[int]int // status → count, over every attempt
@@ -55,7 +62,7 @@ type ledger struct {
 }
 
 func newLedger() *ledger {
-	return &ledger{events: map[string]*sent{}, answers: map[int]int{}, emitErrs: map[string]int{}}
+	return &ledger{events: map[string]*sent{}, answers: map[int]int{}, emitErrs: map[string]int{}, digests: map[string]string{}, scheduled: map[string]bool{}}
 }
 
 func (l *ledger) answered(status int, retryAfter string, where string) {
@@ -142,11 +149,23 @@ func producer(ctx context.Context, w *world, l *ledger, seed uint64, n int) {
 			ev.Body = strings.Repeat("b", event.MaxBodyLen)
 		case r < 5: // invalid: answered 422, never stored
 			ev.Type = ""
+		case r < 10 && scheduledEvents: // scheduled a few seconds ahead: stored when it fires
+			ev.SendAt = time.Now().Add(time.Duration(2+rng.IntN(18)) * time.Second)
+		case r < 25: // a chat message, pushed in a digest per room
+			ev.Digest = &client.Digest{Key: fmt.Sprintf("room-%d", rng.IntN(3)), Window: event.MinDigestWindow}
 		}
 		ev.Recipients = dedupe(ev.Recipients)
 		if ev.Title == "" {
 			ev.Title = "chaos " + ev.IdempotencyKey
 		}
+		l.mu.Lock()
+		if ev.Digest != nil {
+			l.digests[ev.IdempotencyKey] = ev.Digest.Key
+		}
+		if !ev.SendAt.IsZero() {
+			l.scheduled[ev.IdempotencyKey] = true
+		}
+		l.mu.Unlock()
 		relay := rng.IntN(len(clients))
 		if ev.Type == "" || rng.IntN(50) == 0 { // the client would refuse an invalid event itself
 			halfClosed(ctx, w.relays[relay].base, ev, l)
@@ -246,6 +265,9 @@ type app struct {
 	// on the same socket.
 	disorder int
 	apiCalls map[string]int
+	// sessions describes each socket the app opened, for the report of a
+	// notification it never saw.
+	sessions []string
 }
 
 func newApp(user, token string, bases []string) *app {
@@ -278,8 +300,16 @@ func (a *app) stream(ctx context.Context, rng *rand.Rand) {
 			a.resumes++
 			a.mu.Unlock()
 		}
-		a.readFrames(ctx, c, base)
+		opened := time.Now()
+		first, last, ready, n := a.readFrames(ctx, c, base)
 		c.Close()
+		a.mu.Lock()
+		if len(a.sessions) < 200 {
+			after, _ := live.ParseCursor(cursor)
+			a.sessions = append(a.sessions, fmt.Sprintf("[%s %s after %d/%d ready %d/%d frames %d: %d/%d..%d/%d]", opened.Format("15:04:05.000"), base,
+				after.Tx, after.ID, ready.Tx, ready.ID, n, first.Tx, first.ID, last.Tx, last.ID))
+		}
+		a.mu.Unlock()
 	}
 }
 
@@ -290,14 +320,13 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (a *app) readFrames(ctx context.Context, c *wsclient.Conn, base string) {
-	var last live.Position
+func (a *app) readFrames(ctx context.Context, c *wsclient.Conn, base string) (first, last, ready live.Position, frames int) {
 	for ctx.Err() == nil {
 		m, err := c.Next(time.Second)
 		if err != nil {
 			var ne net.Error
 			if _, closed := wsclient.Closed(err); closed || !errors.As(err, &ne) || !ne.Timeout() {
-				return
+				return first, last, ready, frames
 			}
 			continue
 		}
@@ -320,9 +349,17 @@ func (a *app) readFrames(ctx context.Context, c *wsclient.Conn, base string) {
 					a.disorder++
 				}
 				last = c.Position
+				if frames == 0 {
+					first = c.Position
+				}
+				frames++
 			}
 		case "read":
 			a.applyRead(m)
+		case "ready":
+			if c, err := live.ParseCursor(m.Cursor); err == nil {
+				ready = c.Position
+			}
 		}
 		// Started over without a cursor, as after a refused one: what
 		// committed before ready is in the feed, read after it.
@@ -335,6 +372,7 @@ func (a *app) readFrames(ctx context.Context, c *wsclient.Conn, base string) {
 			a.reload(ctx, base)
 		}
 	}
+	return first, last, ready, frames
 }
 
 // applyRead applies a read frame: one notification, or a read-all through

@@ -24,13 +24,9 @@ func (s *Server) cancelEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "the service token has no subject to scope its keys"))
 		return
 	}
-	key, ok := eventhttp.KeyFromPath(r, "/internal/v1/events/")
-	if !ok {
-		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no route for "+r.URL.Path+": send the key as one path segment, a / in it as %2F"))
-		return
-	}
-	if err := event.CheckKey(key); err != nil {
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidEvent, err.Error()).On("idempotency_key"))
+	key, p := eventhttp.KeyFromPath(r, "/internal/v1/events/")
+	if p != nil {
+		problem.Write(w, r, *p)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.DBTimeout)

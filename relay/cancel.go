@@ -27,13 +27,9 @@ func (s *Server) cancelEvent(w http.ResponseWriter, r *http.Request) {
 	if !s.authorized(w, r) {
 		return
 	}
-	key, ok := eventhttp.KeyFromPath(r, "/v1/events/")
-	if !ok {
-		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no route for "+r.URL.Path+": send the key as one path segment, a / in it as %2F"))
-		return
-	}
-	if err := event.CheckKey(key); err != nil {
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidEvent, err.Error()).On("idempotency_key"))
+	key, p := eventhttp.KeyFromPath(r, "/v1/events/")
+	if p != nil {
+		problem.Write(w, r, *p)
 		return
 	}
 	payload := cancelPayload(key)

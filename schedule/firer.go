@@ -155,13 +155,7 @@ func (f *Firer) fireScheduled(ctx context.Context, now time.Time) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("fire scheduled notifications: %w", err)
 	}
-	if created > 0 {
-		f.cfg.Metrics.fired.WithLabelValues(KindScheduled).Add(float64(created))
-		f.cfg.Metrics.lateness.WithLabelValues(KindScheduled).Observe(max(0, lateness))
-		if f.cfg.Fired != nil {
-			f.cfg.Fired()
-		}
-	}
+	f.count(KindScheduled, created, lateness)
 	return moved, nil
 }
 
@@ -188,14 +182,21 @@ func (f *Firer) fireDigests(ctx context.Context, now time.Time) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("fire digests: %w", err)
 	}
-	if moved > 0 {
-		f.cfg.Metrics.fired.WithLabelValues(KindDigest).Add(float64(moved))
-		f.cfg.Metrics.lateness.WithLabelValues(KindDigest).Observe(max(0, lateness))
-		if f.cfg.Fired != nil {
-			f.cfg.Fired()
-		}
-	}
+	f.count(KindDigest, moved, lateness)
 	return moved, nil
+}
+
+// count records n rows of kind fired, the oldest lateness seconds after its
+// time, and wakes the readers and dispatchers.
+func (f *Firer) count(kind string, n int, lateness float64) {
+	if n == 0 {
+		return
+	}
+	f.cfg.Metrics.fired.WithLabelValues(kind).Add(float64(n))
+	f.cfg.Metrics.lateness.WithLabelValues(kind).Observe(max(0, lateness))
+	if f.cfg.Fired != nil {
+		f.cfg.Fired()
+	}
 }
 
 // gauges refreshes the due-work gauges: what waits, and how late the

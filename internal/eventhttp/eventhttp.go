@@ -76,17 +76,29 @@ func Decode(r *http.Request, maxBody int64, now time.Time) (ev event.Event, p *p
 	return ev, nil
 }
 
-// KeyFromPath returns the idempotency key that is the last segment of r's
-// path after prefix (such as "/v1/events/"), URL-unescaped. It reads the
-// escaped path, so that a key holding a / (sent as %2F) stays one segment;
-// false for a path of more segments or a bad escape.
-func KeyFromPath(r *http.Request, prefix string) (string, bool) {
+// KeyFromPath reads the idempotency key that is the last segment of r's
+// path after prefix (such as "/v1/events/"), as both ingress points take a
+// cancellation: URL-unescaped, read from the escaped path so that a key
+// holding a / (sent as %2F) stays one segment, and checked like an event's
+// key. A nil problem means key is valid: 404 for a path of more segments or
+// a bad escape, 400 for a key that breaks a rule.
+func KeyFromPath(r *http.Request, prefix string) (key string, p *problem.Problem) {
 	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), prefix)
-	if !ok || strings.Contains(rest, "/") {
-		return "", false
+	ok = ok && !strings.Contains(rest, "/")
+	if ok {
+		var err error
+		key, err = url.PathUnescape(rest)
+		ok = err == nil
 	}
-	key, err := url.PathUnescape(rest)
-	return key, err == nil
+	if !ok {
+		pr := problem.New(http.StatusNotFound, problem.NotFound, "no route for "+r.URL.Path+": send the key as one path segment, a / in it as %2F")
+		return "", &pr
+	}
+	if err := event.CheckKey(key); err != nil {
+		pr := problem.New(http.StatusBadRequest, problem.InvalidEvent, err.Error()).On("idempotency_key")
+		return "", &pr
+	}
+	return key, nil
 }
 
 // Answer is the answer to a valid ingest request.

@@ -236,7 +236,7 @@ func (d *Dispatcher) workerPass(ctx context.Context) (again bool) {
 // (partial indexes), whatever the dispatch history holds.
 func (d *Dispatcher) gauges(ctx context.Context) {
 	startstop.Every(ctx, startstop.Schedule{Interval: gaugesInterval, Clock: d.cfg.Clock}, func(ctx context.Context) bool {
-		var queued, sent, deferred int64
+		var queued, sent, deferred, digested, throttled, suppressed, cancelled int64
 		var oldest float64
 		now := d.cfg.Clock.Now()
 		err := d.cfg.DB.QueryRow(ctx, `SELECT
@@ -244,11 +244,21 @@ func (d *Dispatcher) gauges(ctx context.Context) {
 				(SELECT count(*) FROM push_dispatches WHERE state = 'sent' AND sent_at > now() - interval '24 hours'),
 				coalesce((SELECT extract(epoch FROM greatest(now(), $1) - greatest(enqueued_at, due_at)) FROM push_queue
 				          WHERE due_at <= greatest(now(), $1) ORDER BY due_at, notification_id LIMIT 1), 0),
-				(SELECT count(*) FROM push_queue WHERE due_at > greatest(now(), $1))`, now).Scan(&queued, &sent, &oldest, &deferred)
+				(SELECT count(*) FROM push_queue WHERE due_at > greatest(now(), $1)),
+				-- The policies' final states of the last 24 hours, from the state index.
+				(SELECT count(*) FROM push_dispatches WHERE state = 'digested' AND created_at > now() - interval '24 hours'),
+				(SELECT count(*) FROM push_dispatches WHERE state = 'throttled' AND created_at > now() - interval '24 hours'),
+				(SELECT count(*) FROM push_dispatches WHERE state = 'suppressed' AND created_at > now() - interval '24 hours'),
+				(SELECT count(*) FROM push_dispatches WHERE state = 'cancelled' AND created_at > now() - interval '24 hours')`,
+			now).Scan(&queued, &sent, &oldest, &deferred, &digested, &throttled, &suppressed, &cancelled)
 		if err == nil {
 			d.cfg.Metrics.dispatches.WithLabelValues(StateQueued).Set(float64(queued))
 			d.cfg.Metrics.dispatches.WithLabelValues(StateSent).Set(float64(sent))
 			d.cfg.Metrics.dispatches.WithLabelValues(StateDeferred).Set(float64(deferred))
+			d.cfg.Metrics.dispatches.WithLabelValues(StateDigested).Set(float64(digested))
+			d.cfg.Metrics.dispatches.WithLabelValues(StateThrottled).Set(float64(throttled))
+			d.cfg.Metrics.dispatches.WithLabelValues(StateSuppressed).Set(float64(suppressed))
+			d.cfg.Metrics.dispatches.WithLabelValues(StateCancelled).Set(float64(cancelled))
 			d.cfg.Metrics.queueOldest.Set(max(0, oldest))
 		}
 		if th := d.cfg.Throttle; th.Limit > 0 {

@@ -30,7 +30,7 @@ const (
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		dispatches: metric.GaugeVec("spoolcast_dispatches",
-			"Dispatches in flight by state: queued (written, not yet answered by Expo), sent (a ticket, awaiting its receipt, younger than 24 h) and deferred (notifications whose push waits in the queue for quiet hours to end). Final states are counted by spoolcast_push_sent_total, spoolcast_push_receipts_total and spoolcast_push_policy_total.", "state"),
+			"Dispatches by state: queued (written, not yet answered by Expo), sent (a ticket, awaiting its receipt, younger than 24 h), deferred (notifications whose push waits in the queue for quiet hours to end), and the delivery policies' digested, throttled, suppressed and cancelled of the last 24 h. Other final states are counted by spoolcast_push_sent_total and spoolcast_push_receipts_total.", "state"),
 		sent: metric.CounterVec("spoolcast_push_sent_total",
 			"Push messages by result: ok (Expo gave a ticket), error (a ticket with an error), failed (the request failed: after its retries, or at once when Expo may have taken it).", "result"),
 		receipts: metric.CounterVec("spoolcast_push_receipts_total",
@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range []string{PolicyPassed, PolicyDeferred, PolicyDigested, PolicyDigestSent, PolicyThrottled, PolicySuppressed, PolicyCritical, PolicyCancelled, PolicyFailOpen} {
 		m.policy.WithLabelValues(o)
 	}
-	for _, s := range []string{"queued", "sent", "deferred"} {
+	for _, s := range []string{StateQueued, StateSent, StateDeferred, StateDigested, StateThrottled, StateSuppressed, StateCancelled} {
 		m.dispatches.WithLabelValues(s)
 	}
 	for _, r := range []string{SentOK, SentError, SentFailed} {

@@ -220,6 +220,31 @@ func TestAThrottleSendsTheFirstPushesOfItsWindowAndRecordsTheRestThrottled(t *te
 		p.clk.Advance(time.Second)
 		return pgtest.Count(t, p.pool, `SELECT count(*) FROM push_throttles`) == 1
 	})
+	if g := p.gauge("spoolcast_dispatches", "state", push.StateThrottled); g != 3 {
+		t.Errorf("spoolcast_dispatches{state=throttled} = %v, want 3", g)
+	}
+}
+
+// gauge reads the one gauge of name with the label value given.
+func (p *policyStack) gauge(name, label, value string) float64 {
+	p.t.Helper()
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // hangingSender sends to Expo and then never answers: the replica died

@@ -54,6 +54,15 @@ func (m Message) Item() (Item, error) {
 type Conn struct {
 	conn net.Conn
 	r    io.Reader
+	// The frame being read, kept across a timeout: its header bytes so
+	// far and their number in all, its payload and how much of it came,
+	// and the payloads of a fragmented message before its last frame.
+	header    []byte
+	headerLen int
+	frame     ws.Header
+	payload   []byte
+	got       int
+	data      []byte
 	// Protocol is the subprotocol the server chose.
 	Protocol string
 }
@@ -107,20 +116,14 @@ func (e *CloseError) Error() string {
 
 // Next reads the next data frame, answering pings meanwhile, waiting at most
 // d. The server's close frame is a *CloseError, answered before it returns.
+// A frame cut by the wait's end is kept: the next call goes on reading it,
+// so that a timeout never loses or garbles a frame.
 func (c *Conn) Next(d time.Duration) (Message, error) {
 	_ = c.conn.SetReadDeadline(time.Now().Add(d))
-	var data []byte
 	for {
-		h, err := ws.ReadHeader(c.r)
+		h, payload, err := c.readFrame()
 		if err != nil {
 			return Message{}, err
-		}
-		payload := make([]byte, h.Length)
-		if _, err := io.ReadFull(c.r, payload); err != nil {
-			return Message{}, err
-		}
-		if h.Masked {
-			ws.Cipher(payload, h.Mask, 0)
 		}
 		switch h.OpCode {
 		case ws.OpPing:
@@ -139,10 +142,12 @@ func (c *Conn) Next(d time.Duration) (Message, error) {
 			_ = c.write(ws.OpClose, ws.NewCloseFrameBody(ws.StatusNormalClosure, ""))
 			return Message{}, ce
 		}
-		data = append(data, payload...)
+		c.data = append(c.data, payload...)
 		if !h.Fin {
 			continue
 		}
+		data := c.data
+		c.data = nil
 		var m Message
 		if err := json.Unmarshal(data, &m); err != nil {
 			return Message{}, fmt.Errorf("frame %q: %w", data, err)
@@ -150,6 +155,52 @@ func (c *Conn) Next(d time.Duration) (Message, error) {
 		m.Raw = data
 		return m, nil
 	}
+}
+
+// readFrame reads one frame, going on with the one a timeout cut short.
+func (c *Conn) readFrame() (ws.Header, []byte, error) {
+	for c.headerLen == 0 || len(c.header) < c.headerLen {
+		if c.headerLen == 0 {
+			c.headerLen = 2
+		}
+		var b [14]byte
+		n, err := c.r.Read(b[:c.headerLen-len(c.header)])
+		c.header = append(c.header, b[:n]...)
+		if len(c.header) == 2 && c.headerLen == 2 {
+			switch c.header[1] & 0x7f {
+			case 126:
+				c.headerLen += 2
+			case 127:
+				c.headerLen += 8
+			}
+			if c.header[1]&0x80 != 0 {
+				c.headerLen += 4
+			}
+		}
+		if err != nil && len(c.header) < c.headerLen {
+			return ws.Header{}, nil, err
+		}
+	}
+	if c.payload == nil {
+		h, err := ws.ReadHeader(bytes.NewReader(c.header))
+		if err != nil {
+			return ws.Header{}, nil, err
+		}
+		c.frame, c.payload = h, make([]byte, h.Length)
+	}
+	for c.got < len(c.payload) {
+		n, err := c.r.Read(c.payload[c.got:])
+		c.got += n
+		if err != nil && c.got < len(c.payload) {
+			return ws.Header{}, nil, err
+		}
+	}
+	h, payload := c.frame, c.payload
+	c.header, c.headerLen, c.payload, c.got = c.header[:0], 0, nil, 0
+	if h.Masked {
+		ws.Cipher(payload, h.Mask, 0)
+	}
+	return h, payload, nil
 }
 
 // SendText sends one text frame, such as a seen message.

@@ -43,8 +43,8 @@ check-tour:
 ## non-zero on any violation. CHAOS_SEED replays a run. Needs root (tmpfs spool volumes); installs PostgreSQL
 CHAOS_DURATION ?= 10m
 CHAOS_SEED     ?= 0
-# CHAOS_SCHEDULED=true adds scheduled events to the traffic (see benchmarks/README.md §7).
-CHAOS_SCHEDULED ?= false
+# CHAOS_SCHEDULED=false leaves scheduled events out of the traffic.
+CHAOS_SCHEDULED ?= true
 chaos: build
 	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql
 	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) $(GO) run ./benchmarks/chaos -spoolcast $(BIN) -scheduled=$(CHAOS_SCHEDULED)

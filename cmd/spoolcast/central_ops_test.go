@@ -12,6 +12,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 )
 
 // status sends a request and returns the answer's status and body.
@@ -38,6 +39,11 @@ func TestOpsListenSeparatesThePublicAPIFromProbesMetricsAndInternal(t *testing.T
 	base, iss := startCentralProcess(t, pgtest.DB(t), "--ops-listen", ops)
 	opsBase := "http://" + ops
 	token := iss.Token("u1")
+	// Live first, ready once the stream's reader has read Postgres.
+	testsignal.Eventually(t, "central to be ready", 10*time.Second, func() bool {
+		got, _ := status(t, http.MethodGet, opsBase+"/readyz", "")
+		return got == http.StatusOK
+	})
 	for _, tc := range []struct {
 		base, method, path string
 		want               int

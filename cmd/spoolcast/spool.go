@@ -96,8 +96,11 @@ func printStats(ctx context.Context, r *spool.Reader, asJSON bool) error {
 }
 
 type listedRow struct {
-	Seq         int64      `json:"seq"`
-	Key         string     `json:"key"`
+	Seq int64  `json:"seq"`
+	Key string `json:"key"`
+	// Kind is "event", or "cancel" for a cancellation of the producer's
+	// event with the key (DELETE /v1/events/{key}).
+	Kind        string     `json:"kind"`
 	Producer    string     `json:"producer"`
 	ReceivedAt  time.Time  `json:"received_at"`
 	ForwardedAt *time.Time `json:"forwarded_at"`
@@ -113,7 +116,8 @@ func printList(ctx context.Context, r *spool.Reader, filter spool.Filter, limit 
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		for _, rec := range rows {
-			row := listedRow{Seq: rec.Seq, Key: rec.Key, Producer: rec.Producer, ReceivedAt: rec.ReceivedAt.UTC(), Attempts: rec.Attempts, DeadReason: rec.DeadReason}
+			kind, producer := rowKind(rec)
+			row := listedRow{Seq: rec.Seq, Key: rec.Key, Kind: kind, Producer: producer, ReceivedAt: rec.ReceivedAt.UTC(), Attempts: rec.Attempts, DeadReason: rec.DeadReason}
 			if !rec.Pending() {
 				t := rec.ForwardedAt.UTC()
 				row.ForwardedAt = &t
@@ -125,13 +129,23 @@ func printList(ctx context.Context, r *spool.Reader, filter spool.Filter, limit 
 		return nil
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tKEY\tPRODUCER\tRECEIVED_AT\tFORWARDED_AT\tATTEMPTS\tDEAD_REASON")
+	fmt.Fprintln(tw, "SEQ\tKEY\tKIND\tPRODUCER\tRECEIVED_AT\tFORWARDED_AT\tATTEMPTS\tDEAD_REASON")
 	for _, rec := range rows {
 		fwd := "-"
 		if !rec.Pending() {
 			fwd = rec.ForwardedAt.UTC().Format(time.RFC3339Nano)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", rec.Seq, rec.Key, rec.Producer, rec.ReceivedAt.UTC().Format(time.RFC3339Nano), fwd, rec.Attempts, rec.DeadReason)
+		kind, producer := rowKind(rec)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", rec.Seq, rec.Key, kind, producer, rec.ReceivedAt.UTC().Format(time.RFC3339Nano), fwd, rec.Attempts, rec.DeadReason)
 	}
 	return tw.Flush()
+}
+
+// rowKind says what a spooled row is, and whose: an event of its producer,
+// or a cancellation of that producer's event.
+func rowKind(rec spool.Record) (kind, producer string) {
+	if p, ok := rec.CancelOf(); ok {
+		return "cancel", p
+	}
+	return "event", rec.Producer
 }

@@ -57,38 +57,38 @@ claimed AS (
     ON CONFLICT DO NOTHING
     RETURNING key
 ),
+-- The notifications the claims made new, numbered here so that the feed row
+-- and its push work are written from the same rows, without reading the
+-- insert back. created_at is the default, now(): the transaction's start, in
+-- both tables alike.
+new AS MATERIALIZED (
+    SELECT nextval('notification_ids') AS id, r.user_id, r.key, e.*
+    FROM rcpt r
+    JOIN claimed c ON c.key = r.key
+    JOIN ev e ON e.ev = r.ev
+    ORDER BY r.ord
+),
 -- A scheduled event's notifications wait in scheduled_notifications until
 -- send_at (schedule.Firer moves them); the others exist at once.
 scheduled AS (
-    INSERT INTO scheduled_notifications (send_at, user_id, received_at, type, category, title, body, data, producer,
+    INSERT INTO scheduled_notifications (id, send_at, user_id, received_at, type, category, title, body, data, producer,
                                          idempotency_key, notification_key, run_id, priority, digest_key, digest_window)
-    SELECT e.send_at, r.user_id, e.received_at, e.type, e.category, e.title, e.body, e.data, e.producer,
-           e.producer_key, r.key, NULLIF(e.run_id, ''), e.priority, e.digest_key, e.digest_window
-    FROM rcpt r
-    JOIN claimed c ON c.key = r.key
-    JOIN ev e ON e.ev = r.ev
-    WHERE e.send_at IS NOT NULL
-    ORDER BY r.ord
-    RETURNING notification_key
+    SELECT id, send_at, user_id, received_at, type, category, title, body, data, producer,
+           producer_key, key, NULLIF(run_id, ''), priority, digest_key, digest_window
+    FROM new WHERE send_at IS NOT NULL
 ),
 inserted AS (
-    INSERT INTO notifications (user_id, received_at, type, category, title, body, data, producer, idempotency_key, notification_key, run_id)
-    SELECT r.user_id, e.received_at, e.type, e.category, e.title, e.body, e.data, e.producer, e.producer_key, r.key, NULLIF(e.run_id, '')
-    FROM rcpt r
-    JOIN claimed c ON c.key = r.key
-    JOIN ev e ON e.ev = r.ev
-    WHERE e.send_at IS NULL
-    ORDER BY r.ord
-    RETURNING id, created_at, user_id, category, notification_key
+    INSERT INTO notifications (id, user_id, received_at, type, category, title, body, data, producer, idempotency_key, notification_key, run_id)
+    SELECT id, user_id, received_at, type, category, title, body, data, producer, producer_key, key, NULLIF(run_id, '')
+    FROM new WHERE send_at IS NULL
 ),
 queued AS (
     INSERT INTO push_queue (notification_id, notification_created_at, user_id, category, priority, digest_key, digest_window)
-    SELECT n.id, n.created_at, n.user_id, n.category, e.priority, e.digest_key, e.digest_window
-    FROM inserted n JOIN rcpt r ON r.key = n.notification_key JOIN ev e ON e.ev = r.ev
+    SELECT id, now(), user_id, category, priority, digest_key, digest_window
+    FROM new WHERE send_at IS NULL
 )
 -- No NOTIFY here: a notifying commit serializes with every other one (see
 -- sync.WakeUp); the caller's Waker sends the wake-up after the commit.
 SELECT
-    coalesce((SELECT array_agg(r.ev) FROM (SELECT notification_key FROM inserted UNION ALL SELECT notification_key FROM scheduled) n
-              JOIN rcpt r ON r.key = n.notification_key), '{}'),
+    coalesce((SELECT array_agg(ev) FROM new), '{}'),
     coalesce((SELECT array_agg(ev) FROM conflicted), '{}');

@@ -19,9 +19,7 @@ import (
 // before its send_at. 200 cancelled (again for a repeat), 404 for a key
 // never ingested for the token's subject, 409 once it was sent.
 func (s *Server) cancelEvent(w http.ResponseWriter, r *http.Request, c auth.ServiceClaims) {
-	if c.Subject == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope"`)
-		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "the service token has no subject to scope its keys"))
+	if !hasProducer(w, r, c) {
 		return
 	}
 	key, p := eventhttp.KeyFromPath(r, "/internal/v1/events/")
@@ -64,9 +62,7 @@ type cancelAnswer struct {
 // ingestEvent is POST /internal/v1/events: the relay's contract for producers
 // that cannot run a sidecar. Keys are scoped to the token's subject.
 func (s *Server) ingestEvent(w http.ResponseWriter, r *http.Request, c auth.ServiceClaims) {
-	if c.Subject == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope"`)
-		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "the service token has no subject to scope its keys"))
+	if !hasProducer(w, r, c) {
 		return
 	}
 	now := s.cfg.Clock.Now()
@@ -96,4 +92,15 @@ func (s *Server) ingestEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 		answer.ReceivedAt = time.Time{} // the first request's time is not kept apart
 	}
 	eventhttp.WriteAnswer(w, r, answer)
+}
+
+// hasProducer answers 403 for a service token without a subject: the
+// subject is the producer that scopes the event keys.
+func hasProducer(w http.ResponseWriter, r *http.Request, c auth.ServiceClaims) bool {
+	if c.Subject != "" {
+		return true
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope"`)
+	problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "the service token has no subject to scope its keys"))
+	return false
 }

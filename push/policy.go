@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	_ "time/tzdata" // quiet hours name IANA zones: the binary carries them, whatever the host has
 
@@ -71,11 +72,28 @@ func ParseQuietHours(q QuietHours) (QuietHours, error) {
 	if q.TimeZone == "" || strings.EqualFold(q.TimeZone, "local") {
 		return QuietHours{}, fmt.Errorf("%w: time_zone must name an IANA zone, such as Europe/Berlin", ErrBadQuietHours)
 	}
-	if q.loc, err = time.LoadLocation(q.TimeZone); err != nil {
+	if q.loc, err = loadZone(q.TimeZone); err != nil {
 		return QuietHours{}, fmt.Errorf("%w: time_zone %q is not an IANA zone", ErrBadQuietHours, q.TimeZone)
 	}
 	q.Start, q.End = formatMinute(q.start), formatMinute(q.end)
 	return q, nil
+}
+
+// zones caches the zones quiet hours named: time.LoadLocation reads and
+// parses the zone's data at every call, and every dispatch pass reads the
+// quiet hours of its users. There are a few hundred zones.
+var zones sync.Map // name → *time.Location
+
+func loadZone(name string) (*time.Location, error) {
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	zones.Store(name, loc)
+	return loc, nil
 }
 
 func minuteOfDay(s string) (int, error) {

@@ -203,13 +203,13 @@ func (f *Firer) count(kind string, n int, lateness float64) {
 // oldest due row is (0 when nothing due waits).
 func (f *Firer) gauges(ctx context.Context) {
 	startstop.Every(ctx, startstop.Schedule{Interval: gaugesInterval, Clock: f.cfg.Clock}, func(ctx context.Context) bool {
-		_ = f.RefreshGauges(ctx)
+		_ = f.refreshGauges(ctx)
 		return false
 	})
 }
 
-// RefreshGauges reads the due-work gauges now.
-func (f *Firer) RefreshGauges(ctx context.Context) error {
+// refreshGauges reads the due-work gauges now.
+func (f *Firer) refreshGauges(ctx context.Context) error {
 	var scheduled, digests int64
 	var schedLate, digestLate float64
 	err := f.cfg.DB.QueryRow(ctx, `SELECT

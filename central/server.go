@@ -35,6 +35,7 @@ import (
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/sync/ingest"
+	"github.com/spoolcast/spoolcast/webhook"
 )
 
 // DB is what central needs of Postgres: a pgxpool.Pool.
@@ -86,6 +87,9 @@ type Config struct {
 	Devices *push.Devices
 	// PushMetrics counts the cancellations of scheduled events; nil: not counted.
 	PushMetrics *push.Metrics
+	// Webhooks is the admin API's store of webhook endpoints. Default the
+	// store over DB, refusing non-public targets.
+	Webhooks *webhook.Store
 	// Preferences keeps built-in push preferences. Default the store over DB.
 	Preferences *push.BuiltinPreferences
 	// PreferencesExternal says preferences live in the product's own API
@@ -200,6 +204,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.AdminRole = cmp.Or(cfg.AdminRole, "admin")
+	if cfg.Webhooks == nil {
+		cfg.Webhooks = webhook.NewStore(webhook.StoreConfig{DB: cfg.DB})
+	}
 	cfg.MaxBody = cmp.Or(cfg.MaxBody, 64<<10)
 	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, 5*time.Second)
 	if cfg.Devices == nil {
@@ -289,6 +296,13 @@ func (s *Server) routeAll() {
 	s.handleUser(http.MethodPost, "/v1/notifications/:id/read", user, s.markRead)
 	s.handleUser(http.MethodGet, "/v1/admin/users/:user/notifications", admin, s.adminListNotifications)
 	s.handleUser(http.MethodGet, "/v1/admin/deliveries", admin, s.listDeliveries)
+	s.handleUser(http.MethodPost, "/v1/admin/webhooks", admin, s.createWebhook)
+	s.handleUser(http.MethodGet, "/v1/admin/webhooks", admin, s.listWebhooks)
+	s.handleUser(http.MethodGet, "/v1/admin/webhooks/:id", admin, s.getWebhook)
+	s.handleUser(http.MethodDelete, "/v1/admin/webhooks/:id", admin, s.deleteWebhook)
+	s.handleUser(http.MethodPost, "/v1/admin/webhooks/:id/rotate-secret", admin, s.rotateWebhookSecret)
+	s.handleUser(http.MethodPost, "/v1/admin/webhooks/:id/replay", admin, s.replayWebhook)
+	s.handleUser(http.MethodGet, "/v1/admin/webhooks/:id/attempts", admin, s.listWebhookAttempts)
 
 	s.handleUser(http.MethodGet, "/v1/devices", user, s.listDevices)
 	s.handleUser(http.MethodPut, "/v1/devices", user, s.putDevice)

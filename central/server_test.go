@@ -36,6 +36,7 @@ import (
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/sync/ingest"
+	"github.com/spoolcast/spoolcast/webhook"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -64,6 +65,8 @@ type options struct {
 	read          *pgxpool.Pool    // ReadDB, the read replica
 	maxReplicaLag time.Duration
 	probeInterval time.Duration // ReplicaProbeInterval
+	// allowPrivateWebhooks lets webhook endpoints target the tests' loopback receivers.
+	allowPrivateWebhooks bool
 }
 
 func newHarness(t *testing.T, o options) *harness {
@@ -95,6 +98,9 @@ func newHarness(t *testing.T, o options) *harness {
 		MaxReplicaLag: o.maxReplicaLag, ReplicaProbeInterval: o.probeInterval}
 	if o.read != nil {
 		cfg.ReadDB = o.read
+	}
+	if o.allowPrivateWebhooks {
+		cfg.Webhooks = webhook.NewStore(webhook.StoreConfig{DB: pool, AllowPrivate: true})
 	}
 	if o.live {
 		hub, err := live.New(live.Config{DB: pool, Metrics: live.NewMetrics(cfg.Registry), Logger: logger})

@@ -31,6 +31,7 @@ import (
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/schedule"
 	"github.com/spoolcast/spoolcast/sync/ingest"
+	"github.com/spoolcast/spoolcast/webhook"
 )
 
 // centralOptions are central's flags.
@@ -64,6 +65,7 @@ type centralOptions struct {
 	lifecycle           lifecycleFlags
 	live                liveFlags
 	push                pushFlags
+	webhooks            webhookFlags
 	shutdownTimeout     time.Duration
 	log                 logFlags
 }
@@ -98,6 +100,7 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	o.lifecycle.register(fs)
 	o.live.register(fs)
 	o.push.register(fs)
+	o.webhooks.register(fs)
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight")
 	o.log.register(fs)
 }
@@ -135,6 +138,7 @@ type runningCentral struct {
 	push        *pushWorkers         // nil with --push=false
 	firer       *schedule.Firer      // scheduled notifications and digest windows
 	firerWaker  *ingest.Waker        // wakes the readers after the firer's commits
+	webhooks    *webhook.Deliverer   // nil with --webhooks=false
 	listener    *pglisten.Listener
 	live        *live.Hub
 	api         *central.Server
@@ -332,7 +336,8 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		UserLimit: userLimit, FailedAuthLimit: ipLimit,
 		DB: c.pool, ReadDB: readDB, MaxReplicaLag: o.maxReplicaLag, DBTimeout: o.dbStatementTimeout, Users: users, Services: serviceAuth, AdminRole: o.adminRole,
 		Devices: devices, PushMetrics: pushMetrics, Preferences: builtin, PreferencesExternal: builtin == nil,
-		Live: c.live, SchemaReady: schemaReady(c.pool), AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval, Inbox: o.inbox,
+		Webhooks: webhook.NewStore(webhook.StoreConfig{DB: c.pool, AllowPrivate: o.webhooks.allowPrivate}),
+		Live:     c.live, SchemaReady: schemaReady(c.pool), AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval, Inbox: o.inbox,
 		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Registry: reg, Logger: logger,
 		PreparedFeedReads: o.prepared == pgpool.PreparedOn,
 	})
@@ -354,6 +359,10 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		return fail(err)
 	}
 
+	if c.webhooks, err = o.webhooks.deliverer(c.pool, reg, logger); err != nil {
+		return fail(err)
+	}
+
 	{
 		cfg := o.lifecycle.config()
 		cfg.DB, cfg.Metrics, cfg.Logger = c.pool, lifecycle.NewMetrics(reg), logger
@@ -372,6 +381,9 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	c.listener.Start(bg)
 	c.live.Start(bg)
 	c.firer.Start(bg)
+	if c.webhooks != nil {
+		c.webhooks.Start(bg)
+	}
 	var h http.Handler = api
 	apiHandler.Store(&h)
 	c.log.Info("central listening", "addr", c.addr, "issuer", o.oidcIssuer, "internal_ingress", services != nil)
@@ -395,6 +407,14 @@ func (c *runningCentral) shutdown(timeout time.Duration) error {
 	} else {
 		pushStopped <- nil
 	}
+	// Webhook attempts in flight end (their own timeout bounds them) and are
+	// recorded alongside the drain too.
+	webhooksStopped := make(chan error, 1)
+	if c.webhooks != nil {
+		go func() { webhooksStopped <- c.webhooks.Stop(ctx) }()
+	} else {
+		webhooksStopped <- nil
+	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- c.http.stop(ctx) }()
 	// Stream sockets are not requests the HTTP server waits for: once it has
@@ -408,6 +428,7 @@ func (c *runningCentral) shutdown(timeout time.Duration) error {
 	err = errors.Join(err, <-stopped)
 	c.api.Close()
 	err = errors.Join(err, <-pushStopped) // before the listener that wakes it and the pool it writes with
+	err = errors.Join(err, <-webhooksStopped)
 	err = errors.Join(err, c.firer.Stop(ctx))
 	c.firerWaker.Stop()
 	err = errors.Join(err, c.listener.Stop(ctx))

@@ -136,6 +136,7 @@ func runDev(ctx context.Context, o relayOptions, co centralOptions, dataDir, key
 	co.dbMaxConns = 4
 	co.maintenanceInterval = time.Hour // keeps everything (no retention), creates partitions ahead
 	co.inbox = true
+	co.webhooks = webhookFlags{enabled: true, allowPrivate: true} // the rest: defaults
 	co.push = pushFlags{enabled: true, expoURL: co.push.expoURL, expoRate: expo.DefaultRatePerSecond, expoConcurrency: 6,
 		maxAge: time.Hour, receiptInterval: 5 * time.Second}
 	if co.push.expoURL == "" {

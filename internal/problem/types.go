@@ -48,6 +48,8 @@ var (
 	MethodNotAllowed = Type{"method-not-allowed", "Method not allowed"}
 	// NotAWebSocket: the stream was asked for without a WebSocket upgrade.
 	NotAWebSocket = Type{"not-a-websocket", "Not a WebSocket handshake"}
+	// LimitReached: the resource is at its limit (webhook endpoints).
+	LimitReached = Type{"limit-reached", "Limit reached"}
 	// NotFound: no such route or resource, or another user's.
 	NotFound = Type{"not-found", "Not found"}
 	// NotReady: /readyz: the process cannot do its work now; detail says why.
@@ -98,6 +100,7 @@ var Types = []Type{
 	InvalidQuery,
 	InvalidRequest,
 	InvalidPushToken,
+	LimitReached,
 	MalformedEvent,
 	MethodNotAllowed,
 	NotAWebSocket,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
@@ -100,5 +101,45 @@ func TestSignaturesVerifyWithTheStandardWebhooksReference(t *testing.T) {
 	}
 	if v := verify(t, webhook.NewSecret(), got[:1]); v[0].OK {
 		t.Error("the reference verified with another secret")
+	}
+}
+
+// TestVerifyAcceptsWhatTheReferenceSigns checks the receiver's side (what
+// `spoolcast webhook listen` runs) against signatures the reference made.
+func TestVerifyAcceptsWhatTheReferenceSigns(t *testing.T) {
+	node := nodetest.Node(t)
+	nodetest.Install(t, "testdata/npm")
+	secret := webhook.NewSecret()
+	now := time.Now()
+	ts := strconv.FormatInt(now.Unix(), 10)
+	body := `{"type":"notification.created","timestamp":"2026-12-01T19:00:00Z","data":{"id":"x"}}`
+	raw, _ := json.Marshal([]map[string]string{{"secret": secret, "id": "msg_1", "timestamp": ts, "body": body}})
+	cmd := exec.Command(node, "testdata/npm/sign.js")
+	cmd.Stdin = bytes.NewReader(raw)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node sign.js: %v", err)
+	}
+	var sigs []string
+	if err := json.Unmarshal(out, &sigs); err != nil || len(sigs) != 1 {
+		t.Fatalf("sign.js answered %s", out)
+	}
+	if err := webhook.Verify(secret, "msg_1", ts, sigs[0], []byte(body), now, 0); err != nil {
+		t.Errorf("the reference's signature: %v", err)
+	}
+	other := webhook.NewSecret()
+	if err := webhook.Verify(secret, "msg_1", ts, "v1,bm90IGl0 "+sigs[0], []byte(body), now, 0); err != nil {
+		t.Errorf("two signatures, the second right: %v", err)
+	}
+	for name, err := range map[string]error{
+		"another secret": webhook.Verify(other, "msg_1", ts, sigs[0], []byte(body), now, 0),
+		"another id":     webhook.Verify(secret, "msg_2", ts, sigs[0], []byte(body), now, 0),
+		"another body":   webhook.Verify(secret, "msg_1", ts, sigs[0], []byte(body+" "), now, 0),
+		"stale":          webhook.Verify(secret, "msg_1", ts, sigs[0], []byte(body), now.Add(6*time.Minute), 0),
+		"no signature":   webhook.Verify(secret, "msg_1", ts, "", []byte(body), now, 0),
+	} {
+		if err == nil {
+			t.Errorf("%s verified", name)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // secretPrefix starts every signing secret, as Standard Webhooks has it.
@@ -57,4 +58,41 @@ func Sign(secrets []string, id string, timestamp int64, body []byte) (string, er
 		sb.WriteString(base64.StdEncoding.EncodeToString(mac.Sum(nil)))
 	}
 	return sb.String(), nil
+}
+
+// Verification errors.
+var (
+	ErrNoSignature   = errors.New("webhook: no webhook-id, webhook-timestamp or webhook-signature header")
+	ErrStale         = errors.New("webhook: webhook-timestamp is more than the tolerance away from now")
+	ErrBadSignature  = errors.New("webhook: no signature matches")
+	DefaultTolerance = 5 * time.Minute
+)
+
+// Verify checks a delivery as a receiver does: the timestamp within
+// tolerance of now (0: DefaultTolerance), and one of the v1 signatures in
+// signature made with secret over id.timestamp.body.
+func Verify(secret, id, timestamp, signature string, body []byte, now time.Time, tolerance time.Duration) error {
+	if id == "" || timestamp == "" || signature == "" {
+		return ErrNoSignature
+	}
+	ts, err := strconv.ParseInt(timestamp, 10, 64)
+	if err != nil {
+		return ErrStale
+	}
+	if tolerance == 0 {
+		tolerance = DefaultTolerance
+	}
+	if d := now.Sub(time.Unix(ts, 0)); d > tolerance || d < -tolerance {
+		return ErrStale
+	}
+	want, err := Sign([]string{secret}, id, ts, body)
+	if err != nil {
+		return err
+	}
+	for _, sig := range strings.Fields(signature) {
+		if hmac.Equal([]byte(sig), []byte(want)) {
+			return nil
+		}
+	}
+	return ErrBadSignature
 }

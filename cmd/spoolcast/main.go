@@ -38,6 +38,7 @@ func commands() []command {
 		{"maintain", "run one maintenance pass: partitions ahead, drops past retention, expired keys", maintainCommand},
 		{"emit", "post one sample event to a relay and print the answer", emitCommand},
 		{"stream", "follow a user's live stream from central and print each frame", streamCommand},
+		{"webhook", "receive webhooks, verifying each signature, and print them: `webhook listen`", webhookCommand},
 		{"spool", "inspect a spool file (`spool stats`, `spool ls`) or requeue its dead rows (`spool requeue --dead`)", spoolCommand},
 	}
 }

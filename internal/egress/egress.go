@@ -1,0 +1,74 @@
+// Package egress guards the requests spoolcast makes to addresses its users
+// choose (webhook endpoints, Web Push subscriptions): by default none may
+// reach loopback, link-local or private ranges, so that whoever can name a
+// URL cannot make central probe its own network.
+package egress
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+)
+
+// ErrPrivate: the address is loopback, link-local, private or otherwise
+// not public.
+var ErrPrivate = errors.New("the target address is loopback, link-local or private")
+
+// nonPublic are the ranges a webhook may not reach by default: what would
+// let anyone who can create an endpoint probe the deployment's own network.
+var nonPublic = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),      // "this" network
+	netip.MustParsePrefix("10.0.0.0/8"),     // private
+	netip.MustParsePrefix("100.64.0.0/10"),  // carrier-grade NAT
+	netip.MustParsePrefix("127.0.0.0/8"),    // loopback
+	netip.MustParsePrefix("169.254.0.0/16"), // link-local, cloud metadata
+	netip.MustParsePrefix("172.16.0.0/12"),  // private
+	netip.MustParsePrefix("192.0.0.0/24"),   // IETF protocol assignments
+	netip.MustParsePrefix("192.168.0.0/16"), // private
+	netip.MustParsePrefix("198.18.0.0/15"),  // benchmarking
+	netip.MustParsePrefix("224.0.0.0/3"),    // multicast, reserved, broadcast
+	netip.MustParsePrefix("::/128"),         // unspecified
+	netip.MustParsePrefix("::1/128"),        // loopback
+	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
+	netip.MustParsePrefix("fc00::/7"),       // unique local
+	netip.MustParsePrefix("fe80::/10"),      // link-local
+	netip.MustParsePrefix("ff00::/8"),       // multicast
+	netip.MustParsePrefix("2001:db8::/32"),  // documentation
+	netip.MustParsePrefix("100::/64"),       // discard
+}
+
+// Public reports whether addr may be reached by default.
+func Public(addr netip.Addr) bool {
+	addr = addr.Unmap() // ::ffff:10.0.0.1 is 10.0.0.1
+	if !addr.IsValid() {
+		return false
+	}
+	for _, p := range nonPublic {
+		if p.Contains(addr) {
+			return false
+		}
+	}
+	return true
+}
+
+// Dialer returns a dialer that, unless allowPrivate, refuses at connect
+// time every address Public refuses, whatever the name resolved to.
+func Dialer(timeout time.Duration, allowPrivate bool) *net.Dialer {
+	d := &net.Dialer{Timeout: timeout}
+	if !allowPrivate {
+		d.Control = func(_, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return err
+			}
+			if !Public(ap.Addr()) {
+				return fmt.Errorf("%s: %w", ap.Addr(), ErrPrivate)
+			}
+			return nil
+		}
+	}
+	return d
+}

@@ -2,6 +2,7 @@ package central
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -11,9 +12,11 @@ import (
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/egress"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/problem"
 	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
 // devicesJSON is the caller's devices.
@@ -25,18 +28,48 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, _ httprouter.
 	var body struct {
 		Token    string `json:"token"`
 		Platform string `json:"platform"`
+		// Subscription is a browser's PushSubscription.toJSON(), for platform web.
+		Subscription json.RawMessage `json:"subscription"`
 	}
 	if !readJSON(w, r, &body) {
 		return
 	}
+	var sub webpush.Subscription
+	switch {
+	case body.Platform != push.IOS && body.Platform != push.Android && body.Platform != push.Web:
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "platform must be ios, android or web").On("platform"))
+		return
+	case body.Platform == push.Web && body.Token != "":
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "a web device is registered by its subscription, not a token").On("token"))
+		return
+	case body.Platform == push.Web:
+		var err error
+		if sub, err = webpush.ParseSubscription(body.Subscription); err != nil {
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidPushToken, err.Error()).On("subscription"))
+			return
+		}
+		if !s.cfg.WebPushAllowPrivate {
+			if err := egress.CheckHost(r.Context(), sub.Endpoint); err != nil {
+				problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidPushToken, "subscription: endpoint: "+err.Error()).On("subscription"))
+				return
+			}
+		}
+	case len(body.Subscription) > 0:
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "a subscription is for platform web").On("subscription"))
+		return
+	}
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
-	dev, err := s.cfg.Devices.Register(ctx, u.ID, body.Token, body.Platform)
+	var dev push.Device
+	var err error
+	if body.Platform == push.Web {
+		dev, err = s.cfg.Devices.RegisterWeb(ctx, u.ID, sub)
+	} else {
+		dev, err = s.cfg.Devices.Register(ctx, u.ID, body.Token, body.Platform)
+	}
 	switch {
 	case errors.Is(err, push.ErrInvalidToken):
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidPushToken, err.Error()).On("token"))
-	case err != nil && body.Platform != push.IOS && body.Platform != push.Android:
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "platform must be ios or android").On("platform"))
 	case err != nil:
 		s.dbError(w, r, "register device", err)
 	default:
@@ -156,4 +189,17 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, _ httpro
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, page)
+}
+
+// vapidPublicKey answers the key browsers subscribe with
+// (PushManager.subscribe's applicationServerKey).
+func (s *Server) vapidPublicKey(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.User) {
+	if s.cfg.VAPIDPublicKey == "" {
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "Web Push is not set up on this deployment (--vapid-key-file)"))
+		return
+	}
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	httpapi.WriteJSON(w, http.StatusOK, struct {
+		Key string `json:"key"`
+	}{s.cfg.VAPIDPublicKey})
 }

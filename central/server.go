@@ -87,6 +87,12 @@ type Config struct {
 	Devices *push.Devices
 	// PushMetrics counts the cancellations of scheduled events; nil: not counted.
 	PushMetrics *push.Metrics
+	// VAPIDPublicKey is the Web Push key browsers subscribe with, served at
+	// /v1/push/vapid-public-key; empty answers it 404.
+	VAPIDPublicKey string
+	// WebPushAllowPrivate lets web subscriptions name endpoints on
+	// loopback, link-local and private addresses (tests, development).
+	WebPushAllowPrivate bool
 	// Webhooks is the admin API's store of webhook endpoints. Default the
 	// store over DB, refusing non-public targets.
 	Webhooks *webhook.Store
@@ -307,6 +313,7 @@ func (s *Server) routeAll() {
 	s.handleUser(http.MethodGet, "/v1/devices", user, s.listDevices)
 	s.handleUser(http.MethodPut, "/v1/devices", user, s.putDevice)
 	s.handleUser(http.MethodDelete, "/v1/devices/:token", user, s.deleteDevice)
+	s.handleUser(http.MethodGet, "/v1/push/vapid-public-key", user, s.vapidPublicKey)
 	s.handleUser(http.MethodGet, "/v1/preferences", user, s.getPreferences)
 	s.handleUser(http.MethodPut, "/v1/preferences", user, s.putPreferences)
 

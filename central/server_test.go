@@ -67,6 +67,8 @@ type options struct {
 	probeInterval time.Duration // ReplicaProbeInterval
 	// allowPrivateWebhooks lets webhook endpoints target the tests' loopback receivers.
 	allowPrivateWebhooks bool
+	vapidPublicKey       string // VAPIDPublicKey
+	webPushAllowPrivate  bool   // WebPushAllowPrivate
 }
 
 func newHarness(t *testing.T, o options) *harness {
@@ -99,6 +101,7 @@ func newHarness(t *testing.T, o options) *harness {
 	if o.read != nil {
 		cfg.ReadDB = o.read
 	}
+	cfg.VAPIDPublicKey, cfg.WebPushAllowPrivate = o.vapidPublicKey, o.webPushAllowPrivate
 	if o.allowPrivateWebhooks {
 		cfg.Webhooks = webhook.NewStore(webhook.StoreConfig{DB: pool, AllowPrivate: true})
 	}

@@ -2,10 +2,14 @@ package push
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/spoolcast/spoolcast/push/webpush"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,6 +19,7 @@ import (
 const (
 	IOS     = "ios"
 	Android = "android"
+	Web     = "web" // a browser's Web Push subscription
 )
 
 // Reasons a token is disabled, the values of the metric's reason label.
@@ -23,6 +28,7 @@ const (
 	DisabledUnreachable = "device_not_registered" // Expo: DeviceNotRegistered
 	DisabledInvalid     = "invalid_token"         // a stored token that is not an Expo push token
 	DisabledReplaced    = "replaced"              // the user registered one more than MaxEnabledPerUser
+	DisabledGone        = "subscription_gone"     // Web Push: the push service answered 404 or 410
 )
 
 // DefaultMaxEnabledPerUser is Devices.MaxEnabledPerUser's default.
@@ -36,8 +42,24 @@ var ErrNoDevice = errors.New("no such device")
 
 var tokenShape = regexp.MustCompile(`^(?:ExponentPushToken|ExpoPushToken)\[[A-Za-z0-9_-]{1,256}\]$`)
 
-// ValidToken reports whether token has the shape of an Expo push token.
-func ValidToken(token string) bool { return tokenShape.MatchString(token) }
+// webTokenShape is the token of a Web Push subscription (WebToken).
+var webTokenShape = regexp.MustCompile(`^WebPush\[[A-Za-z0-9_-]{32}\]$`)
+
+// ValidToken reports whether token has the shape of an Expo push token or
+// of a Web Push subscription's token.
+func ValidToken(token string) bool { return tokenShape.MatchString(token) || IsWebToken(token) }
+
+// IsWebToken reports whether token names a Web Push subscription.
+func IsWebToken(token string) bool { return webTokenShape.MatchString(token) }
+
+// WebToken is the token of the subscription to endpoint: WebPush[…] and 24
+// bytes of its SHA-256, so that the same subscription registered again is
+// the same device, and logs and answers never show the endpoint, which is
+// itself the right to push to the browser.
+func WebToken(endpoint string) string {
+	sum := sha256.Sum256([]byte(endpoint))
+	return "WebPush[" + base64.RawURLEncoding.EncodeToString(sum[:24]) + "]"
+}
 
 // Device is one push token of a user.
 type Device struct {
@@ -77,17 +99,29 @@ func NewDevices(db DB, metrics *Metrics) *Devices {
 // recently seen others are disabled as DisabledReplaced, so that a user who
 // reinstalls is never locked out by the tokens of the old installs.
 func (d *Devices) Register(ctx context.Context, userID, token, platform string) (Device, error) {
-	if !ValidToken(token) {
+	if !tokenShape.MatchString(token) {
 		return Device{}, ErrInvalidToken
 	}
 	if platform != IOS && platform != Android {
 		return Device{}, fmt.Errorf("platform %q: want ios or android", platform)
 	}
+	return d.registerRetrying(ctx, userID, token, platform, nil)
+}
+
+// RegisterWeb records a browser's Web Push subscription for user, as
+// Register does a token: its device's token is WebToken(endpoint). A
+// subscription the browser renewed (a new endpoint) is a new device; the
+// old one is disabled when its push service answers 404 or 410.
+func (d *Devices) RegisterWeb(ctx context.Context, userID string, sub webpush.Subscription) (Device, error) {
+	return d.registerRetrying(ctx, userID, WebToken(sub.Endpoint), Web, &sub)
+}
+
+func (d *Devices) registerRetrying(ctx context.Context, userID, token, platform string, sub *webpush.Subscription) (Device, error) {
 	// A deadlock is possible, and Postgres breaks it by failing one side:
 	// two users taking over each other's tokens at once, or a dispatcher
 	// disabling a token this registration replaces. Both are rare; retry.
 	for attempt := 1; ; attempt++ {
-		dev, replaced, err := d.register(ctx, userID, token, platform)
+		dev, replaced, err := d.register(ctx, userID, token, platform, sub)
 		var pgErr *pgconn.PgError
 		if attempt < 3 && errors.As(err, &pgErr) && pgErr.Code == deadlockDetected {
 			continue
@@ -111,7 +145,11 @@ const devicesLockClass = 0x64657673 // "devs"
 
 // register is one attempt of Register, in one transaction; it returns how
 // many devices it replaced.
-func (d *Devices) register(ctx context.Context, userID, token, platform string) (dev Device, replaced int64, err error) {
+func (d *Devices) register(ctx context.Context, userID, token, platform string, sub *webpush.Subscription) (dev Device, replaced int64, err error) {
+	var endpoint, p256dh, auth *string
+	if sub != nil {
+		endpoint, p256dh, auth = &sub.Endpoint, &sub.P256dh, &sub.Auth
+	}
 	limit := d.MaxEnabledPerUser
 	if limit <= 0 {
 		limit = DefaultMaxEnabledPerUser
@@ -125,10 +163,11 @@ func (d *Devices) register(ctx context.Context, userID, token, platform string) 
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, devicesLockClass, userID); err != nil {
 			return fmt.Errorf("lock the user's devices: %w", err)
 		}
-		rows, err := tx.Query(ctx, `INSERT INTO devices (token, user_id, platform) VALUES ($1, $2, $3)
+		rows, err := tx.Query(ctx, `INSERT INTO devices (token, user_id, platform, endpoint, p256dh, auth) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (token) DO UPDATE SET user_id = EXCLUDED.user_id, platform = EXCLUDED.platform,
+				endpoint = EXCLUDED.endpoint, p256dh = EXCLUDED.p256dh, auth = EXCLUDED.auth,
 				enabled = true, disabled_reason = NULL, disabled_at = NULL, last_seen_at = now()
-			RETURNING `+deviceColumns, token, userID, platform)
+			RETURNING `+deviceColumns, token, userID, platform, endpoint, p256dh, auth)
 		if err != nil {
 			return err
 		}
@@ -203,16 +242,21 @@ func (d *Devices) disableTokens(ctx context.Context, tokens []string, reason str
 // Postgres with last_seen_at, both Postgres's time; the latest send counts
 // for a token named twice.
 func (d *Devices) disableUnreachable(ctx context.Context, tokens []string, since []time.Time) error {
+	return d.disableAsOf(ctx, tokens, since, DisabledUnreachable)
+}
+
+// disableAsOf is disableUnreachable with the reason given.
+func (d *Devices) disableAsOf(ctx context.Context, tokens []string, since []time.Time, reason string) error {
 	if len(tokens) == 0 {
 		return nil
 	}
 	tag, err := d.db.Exec(ctx, `UPDATE devices d SET enabled = false, disabled_reason = $3, disabled_at = now()
 		FROM (SELECT token, max(since) AS since FROM unnest($1::text[], $2::timestamptz[]) AS u(token, since) GROUP BY token) u
-		WHERE d.token = u.token AND d.enabled AND d.last_seen_at < u.since`, tokens, since, DisabledUnreachable)
+		WHERE d.token = u.token AND d.enabled AND d.last_seen_at < u.since`, tokens, since, reason)
 	if err != nil {
 		return fmt.Errorf("disable tokens: %w", err)
 	}
-	d.metrics.tokensDisabled.WithLabelValues(DisabledUnreachable).Add(float64(tag.RowsAffected()))
+	d.metrics.tokensDisabled.WithLabelValues(reason).Add(float64(tag.RowsAffected()))
 	return nil
 }
 
@@ -230,6 +274,25 @@ func (d *Devices) enabledTokens(ctx context.Context, users []string) (map[string
 			return nil, err
 		}
 		out[user] = append(out[user], token)
+	}
+	return out, rows.Err()
+}
+
+// subscriptions returns the Web Push subscriptions of tokens, by token.
+func (d *Devices) subscriptions(ctx context.Context, tokens []string) (map[string]webpush.Subscription, error) {
+	rows, err := d.db.Query(ctx, `SELECT token, endpoint, p256dh, auth FROM devices WHERE token = ANY($1) AND endpoint IS NOT NULL`, tokens)
+	if err != nil {
+		return nil, fmt.Errorf("read subscriptions: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]webpush.Subscription, len(tokens))
+	for rows.Next() {
+		var token string
+		var s webpush.Subscription
+		if err := rows.Scan(&token, &s.Endpoint, &s.P256dh, &s.Auth); err != nil {
+			return nil, err
+		}
+		out[token] = s
 	}
 	return out, rows.Err()
 }

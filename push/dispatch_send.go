@@ -27,12 +27,22 @@ type outcome struct {
 	unsent bool // ctx ended before its request reached Expo: given back
 }
 
-// send pushes the written dispatches in requests of at most 100 messages,
-// in parallel (the client caps requests in flight), and records the tickets.
+// send pushes the written dispatches: to Expo in requests of at most 100
+// messages, in parallel (the client caps requests in flight), recording the
+// tickets; to browsers by sendWeb.
 // A request ctx ended before it reached Expo is given back to the queue; one
 // Expo may have taken without answering is not retried: at most once.
-func (d *Dispatcher) send(ctx context.Context, items []created) {
+func (d *Dispatcher) send(ctx context.Context, all []created) {
+	var items, web []created
+	for _, c := range all {
+		if IsWebToken(c.token) {
+			web = append(web, c)
+		} else {
+			items = append(items, c)
+		}
+	}
 	if len(items) == 0 {
+		d.sendWeb(ctx, web)
 		return
 	}
 	outcomes := make([]outcome, len(items))
@@ -69,6 +79,8 @@ func (d *Dispatcher) send(ctx context.Context, items []created) {
 			}
 		})
 	}
+	// The browsers' pushes are handed to their own sends while Expo answers.
+	d.sendWeb(ctx, web)
 	wg.Wait()
 	var answered []outcome
 	var unsent []created
@@ -197,7 +209,7 @@ func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
 	// planner into the state index, scanning the pass's rows once per row.)
 	_, err := d.cfg.DB.Exec(ctx, `UPDATE push_dispatches d
 		SET state = u.state, ticket_id = NULLIF(u.ticket, ''), error = NULLIF(u.error, ''),
-		    sent_at = CASE WHEN u.state = 'sent' THEN now() END, updated_at = now()
+		    sent_at = CASE WHEN u.state IN ('sent', 'delivered') THEN now() END, updated_at = now()
 		FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[]) AS u(id, state, ticket, error)
 		WHERE d.id = u.id AND d.created_at = $5`,
 		ids, states, tickets, errs, outcomes[0].c.createdAt)

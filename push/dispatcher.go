@@ -22,6 +22,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/startstop"
+	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
 // Sender sends push messages: an *expo.Client.
@@ -76,6 +77,17 @@ type DispatcherConfig struct {
 	// meanwhile, it is not sent (--push-suppress-if-seen). 0: off.
 	// Critical pushes are not held.
 	SuppressIfSeen time.Duration
+	// WebPush sends to browsers' Web Push subscriptions; nil records their
+	// dispatches failed, saying Web Push is not set up.
+	WebPush *webpush.Sender
+	// WebConcurrency caps Web Push requests in flight in this process.
+	// Default DefaultWebConcurrency.
+	WebConcurrency int
+	// WebTTL is how long a push service keeps a message for a browser that
+	// is offline (the TTL header). Default DefaultWebTTL.
+	WebTTL time.Duration
+	// WebTimeout bounds one Web Push request. Default DefaultWebTimeout.
+	WebTimeout time.Duration
 	// Clock times the interval and the gauges and tells which notifications
 	// are past MaxAge. Default the wall clock.
 	Clock clock.Clock
@@ -100,6 +112,12 @@ type Dispatcher struct {
 	mu         sync.Mutex
 	sends      context.Context
 	abortSends context.CancelFunc
+
+	// Web Push sends run beside the passes: webSlots are the requests in
+	// flight, webWaiting those started or waiting for a slot (the pass
+	// waits past it), webSends all of them, which Stop waits for.
+	webSlots, webWaiting chan struct{}
+	webSends             sync.WaitGroup
 }
 
 // gaugesInterval is how often the in-flight gauges are refreshed.
@@ -124,6 +142,12 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	cfg.Workers = cmp.Or(cfg.Workers, 2)
 	cfg.Lease = cmp.Or(cfg.Lease, 2*time.Minute)
 	cfg.MaxAge = cmp.Or(cfg.MaxAge, time.Hour)
+	if cfg.WebConcurrency < 0 || cfg.WebTTL < 0 || cfg.WebTimeout < 0 {
+		return nil, errors.New("dispatcher: Web Push concurrency, TTL and timeout must not be negative")
+	}
+	cfg.WebConcurrency = cmp.Or(cfg.WebConcurrency, DefaultWebConcurrency)
+	cfg.WebTTL = cmp.Or(cfg.WebTTL, DefaultWebTTL)
+	cfg.WebTimeout = cmp.Or(cfg.WebTimeout, DefaultWebTimeout)
 	if cfg.Replica == "" {
 		cfg.Replica = replicaName()
 	}
@@ -134,7 +158,8 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Dispatcher{cfg: cfg, log: cfg.Logger.With("component", "dispatcher"), failLog: lograte.New(10 * time.Second), kick: make(chan struct{}, cfg.Workers)}, nil
+	return &Dispatcher{cfg: cfg, log: cfg.Logger.With("component", "dispatcher"), failLog: lograte.New(10 * time.Second), kick: make(chan struct{}, cfg.Workers),
+		webSlots: make(chan struct{}, cfg.WebConcurrency), webWaiting: make(chan struct{}, 2*cfg.WebConcurrency)}, nil
 }
 
 func replicaName() string {
@@ -174,7 +199,13 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	actx, cancel := abortContext(ctx)
 	defer cancel()
 	defer context.AfterFunc(actx, d.abort)()
-	err := d.svc.Stop(ctx)
+	// The Web Push sends the passes started end too, cut off with the rest.
+	err := d.svc.Stop(ctx, func(ctx context.Context) error {
+		if !startstop.Wait(ctx, &d.webSends) {
+			return ctx.Err()
+		}
+		return nil
+	})
 	d.abort()
 	return err
 }

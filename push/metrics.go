@@ -17,6 +17,8 @@ type Metrics struct {
 	queueOldest    prometheus.Gauge
 	released       prometheus.Counter
 	policy         *prometheus.CounterVec
+	webSent        *prometheus.CounterVec
+	webTook        prometheus.Histogram
 }
 
 // Results of a message sent, the values of spoolcast_push_sent_total's result label.
@@ -38,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		requestTook: metric.HistogramVec("spoolcast_push_request_duration_seconds",
 			"Expo API request time by endpoint (send, getReceipts), retries counted apart.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, "endpoint"),
 		tokensDisabled: metric.CounterVec("spoolcast_tokens_disabled_total",
-			"Push tokens disabled, by reason: device_not_registered (Expo), invalid_token (not an Expo token), user_request, replaced (the user registered one more than the cap of enabled devices).", "reason"),
+			"Push tokens disabled, by reason: device_not_registered (Expo), subscription_gone (a Web Push service answered 404 or 410), invalid_token (not a push token), user_request, replaced (the user registered one more than the cap of enabled devices).", "reason"),
 		prefsLookups: metric.CounterVec("spoolcast_prefs_lookups_total",
 			"Preference lookups per user by result: hit, miss (the external service answered), fail_open (it failed: pushed anyway), builtin.", "result"),
 		queueOldest: metric.Gauge("spoolcast_push_queue_oldest_seconds",
@@ -47,6 +49,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Notifications a stopping dispatcher gave back to the push queue unsent, for another replica to take at once."),
 		policy: metric.CounterVec("spoolcast_push_policy_total",
 			"Notifications by delivery policy outcome: passed (no policy held the push), deferred (quiet hours), digested (joined a digest), digest (a digest's one push dispatched), throttled, suppressed (seen first), critical (a critical push passed quiet hours or a throttle), cancelled (a scheduled notification cancelled), fail_open (quiet hours unreadable: pushed).", "outcome"),
+		webSent: metric.CounterVec("spoolcast_webpush_sent_total",
+			"Web Push messages by outcome: delivered (the push service took it), gone (404/410: subscription disabled), rate_limited (429: sent again after Retry-After, once), too_large, rejected (4xx, VAPID refused), unavailable (5xx, not retried), unknown (no answer: not retried), not_sent (given back to the queue), invalid.", "outcome"),
+		webTook: metric.Histogram("spoolcast_webpush_request_duration_seconds",
+			"Web Push request time, to the push service's answer or the failure.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
+	}
+	for _, o := range webOutcomes {
+		m.webSent.WithLabelValues(o)
 	}
 	for _, o := range []string{PolicyPassed, PolicyDeferred, PolicyDigested, PolicyDigestSent, PolicyThrottled, PolicySuppressed, PolicyCritical, PolicyCancelled, PolicyFailOpen} {
 		m.policy.WithLabelValues(o)
@@ -57,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{SentOK, SentError, SentFailed} {
 		m.sent.WithLabelValues(r)
 	}
-	for _, r := range []string{DisabledByUser, DisabledUnreachable, DisabledInvalid, DisabledReplaced} {
+	for _, r := range []string{DisabledByUser, DisabledUnreachable, DisabledGone, DisabledInvalid, DisabledReplaced} {
 		m.tokensDisabled.WithLabelValues(r)
 	}
 	for _, r := range []string{PrefsHit, PrefsMiss, PrefsFailOpen, PrefsBuiltin} {
@@ -68,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.requestTook.WithLabelValues(e)
 	}
 	if reg != nil {
-		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released, m.policy)
+		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released, m.policy, m.webSent, m.webTook)
 	}
 	return m
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"time"
@@ -91,9 +90,7 @@ type StoreConfig struct {
 	// AllowPrivate lets endpoints target loopback, link-local and private
 	// addresses (--webhook-allow-private).
 	AllowPrivate bool
-	// Resolver resolves endpoint hosts for the URL check. Default net.DefaultResolver.
-	Resolver *net.Resolver
-	Clock    clock.Clock
+	Clock        clock.Clock
 }
 
 // Store is the admin API's view of endpoints and their deliveries.
@@ -118,7 +115,7 @@ func invalid(field, format string, args ...any) error {
 // check validates a new endpoint; its events come back deduplicated, in
 // the order of EventTypes.
 func (s *Store) check(ctx context.Context, e NewEndpoint) ([]string, error) {
-	if err := CheckURL(ctx, e.URL, s.cfg.AllowPrivate, s.cfg.Resolver); err != nil {
+	if err := CheckURL(ctx, e.URL, s.cfg.AllowPrivate); err != nil {
 		if errors.Is(err, ErrPrivateTarget) {
 			return nil, invalid("url", "%v (start central with --webhook-allow-private to permit it)", err)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -25,10 +24,10 @@ var ErrPrivateTarget = egress.ErrPrivate
 func Public(addr netip.Addr) bool { return egress.Public(addr) }
 
 // CheckURL says whether raw can be an endpoint: an absolute http or https
-// URL without credentials, whose host resolves (through resolver; nil: the
-// default) only to public addresses unless allowPrivate. The check at
-// delivery is the dialer's (Client): a name may resolve differently later.
-func CheckURL(ctx context.Context, raw string, allowPrivate bool, resolver *net.Resolver) error {
+// URL without credentials, whose host resolves only to public addresses
+// unless allowPrivate. The check at delivery is the dialer's (Client): a
+// name may resolve differently later.
+func CheckURL(ctx context.Context, raw string, allowPrivate bool) error {
 	if len(raw) > MaxURLLen {
 		return fmt.Errorf("longer than %d bytes", MaxURLLen)
 	}
@@ -51,21 +50,7 @@ func CheckURL(ctx context.Context, raw string, allowPrivate bool, resolver *net.
 	if allowPrivate {
 		return nil
 	}
-	if resolver == nil {
-		resolver = net.DefaultResolver
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	addrs, err := resolver.LookupNetIP(ctx, "ip", u.Hostname())
-	if err != nil {
-		return fmt.Errorf("%s does not resolve: %w", u.Hostname(), err)
-	}
-	for _, a := range addrs {
-		if !Public(a) {
-			return fmt.Errorf("%s is %s: %w", u.Hostname(), a, ErrPrivateTarget)
-		}
-	}
-	return nil
+	return egress.CheckHost(ctx, raw)
 }
 
 // Client returns the HTTP client deliveries use: no proxy (which would hide

@@ -332,7 +332,12 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	if err != nil {
 		return fail(fmt.Errorf("--rate-limit-ip: %w", err))
 	}
+	webPush, vapidPublic, err := o.push.webPush()
+	if err != nil {
+		return fail(err)
+	}
 	api, err := central.New(central.Config{
+		VAPIDPublicKey: vapidPublic, WebPushAllowPrivate: o.push.webAllowPrivate,
 		UserLimit: userLimit, FailedAuthLimit: ipLimit,
 		DB: c.pool, ReadDB: readDB, MaxReplicaLag: o.maxReplicaLag, DBTimeout: o.dbStatementTimeout, Users: users, Services: serviceAuth, AdminRole: o.adminRole,
 		Devices: devices, PushMetrics: pushMetrics, Preferences: builtin, PreferencesExternal: builtin == nil,
@@ -347,7 +352,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	c.api = api
 	bg := context.WithoutCancel(ctx)
 	if o.push.enabled {
-		if c.push, err = startPush(ctx, o, c.pool, c.listener.Subscribe(), pushMetrics, prefs, devices, logger); err != nil {
+		if c.push, err = startPush(ctx, o, c.pool, c.listener.Subscribe(), pushMetrics, prefs, devices, webPush, logger); err != nil {
 			return fail(err)
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
 // The dev stack's own OIDC issuer and audience. Its tokens mean nothing elsewhere.
@@ -137,8 +138,13 @@ func runDev(ctx context.Context, o relayOptions, co centralOptions, dataDir, key
 	co.maintenanceInterval = time.Hour // keeps everything (no retention), creates partitions ahead
 	co.inbox = true
 	co.webhooks = webhookFlags{enabled: true, allowPrivate: true} // the rest: defaults
+	vapidPath := filepath.Join(dataDir, "vapid.pem")
+	if err := ensureVAPIDKey(vapidPath); err != nil {
+		return err
+	}
 	co.push = pushFlags{enabled: true, expoURL: co.push.expoURL, expoRate: expo.DefaultRatePerSecond, expoConcurrency: 6,
-		maxAge: time.Hour, receiptInterval: 5 * time.Second}
+		maxAge: time.Hour, receiptInterval: 5 * time.Second,
+		vapidKeyFile: vapidPath, vapidSubject: "mailto:dev@spoolcast.invalid", webAllowPrivate: true}
 	if co.push.expoURL == "" {
 		fakeURL, stopFake, err := startFakeExpo(logger)
 		if err != nil {
@@ -263,4 +269,17 @@ func printDevToken(keyPath, secretPath, user, service string, admin bool, ttl ti
 	}
 	fmt.Println(tok)
 	return nil
+}
+
+// ensureVAPIDKey writes a Web Push (VAPID) key at path unless one is there,
+// so that browsers subscribed to the dev stack stay subscribed across runs.
+func ensureVAPIDKey(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	pem, err := webpush.GenerateVAPIDKeyPEM()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem, 0o600)
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -15,7 +17,9 @@ import (
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/internal/egress"
 	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
 // pushFlags are central's push settings.
@@ -34,6 +38,11 @@ type pushFlags struct {
 	maxDevices      int           // enabled push devices per user; 0 is push.DefaultMaxEnabledPerUser
 	throttle        push.Throttle
 	suppressIfSeen  time.Duration
+	vapidKeyFile    string
+	vapidSubject    string
+	webAllowPrivate bool
+	webConcurrency  int           // 0 is push.DefaultWebConcurrency
+	webTTL          time.Duration // 0 is push.DefaultWebTTL
 }
 
 func (p *pushFlags) register(fs *flag.FlagSet) {
@@ -54,6 +63,11 @@ func (p *pushFlags) register(fs *flag.FlagSet) {
 		return err
 	})
 	fs.DurationVar(&p.suppressIfSeen, "push-suppress-if-seen", 0, "hold the push of a user with an open stream this long; if the notification is read, or the app sends {\"type\":\"seen\",\"cursor\":…} for it, meanwhile, the push is not sent (suppressed). Every replica records its stream users in Postgres while set. Critical notifications are not held. 0: off")
+	fs.StringVar(&p.vapidKeyFile, "vapid-key-file", "", "PEM file of the EC P-256 private key Web Push messages are signed with (VAPID, RFC 8292), as `openssl ecparam -name prime256v1 -genkey -noout` writes it; every replica must have the same one, since browsers subscribe to its public key. Unset, browsers cannot subscribe (GET /v1/push/vapid-public-key answers 404)")
+	fs.StringVar(&p.vapidSubject, "vapid-subject", "", "how push services reach you about your Web Push traffic, a mailto: or https: URL (required with --vapid-key-file)")
+	fs.BoolVar(&p.webAllowPrivate, "webpush-allow-private", false, "let browsers' subscriptions name push endpoints on loopback, link-local and private addresses (tests, development; `spoolcast dev` sets it). Off, they are refused when registered and when dialled")
+	fs.IntVar(&p.webConcurrency, "webpush-concurrency", push.DefaultWebConcurrency, "most Web Push requests in flight from this replica; each push service's slowness holds only its own")
+	fs.DurationVar(&p.webTTL, "webpush-ttl", push.DefaultWebTTL, "how long a push service keeps a message for a browser that is offline (the TTL header)")
 	fs.IntVar(&p.maxDevices, "max-devices-per-user", push.DefaultMaxEnabledPerUser, "most enabled push devices a user keeps; registering one more disables the user's least recently seen (disabled_reason replaced)")
 }
 
@@ -68,11 +82,41 @@ func (p *pushFlags) validate() error {
 	case p.interrupted != 0 && p.interrupted < 3*time.Minute:
 		// 0 is the default: spoolcast dev leaves it unset.
 		return fmt.Errorf("--push-interrupted-after %s: must be at least 3m, past the dispatcher's 2-minute lease and a send", p.interrupted)
+	case p.vapidKeyFile != "" && p.vapidSubject == "":
+		return errors.New("--vapid-key-file needs --vapid-subject: a mailto: or https: URL push services can reach you at")
+	case p.webConcurrency < 0 || p.webTTL < 0:
+		return errors.New("--webpush-concurrency and --webpush-ttl must not be negative")
 	case p.maxDevices < 0:
 		// 0 is the default, not "no device": spoolcast dev leaves it unset.
 		return fmt.Errorf("--max-devices-per-user %d: must be at least 1 (0 is the default, %d)", p.maxDevices, push.DefaultMaxEnabledPerUser)
 	}
 	return nil
+}
+
+// webPush returns the Web Push sender and the public key browsers subscribe
+// with; both empty without --vapid-key-file.
+func (p *pushFlags) webPush() (*webpush.Sender, string, error) {
+	if p.vapidKeyFile == "" {
+		return nil, "", nil
+	}
+	key, err := webpush.LoadVAPIDKeyFile(p.vapidKeyFile)
+	if err != nil {
+		return nil, "", fmt.Errorf("--vapid-key-file: %w", err)
+	}
+	client := &http.Client{Transport: &http.Transport{
+		Proxy:                 nil, // a proxy would hide the address dialled from the guard
+		DialContext:           egress.Dialer(10*time.Second, p.webAllowPrivate).DialContext,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: push.DefaultWebTimeout,
+		MaxIdleConnsPerHost:   cmp.Or(p.webConcurrency, push.DefaultWebConcurrency),
+		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}}
+	sender, err := webpush.NewSender(key, p.vapidSubject, client)
+	if err != nil {
+		return nil, "", fmt.Errorf("--vapid-subject: %w", err)
+	}
+	return sender, key.PublicKey(), nil
 }
 
 // pushWorkers are the push parts of a running central.
@@ -83,7 +127,7 @@ type pushWorkers struct {
 
 // startPush starts the dispatcher, woken by wake after ingest commits, and
 // the receipt reconciler.
-func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <-chan struct{}, metrics *push.Metrics, prefs push.Preferences, devices *push.Devices, logger *slog.Logger) (*pushWorkers, error) {
+func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <-chan struct{}, metrics *push.Metrics, prefs push.Preferences, devices *push.Devices, web *webpush.Sender, logger *slog.Logger) (*pushWorkers, error) {
 	p := o.push
 	var accessToken string
 	if p.expoTokenFile != "" {
@@ -108,6 +152,7 @@ func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <
 	if w.dispatcher, err = push.NewDispatcher(push.DispatcherConfig{
 		DB: pool, Sender: client, Preferences: prefs, Devices: devices, Wake: wake,
 		MaxAge: p.maxAge, Throttle: p.throttle, SuppressIfSeen: p.suppressIfSeen, Metrics: metrics, Logger: logger,
+		WebPush: web, WebConcurrency: p.webConcurrency, WebTTL: p.webTTL,
 	}); err != nil {
 		return nil, err
 	}

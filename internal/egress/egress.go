@@ -5,10 +5,12 @@
 package egress
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"syscall"
 	"time"
 )
@@ -71,4 +73,25 @@ func Dialer(timeout time.Duration, allowPrivate bool) *net.Dialer {
 		}
 	}
 	return d
+}
+
+// CheckHost reports an error unless rawURL's host resolves only to public
+// addresses (within 5 s).
+func CheckHost(ctx context.Context, rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Hostname() == "" {
+		return errors.New("not a URL with a host")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", u.Hostname())
+	if err != nil {
+		return fmt.Errorf("%s does not resolve: %w", u.Hostname(), err)
+	}
+	for _, a := range addrs {
+		if !Public(a) {
+			return fmt.Errorf("%s is %s: %w", u.Hostname(), a, ErrPrivate)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,237 @@
+package push
+
+// This file holds how dispatches to browsers' Web Push subscriptions are
+// sent: beside the pass, so that a slow push service holds only its own
+// sends, never the pass nor the other pushes.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/push/webpush"
+)
+
+// Defaults of the Web Push sends.
+const (
+	DefaultWebConcurrency = 32
+	DefaultWebTTL         = 24 * time.Hour
+	DefaultWebTimeout     = 10 * time.Second
+)
+
+var webOutcomes = func() []string {
+	var out []string
+	for o := webpush.Unknown; o <= webpush.Invalid; o++ {
+		out = append(out, o.String())
+	}
+	return out
+}()
+
+// webPayload is what the service worker receives: what it shows, and the
+// notification's id to open.
+type webPayload struct {
+	Title string         `json:"title"`
+	Body  string         `json:"body"`
+	Data  map[string]any `json:"data"`
+}
+
+// webMessage is the Web Push message for one dispatch: the title and body
+// shortened to fit the encrypted record (the feed keeps the whole text);
+// critical notifications are urgent, and a digest's pushes share a topic
+// so that a newer one replaces an older one still undelivered.
+func (d *Dispatcher) webMessage(c created) webpush.Message {
+	p := webPayload{Title: c.n.title, Body: c.n.body, Data: map[string]any{
+		"notification_id": feed.ID{CreatedAt: c.n.createdAt, Seq: c.n.id}.String(),
+		"category":        c.n.category,
+	}}
+	m := webpush.Message{TTL: d.cfg.WebTTL, Urgency: webpush.UrgencyNormal}
+	if c.n.critical() {
+		m.Urgency = webpush.UrgencyHigh
+	}
+	if c.n.digestCount > 0 {
+		p.Data["digest"] = map[string]any{"key": c.n.digestKey, "count": c.n.digestCount}
+		m.Topic = webpush.TopicFor("digest:" + c.n.digestKey)
+	}
+	for {
+		m.Payload, _ = json.Marshal(p)
+		over := len(m.Payload) - webpush.MaxPayload
+		if over <= 0 {
+			return m
+		}
+		over += len("…")
+		switch {
+		case p.Body != "":
+			p.Body = shortenTo(p.Body, over)
+		case p.Title != "":
+			p.Title = shortenTo(p.Title, over)
+		default:
+			return m // nothing left to shorten: the sender refuses it
+		}
+	}
+}
+
+// shortenTo is shorten for JSON, where a multi-byte rune may cost more
+// once escaped: it cuts at least n bytes.
+func shortenTo(s string, n int) string {
+	if n >= len(s) {
+		return ""
+	}
+	cut := len(s) - n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// sendWeb starts the sends of web dispatches and returns once each has a
+// slot: at most WebConcurrency run at once in this process, and as many
+// again may wait, past which the pass waits (the push services are the
+// bottleneck then). Each records its own outcome.
+func (d *Dispatcher) sendWeb(ctx context.Context, items []created) {
+	if len(items) == 0 {
+		return
+	}
+	bg := context.WithoutCancel(ctx)
+	if d.cfg.WebPush == nil {
+		outcomes := make([]outcome, len(items))
+		for i, c := range items {
+			outcomes[i] = outcome{c: c, state: StateFailed, err: "Web Push is not set up on this replica (--vapid-key-file)"}
+		}
+		if err := d.persist(bg, func(ctx context.Context) error { return d.record(ctx, outcomes) }); err != nil {
+			d.log.Error("record web dispatches; they stay queued and end failed (interrupted)", "err", err)
+		}
+		return
+	}
+	tokens := make([]string, len(items))
+	for i, c := range items {
+		tokens[i] = c.token
+	}
+	var subs map[string]webpush.Subscription
+	if err := d.persist(ctx, func(ctx context.Context) (err error) {
+		subs, err = d.cfg.Devices.subscriptions(ctx, tokens)
+		return err
+	}); err != nil {
+		d.log.Warn("read web subscriptions; giving their dispatches back", "err", err)
+		d.giveBack(bg, items)
+		return
+	}
+	for i, c := range items {
+		select {
+		case d.webWaiting <- struct{}{}:
+		case <-ctx.Done():
+			d.giveBack(bg, items[i:])
+			return
+		}
+		d.webSends.Add(1)
+		go func() {
+			defer func() { <-d.webWaiting; d.webSends.Done() }()
+			d.sendOneWeb(ctx, c, subs[c.token])
+		}()
+	}
+}
+
+// giveBack returns dispatches that were never sent to the queue.
+func (d *Dispatcher) giveBack(ctx context.Context, items []created) {
+	if err := d.persist(ctx, func(ctx context.Context) error { return d.release(ctx, items) }); err != nil {
+		d.log.Error("give back unsent web dispatches; they stay queued and end failed (interrupted)", "err", err)
+	}
+}
+
+// sendOneWeb sends one web dispatch when a slot frees and records it.
+func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subscription) {
+	bg := context.WithoutCancel(ctx)
+	select {
+	case d.webSlots <- struct{}{}:
+		defer func() { <-d.webSlots }()
+	case <-ctx.Done():
+		d.giveBack(bg, []created{c})
+		return
+	}
+	o := outcome{c: c}
+	var res webpush.Result
+	if sub.Endpoint == "" {
+		res = webpush.Result{Outcome: webpush.Invalid, Err: fmt.Errorf("the subscription was removed")}
+	} else {
+		sctx, cancel := context.WithTimeout(ctx, d.cfg.WebTimeout)
+		start := time.Now()
+		res = d.cfg.WebPush.Send(sctx, sub, d.webMessage(c))
+		cancel()
+		d.cfg.Metrics.webTook.Observe(time.Since(start).Seconds())
+	}
+	d.cfg.Metrics.webSent.WithLabelValues(res.Outcome.String()).Inc()
+	now := d.cfg.Clock.Now()
+	switch res.Outcome {
+	case webpush.Delivered:
+		// The push service took it: for Web Push, that is delivery (there
+		// is no receipt to wait for).
+		o.state, o.ticket = StateDelivered, res.MessageID
+	case webpush.NotSent:
+		d.giveBack(bg, []created{c})
+		return
+	case webpush.Gone:
+		o.state, o.err = StateFailed, fmt.Sprintf("subscription gone (%d): the browser unsubscribed or it expired", res.Status)
+		if err := d.persist(bg, func(ctx context.Context) error {
+			return d.cfg.Devices.disableAsOf(ctx, []string{c.token}, []time.Time{c.createdAt}, DisabledGone)
+		}); err != nil {
+			d.log.Warn("disable a gone web subscription", "err", err)
+		}
+	case webpush.RateLimited:
+		// Refused, so sending it again cannot deliver twice: once, after
+		// Retry-After, if that is within --push-max-age.
+		at := now.Add(res.RetryAfter)
+		if !c.n.retaken && at.Before(c.n.since().Add(d.cfg.MaxAge)) {
+			why := fmt.Sprintf("push service rate limited (429); sending again at %s", at.UTC().Format(time.RFC3339))
+			if err := d.persist(bg, func(ctx context.Context) error { return d.requeueAt(ctx, c, at, why) }); err != nil {
+				d.log.Error("defer a rate-limited web dispatch; it stays queued and ends failed (interrupted)", "err", err)
+			}
+			return
+		}
+		o.state, o.err = StateFailed, "push service rate limited (429) again, or past --push-max-age"
+	case webpush.Unknown:
+		o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %v; not retried, a retry could deliver twice", res.Err)
+	case webpush.Unavailable:
+		o.state, o.err = StateFailed, fmt.Sprintf("push service failed (%d %s); not retried, it may have stored the message", res.Status, res.Body)
+	default: // TooLarge, Rejected, Invalid
+		o.state = StateFailed
+		if res.Err != nil {
+			o.err = res.Err.Error()
+		} else {
+			o.err = fmt.Sprintf("push service refused it (%d %s)", res.Status, res.Body)
+		}
+	}
+	if err := d.persist(bg, func(ctx context.Context) error { return d.record(ctx, []outcome{o}) }); err != nil {
+		d.log.Error("record a web push; it stays queued and ends failed (interrupted)", "err", err)
+	}
+}
+
+// requeueAt marks a queued dispatch deferred, with why, and queues its
+// notification again, due at: the next dispatcher sends it to this device
+// only (deferred dispatches do not count as sent; the others do).
+func (d *Dispatcher) requeueAt(ctx context.Context, c created, at time.Time, why string) error {
+	n := c.n
+	var key *string
+	var window, count *int64
+	if n.digestKey != "" {
+		k, w, cnt := n.digestKey, int64(n.digestWindow.Seconds()), int64(n.digestCount)
+		key, window = &k, &w
+		if cnt > 0 {
+			count = &cnt
+		}
+	}
+	_, err := d.cfg.DB.Exec(ctx, `WITH deferred AS (
+			UPDATE push_dispatches SET state = 'deferred', error = $3, updated_at = now()
+			WHERE id = $1 AND created_at = $2 AND state = 'queued'
+			RETURNING notification_id
+		)
+		INSERT INTO push_queue (notification_id, notification_created_at, enqueued_at, user_id, category, claimed_by,
+		                        due_at, priority, digest_key, digest_window, digest_count, seen_waited)
+		SELECT $4, $5, $6, $7, $8, $9, $10, $11, $12, make_interval(secs => $13), $14, $15
+		WHERE EXISTS (SELECT 1 FROM deferred)
+		ON CONFLICT (notification_id) DO NOTHING`,
+		c.id, c.createdAt, why, n.id, n.createdAt, n.enqueuedAt, n.user, n.category, d.cfg.Replica,
+		at, n.priority, key, window, count, n.seenWaited)
+	return err
+}

@@ -80,6 +80,10 @@ type Deliverer struct {
 	total    int
 	sends    sync.WaitGroup
 	freed    chan struct{} // a send ended: room for more
+
+	recMu      sync.Mutex
+	toRecord   []attempted   // attempts ended, not yet recorded
+	recordKick chan struct{} // toRecord grew
 }
 
 // NewDeliverer returns a deliverer.
@@ -111,12 +115,12 @@ func NewDeliverer(cfg DelivererConfig) (*Deliverer, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Deliverer{cfg: cfg, log: cfg.Logger.With("component", "webhook"), failLog: lograte.New(10 * time.Second),
-		inFlight: map[string]int{}, freed: make(chan struct{}, 1)}, nil
+		inFlight: map[string]int{}, freed: make(chan struct{}, 1), recordKick: make(chan struct{}, 1)}, nil
 }
 
 // Start runs the deliverer in the background.
 func (d *Deliverer) Start(ctx context.Context) {
-	d.svc.Start(ctx, d.loop, d.maintain)
+	d.svc.Start(ctx, d.loop, d.maintain, d.recorder)
 }
 
 // Stop stops taking deliveries and waits, until ctx ends, for the attempts
@@ -128,7 +132,7 @@ func (d *Deliverer) Stop(ctx context.Context) error {
 		if !startstop.Wait(ctx, &d.sends) {
 			return ctx.Err()
 		}
-		return nil
+		return d.Flush(ctx)
 	})
 }
 
@@ -229,8 +233,13 @@ func (d *Deliverer) Pass(ctx context.Context) (more bool, err error) {
 	return len(leases) > 0, nil
 }
 
-// Wait waits for the attempts in flight to be recorded (tests).
-func (d *Deliverer) Wait() { d.sends.Wait() }
+// Wait waits for the attempts in flight to end and records them (tests).
+func (d *Deliverer) Wait() {
+	d.sends.Wait()
+	if err := d.Flush(context.Background()); err != nil {
+		d.log.Error("record webhook attempts", "err", err)
+	}
+}
 
 // attempt sends one delivery and records what became of it. It runs to
 // its end whatever Stop does: its own timeout bounds it.
@@ -253,13 +262,7 @@ func (d *Deliverer) attempt(l lease) {
 	cancel()
 	d.cfg.Metrics.attempts.WithLabelValues(res.outcome).Inc()
 	d.cfg.Metrics.duration.Observe(res.took.Seconds())
-	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := d.record(ctx, l, res); err != nil {
-		d.failLog.Do(func(suppressed int64) {
-			d.log.Error("record a webhook attempt; it is sent again after its lease", "endpoint", l.endpoint, "delivery", l.id, "err", err, "suppressed", suppressed)
-		})
-	}
+	d.queueRecord(attempted{l: l, r: res, at: d.cfg.Clock.Now()})
 }
 
 // result is what one attempt came to.
@@ -345,75 +348,192 @@ func retryAfter(h string, now time.Time) time.Duration {
 	return min(max(d, 0), maxRetryAfter)
 }
 
-// record writes an attempt's outcome in one transaction: the log row, the
-// delivery's state, and the endpoint's health.
-func (d *Deliverer) record(ctx context.Context, l lease, r result) error {
-	now := d.cfg.Clock.Now()
+// attempted is an attempt's outcome, waiting to be recorded.
+type attempted struct {
+	l  lease
+	r  result
+	at time.Time
+}
+
+// recordBatch caps the attempts one recording transaction writes.
+const recordBatch = 500
+
+// queueRecord adds an attempt to the next recording and wakes the
+// recorder. Recording many in one transaction is what lets one endpoint
+// take thousands a second: the attempt's slot is free again once the
+// receiver answered, not once Postgres committed. Until it is recorded its
+// lease holds it.
+func (d *Deliverer) queueRecord(a attempted) {
+	d.recMu.Lock()
+	d.toRecord = append(d.toRecord, a)
+	d.recMu.Unlock()
+	select {
+	case d.recordKick <- struct{}{}:
+	default:
+	}
+}
+
+// recorder writes the queued attempts as they come, a batch at a time. It
+// runs until Stop, whose final step records the rest.
+func (d *Deliverer) recorder(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.recordKick:
+		}
+		if err := d.Flush(ctx); err != nil && ctx.Err() == nil {
+			d.failLog.Do(func(suppressed int64) {
+				d.log.Error("record webhook attempts; they are sent again after their lease", "err", err, "suppressed", suppressed)
+			})
+		}
+	}
+}
+
+// Flush records every attempt that ended, in transactions of up to
+// recordBatch. Tests call it after Wait.
+func (d *Deliverer) Flush(ctx context.Context) error {
+	for {
+		d.recMu.Lock()
+		n := min(len(d.toRecord), recordBatch)
+		batch := d.toRecord[:n:n]
+		d.toRecord = d.toRecord[n:]
+		d.recMu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err := d.record(rctx, batch)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// record writes attempts' outcomes in one transaction: the log rows, the
+// deliveries' states, and the endpoints' health.
+func (d *Deliverer) record(ctx context.Context, batch []attempted) error {
+	n := len(batch)
+	ids, endpoints, states, errs := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
+	ats, nexts := make([]time.Time, n), make([]time.Time, n)
+	statuses, took := make([]*int32, n), make([]int32, n)
+	succeeded := map[string]bool{}
+	failedAt := map[string]time.Time{}
+	gone := map[string]bool{}
+	var lastErr = map[string]string{}
+	var ended = map[string]int{}
+	for i, a := range batch {
+		ids[i], endpoints[i], ats[i], took[i] = a.l.id, a.l.endpoint, a.at, int32(a.r.took.Milliseconds())
+		if a.r.status != 0 {
+			st := int32(a.r.status)
+			statuses[i] = &st
+		}
+		if a.r.err != "" {
+			e := a.r.err
+			errs[i] = &e
+		}
+		if a.r.outcome == OutcomeDelivered {
+			states[i], nexts[i] = "delivered", a.at
+			succeeded[a.l.endpoint] = true
+			ended["delivered"]++
+			continue
+		}
+		nexts[i] = a.at.Add(max(startstop.Backoff(a.l.attempt, minRetry, maxRetry), a.r.retryAfter))
+		states[i] = "pending"
+		if nexts[i].Sub(a.l.retryFrom) > d.cfg.RetryFor {
+			states[i] = "failed"
+			ended["failed"]++
+			d.log.Warn("webhook delivery failed: retries ran out", "endpoint", a.l.endpoint, "delivery", a.l.id, "type", a.l.typ,
+				"attempts", a.l.attempt, "last_error", a.r.err)
+		}
+		if t, ok := failedAt[a.l.endpoint]; !ok || a.at.Before(t) {
+			failedAt[a.l.endpoint] = a.at
+		}
+		lastErr[a.l.endpoint] = a.r.err
+		// 410 Gone is the receiver saying it wants no more (Standard Webhooks).
+		if a.r.status == http.StatusGone {
+			gone[a.l.endpoint] = true
+		}
+	}
 	tx, err := d.cfg.DB.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	var status *int
-	if r.status != 0 {
-		status = &r.status
-	}
-	var errText *string
-	if r.err != "" {
-		errText = &r.err
-	}
 	if _, err := tx.Exec(ctx, `INSERT INTO webhook_attempts (delivery_id, endpoint_id, attempted_at, status, error, duration_ms)
-		VALUES ($1, $2, $3, $4, $5, $6)`, l.id, l.endpoint, now, status, errText, r.took.Milliseconds()); err != nil {
+		SELECT * FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int[], $5::text[], $6::int[])`,
+		ids, endpoints, ats, statuses, errs, took); err != nil {
 		return err
 	}
-	if r.outcome == OutcomeDelivered {
-		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET state = 'delivered', ended_at = $2, last_attempt_at = $2,
-			last_status = $3, last_error = NULL WHERE id = $1 AND state = 'pending'`, l.id, now, status); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL`, l.endpoint); err != nil {
-			return err
-		}
-		d.cfg.Metrics.ended.WithLabelValues("delivered").Inc()
-		return tx.Commit(ctx)
-	}
-	wait := max(startstop.Backoff(l.attempt, minRetry, maxRetry), r.retryAfter)
-	next := now.Add(wait)
-	state := "pending"
-	if next.Sub(l.retryFrom) > d.cfg.RetryFor {
-		state = "failed"
-	}
-	if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET state = $2, next_attempt_at = $3, last_attempt_at = $4,
-			last_status = $5, last_error = $6, ended_at = CASE WHEN $2 = 'failed' THEN $4::timestamptz END
-		WHERE id = $1 AND state = 'pending'`, l.id, state, next, now, status, errText); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries w SET state = u.state, next_attempt_at = u.next, last_attempt_at = u.at,
+			last_status = u.status, last_error = u.error, ended_at = CASE WHEN u.state <> 'pending' THEN u.at END
+		FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::int[], $6::text[]) AS u(id, state, next, at, status, error)
+		WHERE w.id = u.id AND w.state = 'pending'`, ids, states, nexts, ats, statuses, errs); err != nil {
 		return err
 	}
-	if state == "failed" {
-		d.cfg.Metrics.ended.WithLabelValues("failed").Inc()
-		d.log.Warn("webhook delivery failed: retries ran out", "endpoint", l.endpoint, "delivery", l.id, "type", l.typ,
-			"attempts", l.attempt, "last_error", r.err)
+	// A receiver that took any of the batch is up; one that took none of
+	// it has been failing since its first failure, unless it was already.
+	var up, down []string
+	var downSince []time.Time
+	for ep := range succeeded {
+		up = append(up, ep)
 	}
-	var failingSince time.Time
-	if err := tx.QueryRow(ctx, `UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, $2)
-		WHERE id = $1 RETURNING failing_since`, l.endpoint, now).Scan(&failingSince); err != nil {
-		return err
+	for ep, at := range failedAt {
+		if !succeeded[ep] {
+			down, downSince = append(down, ep), append(downSince, at)
+		}
 	}
-	// 410 Gone is the receiver saying it wants no more (Standard Webhooks).
-	var reason string
-	switch {
-	case r.status == http.StatusGone:
-		reason = "the receiver answered 410 Gone"
-	case now.Sub(failingSince) >= d.cfg.DisableAfter:
-		reason = fmt.Sprintf("every attempt failed since %s; last: %s", failingSince.UTC().Format(time.RFC3339), r.err)
-	}
-	if reason != "" {
-		if err := disable(ctx, tx, l.endpoint, reason, now); err != nil {
+	if len(up) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ANY($1) AND failing_since IS NOT NULL`, up); err != nil {
 			return err
 		}
+	}
+	type disabling struct{ endpoint, reason string }
+	var disabled []disabling
+	if len(down) > 0 {
+		rows, err := tx.Query(ctx, `UPDATE webhook_endpoints e SET failing_since = coalesce(e.failing_since, u.since)
+			FROM unnest($1::text[], $2::timestamptz[]) AS u(id, since) WHERE e.id = u.id AND e.enabled
+			RETURNING e.id, e.failing_since`, down, downSince)
+		if err != nil {
+			return err
+		}
+		now := d.cfg.Clock.Now()
+		for rows.Next() {
+			var ep string
+			var since time.Time
+			if err := rows.Scan(&ep, &since); err != nil {
+				rows.Close()
+				return err
+			}
+			switch {
+			case gone[ep]:
+				disabled = append(disabled, disabling{ep, "the receiver answered 410 Gone"})
+			case now.Sub(since) >= d.cfg.DisableAfter:
+				disabled = append(disabled, disabling{ep, fmt.Sprintf("every attempt failed since %s; last: %s", since.UTC().Format(time.RFC3339), lastErr[ep])})
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, x := range disabled {
+			if err := disable(ctx, tx, x.endpoint, x.reason, now); err != nil {
+				return err
+			}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	for state, n := range ended {
+		d.cfg.Metrics.ended.WithLabelValues(state).Add(float64(n))
+	}
+	for _, x := range disabled {
 		d.cfg.Metrics.disabled.Inc()
-		d.log.Warn("webhook endpoint disabled; replay turns it back on", "endpoint", l.endpoint, "reason", reason)
+		d.log.Warn("webhook endpoint disabled; replay turns it back on", "endpoint", x.endpoint, "reason", x.reason)
 	}
-	return tx.Commit(ctx)
+	return nil
 }
 
 // disable turns an endpoint off and ends its pending deliveries failed;

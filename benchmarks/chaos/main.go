@@ -77,7 +77,7 @@ func run(duration time.Duration, seed uint64, selfcheck, inject bool, binary str
 			return 0, fmt.Errorf("build spoolcast (run from the repository's root): %w\n%s", err, out)
 		}
 	}
-	w, err := setUp(ctx, dir, binary)
+	w, err := setUp(ctx, dir, binary, seed)
 	defer func() {
 		w.tearDown()
 		if keep {
@@ -220,6 +220,11 @@ func run(duration time.Duration, seed uint64, selfcheck, inject bool, binary str
 		return 0, err
 	}
 	rows = append(rows, ds...)
+	wh, err := checkWebhooks(ctx, db, w.receiver)
+	if err != nil {
+		return 0, err
+	}
+	rows = append(rows, wh...)
 	rows = append(rows, checkProcesses(l, samples, procs)...)
 
 	violations := 0
@@ -320,9 +325,10 @@ func settle(ctx context.Context, w *world, db *pgx.Conn, apps []*app) error {
 	// One snapshot: a digest is opened by a dispatcher taking its member off
 	// the push queue, and its push is queued by the firer deleting it, so
 	// work moves between these tables but is never outside all of them.
-	if err := wait("every dispatch and digest to end", func() (bool, error) {
+	if err := wait("every dispatch, digest and webhook delivery to end", func() (bool, error) {
 		var n int
-		err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM push_dispatches WHERE state IN ('queued', 'sent')) + (SELECT count(*) FROM push_queue) + (SELECT count(*) FROM push_digests) + (SELECT count(*) FROM scheduled_notifications)`).Scan(&n)
+		err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM push_dispatches WHERE state IN ('queued', 'sent')) + (SELECT count(*) FROM push_queue) + (SELECT count(*) FROM push_digests) + (SELECT count(*) FROM scheduled_notifications)
+			+ (SELECT count(*) FROM webhook_deliveries WHERE state = 'pending')`).Scan(&n)
 		return n == 0, err
 	}); err != nil {
 		if ctx.Err() != nil {

@@ -123,6 +123,8 @@ type world struct {
 	prefs       *prefsService
 	issuer      *devauth.Issuer
 	servers     []*http.Server
+	receiver    *receiver // the webhook subscriber
+	receiverURL string
 }
 
 // current is the primary of the moment: the standby once it was promoted.
@@ -155,8 +157,8 @@ func (w *world) serve(h http.Handler) (string, error) {
 }
 
 // setUp starts the whole system.
-func setUp(ctx context.Context, dir, binary string) (*world, error) {
-	w := &world{dir: dir, binary: binary}
+func setUp(ctx context.Context, dir, binary string, seed uint64) (*world, error) {
+	w := &world{dir: dir, binary: binary, receiver: newReceiver(seed)}
 	if err := w.startPostgres(ctx); err != nil {
 		return w, err
 	}
@@ -166,6 +168,9 @@ func setUp(ctx context.Context, dir, binary string) (*world, error) {
 	w.expo = expofake.New()
 	var err error
 	if w.expoURL, err = w.serve(w.expo); err != nil {
+		return w, err
+	}
+	if w.receiverURL, err = w.serve(w.receiver); err != nil {
 		return w, err
 	}
 	w.prefs = &prefsService{}
@@ -221,7 +226,8 @@ func setUp(ctx context.Context, dir, binary string) (*world, error) {
 				// for this long: within the run's settling.
 				"--push-interrupted-after", "3m",
 				"--prefs-url", prefsURL, "--service-jwt-secret-file", secret, "--prefs-timeout", "300ms", "--prefs-cache-ttl", "2s",
-				"--maintenance-interval", "0", "--db-connect-timeout", "2s", "--shutdown-timeout", "20s", "--log-level", "warn"},
+				"--maintenance-interval", "0", "--db-connect-timeout", "2s", "--shutdown-timeout", "20s", "--log-level", "warn",
+				"--webhook-allow-private"},
 		})
 	}
 	for _, p := range append(append([]*proc{}, w.relays...), w.centrals...) {
@@ -229,7 +235,7 @@ func setUp(ctx context.Context, dir, binary string) (*world, error) {
 			return w, err
 		}
 	}
-	return w, nil
+	return w, w.subscribe(ctx)
 }
 
 // startPostgres starts a primary whose commits wait for its standby

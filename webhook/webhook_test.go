@@ -507,3 +507,42 @@ func TestURLsOnPrivateRangesAreRefusedUnlessAllowed(t *testing.T) {
 		}
 	}
 }
+
+func TestRetentionKeepsWhatReplayCanReachAndTheGaugesCount(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{Retention: 7 * 24 * time.Hour})
+	r := newReceiver(t)
+	e.endpoint(r.URL, webhook.NotificationCreated)
+	e.ingest("old", "alice", "bob")
+	e.pass()
+	down := newReceiver(t)
+	down.set(503, 0)
+	e.endpoint(down.URL, webhook.NotificationCreated)
+	e.ingest("new", "carol")
+	e.pass() // carol's: delivered to the first, retrying to the second
+	if _, err := e.d.Maintain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries`); n != 4 {
+		t.Fatalf("%d deliveries before retention, want 4", n)
+	}
+	e.clk.Advance(8 * 24 * time.Hour)
+	e.ingest("today", "dave") // the second endpoint is failing: its delivery stays pending
+	if _, err := e.d.Maintain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Past retention: every ended delivery and its attempts went; the one
+	// made today stays, as does the one still retrying (it ends first).
+	var left []string
+	rows, _ := e.pool.Query(context.Background(), `SELECT payload->'data'->>'idempotency_key' || ':' || state FROM webhook_deliveries ORDER BY 1`)
+	for rows.Next() {
+		var s string
+		rows.Scan(&s)
+		left = append(left, s)
+	}
+	if fmt.Sprint(left) != "[new:pending today:pending today:pending]" {
+		t.Errorf("after retention: %v", left)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_attempts`); n != 0 {
+		t.Errorf("%d attempts older than retention kept (all were made 8 days ago)", n)
+	}
+}

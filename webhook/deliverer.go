@@ -29,7 +29,7 @@ const (
 	DefaultDisableAfter = 120 * time.Hour
 	DefaultRetention    = 7 * 24 * time.Hour
 	DefaultConcurrency  = 32
-	DefaultPerEndpoint  = 4
+	DefaultPerEndpoint  = 16
 	// minRetry and maxRetry bound the backoff between attempts.
 	minRetry = 5 * time.Second
 	maxRetry = 6 * time.Hour
@@ -43,7 +43,7 @@ const (
 type DelivererConfig struct {
 	// DB is Postgres. Required.
 	DB DB
-	// Client sends the deliveries. Default Client(Timeout, AllowPrivate).
+	// Client sends the deliveries. Default Client(Timeout, AllowPrivate, PerEndpoint).
 	Client *http.Client
 	// AllowPrivate: see Client.
 	AllowPrivate bool
@@ -106,7 +106,7 @@ func NewDeliverer(cfg DelivererConfig) (*Deliverer, error) {
 	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
 	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Client == nil {
-		cfg.Client = Client(cfg.Timeout, cfg.AllowPrivate)
+		cfg.Client = Client(cfg.Timeout, cfg.AllowPrivate, cfg.PerEndpoint)
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)

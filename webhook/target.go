@@ -57,8 +57,9 @@ func CheckURL(ctx context.Context, raw string, allowPrivate bool) error {
 // the address dialled), no redirects (a 3xx is the receiver's answer, and
 // following it could reach an address the URL check never saw), and unless
 // allowPrivate a dialer that refuses non-public addresses at connect time,
-// whatever the name resolved to when the endpoint was created.
-func Client(timeout time.Duration, allowPrivate bool) *http.Client {
+// whatever the name resolved to when the endpoint was created. It keeps
+// perHost connections alive per receiver.
+func Client(timeout time.Duration, allowPrivate bool, perHost int) *http.Client {
 	dialer := egress.Dialer(timeout, allowPrivate)
 	return &http.Client{
 		Timeout: timeout,
@@ -67,7 +68,7 @@ func Client(timeout time.Duration, allowPrivate bool) *http.Client {
 			DialContext:           dialer.DialContext,
 			TLSHandshakeTimeout:   timeout,
 			ResponseHeaderTimeout: timeout,
-			MaxIdleConnsPerHost:   4,
+			MaxIdleConnsPerHost:   perHost, // one kept alive per attempt in flight
 			IdleConnTimeout:       90 * time.Second,
 			ForceAttemptHTTP2:     true,
 		},

@@ -496,7 +496,7 @@ func TestURLsOnPrivateRangesAreRefusedUnlessAllowed(t *testing.T) {
 	// At delivery, the dialer refuses what the name resolves to, whatever
 	// it resolved to at creation.
 	r := newReceiver(t)
-	client := webhook.Client(time.Second, false)
+	client := webhook.Client(time.Second, false, 1)
 	_, err := client.Post(r.URL, "application/json", strings.NewReader("{}"))
 	if !errors.Is(err, webhook.ErrPrivateTarget) {
 		t.Errorf("dialling %s = %v, want ErrPrivateTarget", r.URL, err)

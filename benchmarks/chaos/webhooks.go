@@ -75,7 +75,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ev.Type == webhook.NotificationCreated {
 		rc.created[ev.Data.ID]++
 	}
-	stall := roll < 35 // 0.5 %: taken, but the answer comes after the sender gave up
+	stall := roll < 32 // 0.2 %: taken, but the answer comes after the sender gave up
 	if stall {
 		rc.stalled++
 	}

@@ -53,6 +53,7 @@ type stack struct {
 	iss     *oidctest.Issuer
 	relay   string
 	addr    string
+	flags   []string // central's flags beyond the stack's own
 	central *proctest.Process
 }
 
@@ -63,9 +64,10 @@ func (s *stack) startCentral() {
 
 func (s *stack) centralAt(addr string) *proctest.Process {
 	s.t.Helper()
-	p := proctest.Start(s.t, nil, "central", "--listen", addr, "--database-url", s.db, "--inbox",
+	args := []string{"central", "--listen", addr, "--database-url", s.db, "--inbox",
 		"--oidc-issuer", s.iss.URL(), "--oidc-audience", oidctest.Audience, "--jwks-url", s.iss.JWKSURL(),
-		"--push=false", "--maintenance-interval", "0", "--live-poll-interval", "100ms", "--log-level", "warn")
+		"--push=false", "--maintenance-interval", "0", "--live-poll-interval", "100ms", "--log-level", "warn"}
+	p := proctest.Start(s.t, nil, append(args, s.flags...)...)
 	p.WaitHealthy("http://" + addr)
 	return p
 }
@@ -116,15 +118,15 @@ type page struct {
 
 // openBrowser starts Chromium; when the test ends, it saves a screenshot of
 // the page as it was (at the end, or where the test failed) for a person to
-// look at.
-func openBrowser(t *testing.T) *page {
+// look at. options go after the allocator's own (more Chromium flags).
+func openBrowser(t *testing.T, options ...chromedp.ExecAllocatorOption) *page {
 	t.Helper()
 	browser := chromium(t)
-	alloc, cancel := chromedp.NewExecAllocator(context.Background(),
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(), append([]chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(900, 1200))
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(900, 1200)}, options...)...)
 	t.Cleanup(cancel)
 	ctx, cancel := chromedp.NewContext(alloc)
 	t.Cleanup(cancel)
@@ -170,6 +172,7 @@ func TestTheInboxShowsTheFeedLiveArrivalsAndWhatWasMissedWhileDisconnected(t *te
 	}
 	wait("the stream is live", `document.getElementById('status').textContent === 'live'`)
 	wait("the first page of the feed", `document.querySelectorAll('#feed li').length >= 20`)
+	wait("no notify control, as central has no VAPID key", `performance.getEntriesByType('resource').some(e => e.name.endsWith('/v1/push/vapid-public-key')) && document.getElementById('push').hidden`)
 	if url, err := chromedp.Run(ctx, chromedp.Location()); err != nil || strings.Contains(url, token) {
 		t.Errorf("the token stays in the address bar: %s", url)
 	}

@@ -20,7 +20,9 @@ var static embed.FS
 var hostPort = regexp.MustCompile(`^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$`)
 
 // Handler serves the page under prefix ("/inbox"): prefix itself is the
-// page, prefix/inbox.js and prefix/inbox.css its assets.
+// page, prefix/inbox.js and prefix/inbox.css its assets, prefix/sw.js the
+// service worker that shows Web Push messages (its scope is prefix/, the
+// script's default).
 func Handler(prefix string) http.Handler {
 	files, _ := fs.Sub(static, "static")
 	server := http.StripPrefix(prefix, http.FileServerFS(files))
@@ -36,11 +38,19 @@ func Handler(prefix string) http.Handler {
 		if hostPort.MatchString(r.Host) {
 			connect += " ws://" + r.Host + " wss://" + r.Host
 		}
-		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+		// worker-src is the service worker the page registers (sw.js).
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; worker-src 'self'; style-src 'self'; img-src 'self' data:; "+
 			"connect-src "+connect+"; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
+		// no-cache: a new release reaches the page at once, and the browser
+		// checks the service worker for an update at each registration.
 		h.Set("Cache-Control", "no-cache")
+		if r.URL.Path == prefix+"/sw.js" {
+			// A worker script must have a JavaScript type; set here rather
+			// than left to the system's MIME table.
+			h.Set("Content-Type", "text/javascript; charset=utf-8")
+		}
 		if r.URL.Path == prefix || r.URL.Path == prefix+"/" {
 			r = r.Clone(r.Context())
 			r.URL.Path = prefix + "/"

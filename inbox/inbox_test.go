@@ -26,6 +26,7 @@ func TestThePageAndItsAssetsAreServedUnderTheirPolicy(t *testing.T) {
 		"/inbox/":          "text/html",
 		"/inbox/inbox.js":  "text/javascript",
 		"/inbox/inbox.css": "text/css",
+		"/inbox/sw.js":     "text/javascript",
 	} {
 		resp := get(t, h, path, "central.example.com:8080")
 		body, _ := io.ReadAll(resp.Body)
@@ -33,10 +34,11 @@ func TestThePageAndItsAssetsAreServedUnderTheirPolicy(t *testing.T) {
 			t.Errorf("GET %s = %d %q; want 200 %s", path, resp.StatusCode, resp.Header.Get("Content-Type"), want)
 		}
 		csp := resp.Header.Get("Content-Security-Policy")
-		if !strings.Contains(csp, "script-src 'self';") || !strings.Contains(csp, "connect-src 'self' ws://central.example.com:8080 wss://central.example.com:8080;") {
+		if !strings.Contains(csp, "script-src 'self';") || !strings.Contains(csp, "worker-src 'self';") || !strings.Contains(csp, "connect-src 'self' ws://central.example.com:8080 wss://central.example.com:8080;") {
 			t.Errorf("GET %s: policy %q", path, csp)
 		}
-		if resp.Header.Get("Referrer-Policy") != "no-referrer" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		// no-cache: a new release, and a new service worker, is seen at once.
+		if resp.Header.Get("Referrer-Policy") != "no-referrer" || resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("Cache-Control") != "no-cache" {
 			t.Errorf("GET %s: headers %v", path, resp.Header)
 		}
 	}
@@ -49,7 +51,7 @@ func TestAHostileHostCannotChangeThePolicy(t *testing.T) {
 	h := inbox.Handler("/inbox")
 	for _, host := range []string{"x,*", "x;script-src-elem *", "x *"} {
 		csp := get(t, h, "/inbox", host).Header.Get("Content-Security-Policy")
-		if strings.Contains(csp, host) || strings.Count(csp, ";") != 7 || strings.Contains(csp, "*") {
+		if strings.Contains(csp, host) || strings.Count(csp, ";") != 8 || strings.Contains(csp, "*") {
 			t.Errorf("Host %q: policy %q", host, csp)
 		}
 		if !strings.Contains(csp, "connect-src 'self';") {

@@ -14,6 +14,9 @@
 // "99+"); marking read is POST …/{id}/read and POST …/read-all; "read" frames
 // tell this session what another one marked. They are live only: after a
 // reconnect, ask for the count again and re-read the first page's read state.
+// "Notify me in this browser" subscribes the browser to Web Push and
+// registers the subscription as a device (see "notifications in this
+// browser" below, and sw.js, the service worker that shows each push).
 //
 // No framework, no build step: plain DOM calls. Producer text is always set
 // with textContent, never as HTML.
@@ -72,6 +75,7 @@
     $("read-all").hidden = true;
     $("sign-out").hidden = true;
     $("badge").hidden = true;
+    showPush("hidden");
     $("sign-in").hidden = false;
     $("sign-in-error").textContent = message || "";
     setStatus("offline");
@@ -107,6 +111,7 @@
     $("read-all").hidden = false;
     $("sign-out").hidden = false;
     openStream();
+    initPush();
   }
 
   // ---- the API ---------------------------------------------------------------
@@ -133,6 +138,7 @@
     if (!response.ok && response.status !== 204) {
       const problem = await response.json().catch(() => ({}));
       const err = new Error(problem.detail || `HTTP ${response.status}`);
+      err.status = response.status;
       err.retryAfter = Number(response.headers.get("Retry-After")) || 0;
       throw err;
     }
@@ -426,6 +432,220 @@
     if (socket) socket.close(1000);
   }
 
+  // ---- notifications in this browser (Web Push) ------------------------------
+  //
+  // Offered where the browser has a service worker, PushManager and
+  // Notification (a secure context: https, or localhost) and central has a
+  // VAPID key (GET /v1/push/vapid-public-key; 404 without --vapid-key-file).
+  // Turning it on:
+  //   1. ask for permission to notify (Notification.requestPermission);
+  //   2. register the service worker, /inbox/sw.js, which shows each push;
+  //   3. subscribe with the server's key: pushManager.subscribe({userVisibleOnly:
+  //      true, applicationServerKey}); the browser's push service makes an endpoint;
+  //   4. PUT {"platform": "web", "subscription": subscription.toJSON()} to
+  //      /v1/devices; the device's token (WebPush[…]) is what
+  //      DELETE /v1/devices/{token} takes to turn it off.
+  // Every sign-in PUTs the browser's subscription again: its last_seen moves,
+  // and one the browser renewed meanwhile is registered.
+  const SW_URL = "/inbox/sw.js";
+  const SW_SCOPE = "/inbox/"; // the script's default scope; the page (/inbox) is outside it: see sw.js
+  const DEVICE_KEY = "spoolcast.pushDevice"; // the device's token, kept as long as the subscription is
+  const SUBSCRIBE_PATIENCE = 20000; // ms a push service may take before the page says so
+  const pushSupported = "serviceWorker" in navigator && "PushManager" in window && "Notification" in window;
+  const DENIED = "Notifications are blocked for this site: allow them in the browser's site settings, then try again.";
+
+  let vapidKey = null; // the server's key, base64url
+  let pushTurn = 0;    // bumped by each sign-in, turn on and turn off: only the latest shows its outcome
+
+  // showPush shows the control: "hidden", "off" (the button to turn it on),
+  // "on" (the state and the button to turn it off), or "busy-on" and
+  // "busy-off" (its button disabled while turning on or off), with a message
+  // or none.
+  function showPush(mode, message = "") {
+    $("push").hidden = mode === "hidden";
+    $("push-on").hidden = mode !== "off" && mode !== "busy-on";
+    $("push-on").disabled = mode === "busy-on";
+    $("push-state").hidden = mode !== "on" && mode !== "busy-off";
+    $("push-off").hidden = $("push-state").hidden;
+    $("push-off").disabled = mode === "busy-off";
+    $("push-error").textContent = message;
+  }
+
+  // pushTurnStarts starts a turn; the func it returns tells whether the turn
+  // is still the latest of the same session, which alone may change the control.
+  function pushTurnStarts() {
+    const turn = ++pushTurn, session = state.session;
+    return () => turn === pushTurn && session === state.session;
+  }
+
+  function base64urlBytes(s) {
+    const b64 = s.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(s.length / 4) * 4, "=");
+    return Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  }
+
+  function sameBytes(buffer, bytes) {
+    const a = buffer ? new Uint8Array(buffer) : new Uint8Array();
+    return a.length === bytes.length && a.every((x, i) => x === bytes[i]);
+  }
+
+  async function currentSubscription() {
+    const reg = await navigator.serviceWorker.getRegistration(SW_SCOPE);
+    return reg ? reg.pushManager.getSubscription() : null;
+  }
+
+  // initPush offers the control after a sign-in, on or off as this browser is.
+  async function initPush() {
+    const current = pushTurnStarts();
+    showPush("hidden");
+    vapidKey = null;
+    if (!pushSupported) return;
+    try {
+      ({ key: vapidKey } = await api("/v1/push/vapid-public-key"));
+    } catch (err) {
+      // Not set up here (404), or no answer: nothing to offer.
+      if (!(err instanceof Ignored) && err.status !== 404) console.warn("push key:", err);
+      return;
+    }
+    try {
+      const sub = await currentSubscription();
+      if (!current()) return;
+      if (!sub || Notification.permission !== "granted") {
+        showPush("off", Notification.permission === "denied" ? DENIED : "");
+        return;
+      }
+      if (!sameBytes(sub.options.applicationServerKey, base64urlBytes(vapidKey))) {
+        // Subscribed with a key the server no longer signs with: its pushes
+        // would be refused.
+        await sub.unsubscribe();
+        if (current()) showPush("off", "The server's push key changed: turn notifications on again.");
+        return;
+      }
+      showPush("on");
+      await register(sub);
+    } catch (err) {
+      if (err instanceof Ignored || !current()) return;
+      showPush($("push-state").hidden ? "off" : "on", `Could not check notifications in this browser: ${err.message}`);
+    }
+  }
+
+  // register PUTs the subscription and keeps the device's token. A token
+  // that changed (the browser renewed its subscription) leaves the old
+  // device behind: it is turned off.
+  async function register(sub) {
+    const device = await api("/v1/devices", {
+      method: "PUT",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ platform: "web", subscription: sub.toJSON() }),
+    });
+    const old = localStorage.getItem(DEVICE_KEY);
+    localStorage.setItem(DEVICE_KEY, device.token);
+    if (old && old !== device.token) {
+      api(`/v1/devices/${encodeURIComponent(old)}`, { method: "DELETE" }).catch(() => {});
+    }
+  }
+
+  // activated waits for the registration's worker to be active: a
+  // registration without one cannot subscribe.
+  function activated(reg) {
+    return new Promise((resolve, reject) => {
+      const worker = reg.installing || reg.waiting;
+      const check = () => {
+        if (reg.active) resolve();
+        else if (!worker || worker.state === "redundant") reject(new Error("the service worker did not install"));
+      };
+      worker?.addEventListener("statechange", check);
+      check();
+    });
+  }
+
+  async function turnOn() {
+    const current = pushTurnStarts();
+    showPush("busy-on");
+    const permission = await Notification.requestPermission();
+    if (!current()) return;
+    if (permission !== "granted") {
+      showPush("off", permission === "denied" ? DENIED : "Notifications were not allowed: click again to be asked again.");
+      return;
+    }
+    let sub;
+    try {
+      const reg = await navigator.serviceWorker.register(SW_URL, { scope: SW_SCOPE, updateViaCache: "none" });
+      await activated(reg);
+      // A push service can take long, or never answer (offline; a browser
+      // build without one): say so, and let the user try again. If it
+      // answers later, the subscription is registered then.
+      const slow = setTimeout(() => {
+        if (current()) showPush("off", `This browser's push service has not answered in ${SUBSCRIBE_PATIENCE / 1000} s: try again later.`);
+      }, SUBSCRIBE_PATIENCE);
+      try {
+        sub = await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: base64urlBytes(vapidKey) });
+      } finally {
+        clearTimeout(slow);
+      }
+    } catch (err) {
+      if (current()) showPush("off", `This browser could not subscribe: ${err.message || err}`);
+      return;
+    }
+    // A later turn has the same subscription (the browser keeps one per
+    // worker), and registers it itself.
+    if (!current()) return;
+    try {
+      await register(sub);
+    } catch (err) {
+      if (err instanceof Ignored || !current()) return;
+      // Unknown to central: no subscription is left behind.
+      await sub.unsubscribe().catch(() => {});
+      showPush("off", `The server refused this browser: ${err.message}`);
+      return;
+    }
+    if (current()) showPush("on");
+  }
+
+  // turnOff tells central first, which stops the sends, then ends the
+  // subscription. A device central does not have (404) is off already.
+  async function turnOff() {
+    const current = pushTurnStarts();
+    showPush("busy-off");
+    try {
+      const device = localStorage.getItem(DEVICE_KEY);
+      if (device) {
+        await api(`/v1/devices/${encodeURIComponent(device)}`, { method: "DELETE" }).catch((err) => {
+          if (err.status !== 404) throw err;
+        });
+      }
+      localStorage.removeItem(DEVICE_KEY);
+      const sub = await currentSubscription();
+      if (sub) await sub.unsubscribe();
+    } catch (err) {
+      if (err instanceof Ignored || !current()) return;
+      showPush("on", `Could not turn notifications off: ${err.message}`);
+      return;
+    }
+    if (current()) showPush("off");
+  }
+
+  // forgetDevice turns notifications off for a user who signs out, with the
+  // token they signed in with: a browser someone signed out of shows none of
+  // their notifications. Closing the tab is not signing out: they go on.
+  function forgetDevice(token) {
+    const device = localStorage.getItem(DEVICE_KEY);
+    if (!pushSupported || !device) return;
+    localStorage.removeItem(DEVICE_KEY);
+    fetch(`/v1/devices/${encodeURIComponent(device)}`, { method: "DELETE", headers: { Authorization: `Bearer ${token}` } })
+      .catch(() => {})
+      .then(currentSubscription)
+      .then((sub) => sub && sub.unsubscribe())
+      .catch((err) => console.warn("turn notifications off:", err));
+  }
+
+  if (pushSupported) {
+    // The worker renewed the subscription (sw.js, pushsubscriptionchange):
+    // register the new one.
+    navigator.serviceWorker.onmessage = (event) => {
+      if (event.data?.type === "spoolcast.pushsubscriptionchange" && state.token) initPush();
+    };
+  }
+
   // ---- wiring -------------------------------------------------------------
 
   $("sign-in-button").addEventListener("click", () => {
@@ -433,7 +653,13 @@
     if (token.trim()) signIn(token);
   });
   $("read-all").addEventListener("click", markAllRead);
-  $("sign-out").addEventListener("click", () => showSignIn(""));
+  $("sign-out").addEventListener("click", () => {
+    const token = state.token;
+    showSignIn("");
+    if (token) forgetDevice(token);
+  });
+  $("push-on").addEventListener("click", turnOn);
+  $("push-off").addEventListener("click", turnOff);
 
   const token = initialToken();
   if (token) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -169,7 +170,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, _ httpro
 		q.Limit = n
 	}
 	if q.State != "" && !slices.Contains(push.States, q.State) {
-		bad("state", "state must be one of queued, sent, delivered, receipt_error, receipt_missing, failed, skipped")
+		bad("state", "state must be one of "+strings.Join(push.States, ", "))
 		return
 	}
 	if err := q.Validate(); errors.Is(err, push.ErrBadCursor) {

@@ -249,7 +249,7 @@ func checkApps(apps []*app, expected map[string]map[string]bool) []invariant {
 // checkReadState: the feed, the unread count and what the sockets saw
 // agree on what is read.
 func checkReadState(ctx context.Context, apps []*app, base string) ([]invariant, error) {
-	var compared, disagree, countOff int
+	var compared, disagree, countOff, refreshed int
 	var examples []string
 	for _, a := range apps {
 		f, err := a.wholeFeed(ctx, base)
@@ -278,6 +278,7 @@ func checkReadState(ctx context.Context, apps []*app, base string) ([]invariant,
 			examples = append(examples, fmt.Sprintf("%s: count %d capped %v, feed %d unread", a.user, count.Count, count.Capped, unread))
 		}
 		a.mu.Lock()
+		refreshed += a.refreshedReads
 		for id, read := range a.read {
 			feedRead, ok := f[id]
 			if !ok {
@@ -294,7 +295,8 @@ func checkReadState(ctx context.Context, apps []*app, base string) ([]invariant,
 		a.mu.Unlock()
 	}
 	return []invariant{{"the feed, the unread count and the sockets agree on read state", disagree == 0 && countOff == 0,
-		fmt.Sprintf("%d notifications compared; %d disagree; %d unread counts off %s", compared, disagree, countOff, strings.Join(examples, "; "))}}, nil
+		fmt.Sprintf("%d notifications compared; %d disagree; %d unread counts off; %d read while their app was away, refreshed after its resume %s",
+			compared, disagree, countOff, refreshed, strings.Join(examples, "; "))}}, nil
 }
 
 // checkPushes: each device got each push at most once, and every

@@ -261,6 +261,10 @@ type app struct {
 	cursor   string
 	resumes  int
 	refusals int
+	// refreshedReads counts the notifications a refresh after a resume
+	// found read (read while the app was away: read frames are live only).
+	refreshedReads int
+	refreshes      sync.WaitGroup
 	// disorder counts frames whose position came before the previous one
 	// on the same socket.
 	disorder int
@@ -277,6 +281,7 @@ func newApp(user, token string, bases []string) *app {
 
 // stream keeps a socket open until ctx ends, on either replica.
 func (a *app) stream(ctx context.Context, rng *rand.Rand) {
+	defer a.refreshes.Wait()
 	for ctx.Err() == nil {
 		base := a.bases[rng.IntN(len(a.bases))]
 		a.mu.Lock()
@@ -301,7 +306,7 @@ func (a *app) stream(ctx context.Context, rng *rand.Rand) {
 			a.mu.Unlock()
 		}
 		opened := time.Now()
-		first, last, ready, n := a.readFrames(ctx, c, base)
+		first, last, ready, n := a.readFrames(ctx, c, base, cursor != "")
 		c.Close()
 		a.mu.Lock()
 		if len(a.sessions) < 200 {
@@ -320,7 +325,7 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (a *app) readFrames(ctx context.Context, c *wsclient.Conn, base string) (first, last, ready live.Position, frames int) {
+func (a *app) readFrames(ctx context.Context, c *wsclient.Conn, base string, resumed bool) (first, last, ready live.Position, frames int) {
 	for ctx.Err() == nil {
 		m, err := c.Next(time.Second)
 		if err != nil {
@@ -368,8 +373,14 @@ func (a *app) readFrames(ctx context.Context, c *wsclient.Conn, base string) (fi
 			a.cursor = m.Cursor
 		}
 		a.mu.Unlock()
-		if fresh {
+		switch {
+		case fresh:
 			a.reload(ctx, base)
+		case m.Type == "ready" && resumed:
+			// Read frames are live only (docs/api.md): what was marked read
+			// while the app was away is refreshed from the feed, beside the
+			// frames, which the app goes on reading.
+			a.refreshes.Go(func() { a.refreshRead(ctx, base) })
 		}
 	}
 	return first, last, ready, frames
@@ -472,6 +483,27 @@ func (a *app) wholeFeed(ctx context.Context, base string) (map[string]bool, erro
 			return out, nil
 		}
 		cursor = p.NextCursor
+	}
+}
+
+// refreshRead is what an app does after it resumed: it reads its feed's
+// read state for the notifications it holds. Read state only moves to read,
+// so a live read frame that came meanwhile is kept.
+func (a *app) refreshRead(ctx context.Context, base string) {
+	for ctx.Err() == nil {
+		f, err := a.wholeFeed(ctx, base)
+		if err == nil {
+			a.mu.Lock()
+			for id, read := range f {
+				if was, held := a.read[id]; held && read && !was {
+					a.read[id] = true
+					a.refreshedReads++
+				}
+			}
+			a.mu.Unlock()
+			return
+		}
+		sleep(ctx, time.Second)
 	}
 }
 

@@ -295,7 +295,7 @@ func checkReadState(ctx context.Context, apps []*app, base string) ([]invariant,
 		a.mu.Unlock()
 	}
 	return []invariant{{"the feed, the unread count and the sockets agree on read state", disagree == 0 && countOff == 0,
-		fmt.Sprintf("%d notifications compared; %d disagree; %d unread counts off; %d read while their app was away, refreshed after its resume %s",
+		fmt.Sprintf("%d notifications compared; %d disagree; %d unread counts off; %d found read first by the refresh after a resume (read frames are live only) %s",
 			compared, disagree, countOff, refreshed, strings.Join(examples, "; "))}}, nil
 }
 

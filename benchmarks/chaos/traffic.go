@@ -262,7 +262,8 @@ type app struct {
 	resumes  int
 	refusals int
 	// refreshedReads counts the notifications a refresh after a resume
-	// found read (read while the app was away: read frames are live only).
+	// found read before any frame said so: read while the app was away, or
+	// read just now, their frame on its way.
 	refreshedReads int
 	refreshes      sync.WaitGroup
 	// disorder counts frames whose position came before the previous one

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"time"
 
@@ -19,9 +18,6 @@ const MaxURLLen = 2048
 // loopback, link-local or a private range, which only
 // --webhook-allow-private permits.
 var ErrPrivateTarget = egress.ErrPrivate
-
-// Public reports whether addr may be a webhook's target by default.
-func Public(addr netip.Addr) bool { return egress.Public(addr) }
 
 // CheckURL says whether raw can be an endpoint: an absolute http or https
 // URL without credentials, whose host resolves only to public addresses
@@ -53,25 +49,11 @@ func CheckURL(ctx context.Context, raw string, allowPrivate bool) error {
 	return egress.CheckHost(ctx, raw)
 }
 
-// Client returns the HTTP client deliveries use: no proxy (which would hide
-// the address dialled), no redirects (a 3xx is the receiver's answer, and
-// following it could reach an address the URL check never saw), and unless
-// allowPrivate a dialer that refuses non-public addresses at connect time,
-// whatever the name resolved to when the endpoint was created. It keeps
-// perHost connections alive per receiver.
+// Client returns the HTTP client deliveries use (egress.Client): the
+// dialer refuses non-public addresses at connect time unless allowPrivate,
+// whatever the name resolved to when the endpoint was created, and no
+// redirect is followed. It keeps perHost connections alive per receiver,
+// one per attempt in flight.
 func Client(timeout time.Duration, allowPrivate bool, perHost int) *http.Client {
-	dialer := egress.Dialer(timeout, allowPrivate)
-	return &http.Client{
-		Timeout: timeout,
-		Transport: &http.Transport{
-			Proxy:                 nil,
-			DialContext:           dialer.DialContext,
-			TLSHandshakeTimeout:   timeout,
-			ResponseHeaderTimeout: timeout,
-			MaxIdleConnsPerHost:   perHost, // one kept alive per attempt in flight
-			IdleConnTimeout:       90 * time.Second,
-			ForceAttemptHTTP2:     true,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	return egress.Client(timeout, allowPrivate, perHost)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/egress"
 	"github.com/spoolcast/spoolcast/internal/eventtest"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/sync/ingest"
@@ -462,6 +463,19 @@ func TestSecretRotationSignsWithBothForTheOverlap(t *testing.T) {
 	if got[1].Signature != only {
 		t.Errorf("after the overlap: signature %q, want the new secret's only", got[1].Signature)
 	}
+	// A leaked secret: rotated with no overlap, only the newest signs.
+	leaked, _, err := e.store.RotateSecret(context.Background(), ep.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ingest("after-leak", "alice")
+	e.pass()
+	if got = r.deliveries(); len(got) != 3 {
+		t.Fatalf("got %d deliveries, want 3", len(got))
+	}
+	if only, _ := webhook.Sign([]string{leaked}, got[2].ID, mustInt(t, got[2].Timestamp), got[2].Body); got[2].Signature != only {
+		t.Errorf("after a rotation without overlap: signature %q, want the newest secret's only", got[2].Signature)
+	}
 	if _, _, err := e.store.RotateSecret(context.Background(), ep.ID, 8*24*time.Hour); !errors.Is(err, webhook.ErrInvalidInput) {
 		t.Errorf("an 8-day overlap = %v, want refused", err)
 	}
@@ -502,7 +516,7 @@ func TestURLsOnPrivateRangesAreRefusedUnlessAllowed(t *testing.T) {
 		t.Errorf("dialling %s = %v, want ErrPrivateTarget", r.URL, err)
 	}
 	for _, a := range []string{"8.8.8.8", "2606:4700::1111"} {
-		if !webhook.Public(netip.MustParseAddr(a)) {
+		if !egress.Public(netip.MustParseAddr(a)) {
 			t.Errorf("%s is public", a)
 		}
 	}

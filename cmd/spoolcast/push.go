@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -103,15 +102,8 @@ func (p *pushFlags) webPush() (*webpush.Sender, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("--vapid-key-file: %w", err)
 	}
-	client := &http.Client{Transport: &http.Transport{
-		Proxy:                 nil, // a proxy would hide the address dialled from the guard
-		DialContext:           egress.Dialer(10*time.Second, p.webAllowPrivate).DialContext,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: push.DefaultWebTimeout,
-		MaxIdleConnsPerHost:   cmp.Or(p.webConcurrency, push.DefaultWebConcurrency),
-		IdleConnTimeout:       90 * time.Second,
-		ForceAttemptHTTP2:     true,
-	}}
+	// Each request is bounded by the dispatcher (push.DefaultWebTimeout).
+	client := egress.Client(push.DefaultWebTimeout, p.webAllowPrivate, cmp.Or(p.webConcurrency, push.DefaultWebConcurrency))
 	sender, err := webpush.NewSender(key, p.vapidSubject, client)
 	if err != nil {
 		return nil, "", fmt.Errorf("--vapid-subject: %w", err)

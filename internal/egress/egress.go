@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"syscall"
@@ -94,4 +95,25 @@ func CheckHost(ctx context.Context, rawURL string) error {
 		}
 	}
 	return nil
+}
+
+// Client returns an HTTP client for user-chosen targets: no proxy (which
+// would hide the address dialled from the guard), no redirects (a 3xx is the
+// target's answer, and following it could reach an address no check saw),
+// each connection refused unless Public (or allowPrivate), timeout on each
+// request, and perHost connections kept alive per target.
+func Client(timeout time.Duration, allowPrivate bool, perHost int) *http.Client {
+	return &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			Proxy:                 nil,
+			DialContext:           Dialer(timeout, allowPrivate).DialContext,
+			TLSHandshakeTimeout:   timeout,
+			ResponseHeaderTimeout: timeout,
+			MaxIdleConnsPerHost:   perHost,
+			IdleConnTimeout:       90 * time.Second,
+			ForceAttemptHTTP2:     true,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }

@@ -150,15 +150,7 @@ func (d *Dispatcher) release(ctx context.Context, items []created) error {
 			nid, ncreated, enqueued = append(nid, c.n.id), append(ncreated, c.n.createdAt), append(enqueued, c.n.enqueuedAt)
 			users, categories = append(users, c.n.user), append(categories, c.n.category)
 			due, priorities, seenWaited = append(due, c.n.dueAt), append(priorities, c.n.priority), append(seenWaited, c.n.seenWaited)
-			var key *string
-			var window, count *int64
-			if c.n.digestKey != "" {
-				k, w, n := c.n.digestKey, int64(c.n.digestWindow.Seconds()), int64(c.n.digestCount)
-				key, window = &k, &w
-				if n > 0 {
-					count = &n
-				}
-			}
+			key, window, count := c.n.digestArgs()
 			digestKeys, digestWindows, digestCounts = append(digestKeys, key), append(digestWindows, window), append(digestCounts, count)
 		}
 	}
@@ -184,6 +176,19 @@ func (d *Dispatcher) release(ctx context.Context, items []created) error {
 	}
 	d.cfg.Metrics.released.Add(float64(tag.RowsAffected()))
 	return nil
+}
+
+// digestArgs are the notification's digest columns as the queue stores
+// them: all nil without a digest, the count nil for a member.
+func (q *queued) digestArgs() (key *string, windowSeconds, count *int64) {
+	if q.digestKey == "" {
+		return nil, nil, nil
+	}
+	k, w, n := q.digestKey, int64(q.digestWindow.Seconds()), int64(q.digestCount)
+	if n > 0 {
+		count = &n
+	}
+	return &k, &w, count
 }
 
 // record writes what became of dispatches and disables the tokens Expo no

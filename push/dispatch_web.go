@@ -212,15 +212,7 @@ func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subs
 // only (deferred dispatches do not count as sent; the others do).
 func (d *Dispatcher) requeueAt(ctx context.Context, c created, at time.Time, why string) error {
 	n := c.n
-	var key *string
-	var window, count *int64
-	if n.digestKey != "" {
-		k, w, cnt := n.digestKey, int64(n.digestWindow.Seconds()), int64(n.digestCount)
-		key, window = &k, &w
-		if cnt > 0 {
-			count = &cnt
-		}
-	}
+	key, window, count := n.digestArgs()
 	_, err := d.cfg.DB.Exec(ctx, `WITH deferred AS (
 			UPDATE push_dispatches SET state = 'deferred', error = $3, updated_at = now()
 			WHERE id = $1 AND created_at = $2 AND state = 'queued'

@@ -90,15 +90,12 @@ func (s *Server) rotateWebhookSecret(w http.ResponseWriter, r *http.Request, ps 
 	if r.ContentLength != 0 && !readJSON(w, r, &body) {
 		return
 	}
-	var overlap time.Duration
+	overlap := webhook.DefaultOverlap
 	if body.Overlap != "" {
 		d, err := time.ParseDuration(body.Overlap)
 		if err != nil {
 			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "overlap is a duration such as 24h").On("overlap"))
 			return
-		}
-		if d == 0 {
-			d = time.Nanosecond // "0s": the old secret stops at once
 		}
 		overlap = d
 	}

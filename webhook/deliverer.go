@@ -241,8 +241,8 @@ func (d *Deliverer) Wait() {
 	}
 }
 
-// attempt sends one delivery and records what became of it. It runs to
-// its end whatever Stop does: its own timeout bounds it.
+// attempt sends one delivery and queues its outcome for the recorder. It
+// runs to its end whatever Stop does: its own timeout bounds it.
 func (d *Deliverer) attempt(l lease) {
 	defer func() {
 		d.mu.Lock()
@@ -421,8 +421,8 @@ func (d *Deliverer) record(ctx context.Context, batch []attempted) error {
 	succeeded := map[string]bool{}
 	failedAt := map[string]time.Time{}
 	gone := map[string]bool{}
-	var lastErr = map[string]string{}
-	var ended = map[string]int{}
+	lastErr := map[string]string{}
+	ended := map[string]int{}
 	for i, a := range batch {
 		ids[i], endpoints[i], ats[i], took[i] = a.l.id, a.l.endpoint, a.at, int32(a.r.took.Milliseconds())
 		if a.r.status != 0 {

@@ -238,13 +238,10 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 }
 
 // RotateSecret gives the endpoint a new secret and returns it; the old one
-// signs beside it for overlap (0: DefaultOverlap), so receivers can switch
-// without dropping a delivery. A rotation during another's overlap ends
-// that older secret.
+// signs beside it for overlap (0: not at all, for a leaked secret), so
+// receivers can switch without dropping a delivery. A rotation during
+// another's overlap ends that older secret.
 func (s *Store) RotateSecret(ctx context.Context, id string, overlap time.Duration) (secret string, oldUntil time.Time, err error) {
-	if overlap == 0 {
-		overlap = DefaultOverlap
-	}
 	if overlap < 0 || overlap > MaxOverlap {
 		return "", time.Time{}, invalid("overlap", "between 0s and %s", MaxOverlap)
 	}

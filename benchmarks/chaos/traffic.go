@@ -491,41 +491,41 @@ func (a *app) wholeFeed(ctx context.Context, base string) (map[string]bool, erro
 // read state for the notifications it holds. Read state only moves to read,
 // so a live read frame that came meanwhile is kept.
 func (a *app) refreshRead(ctx context.Context, base string) {
-	for ctx.Err() == nil {
-		f, err := a.wholeFeed(ctx, base)
-		if err == nil {
-			a.mu.Lock()
-			for id, read := range f {
-				if was, held := a.read[id]; held && read && !was {
-					a.read[id] = true
-					a.refreshedReads++
-				}
-			}
-			a.mu.Unlock()
-			return
+	f := a.feedUntilRead(ctx, base)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, read := range f {
+		if was, held := a.read[id]; held && read && !was {
+			a.read[id] = true
+			a.refreshedReads++
 		}
-		sleep(ctx, time.Second)
 	}
 }
 
 // reload is what an app does when its cursor is refused: it reads its feed.
 func (a *app) reload(ctx context.Context, base string) {
+	f := a.feedUntilRead(ctx, base)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, read := range f {
+		a.loaded[id] = true
+		a.read[id] = read
+		if fid, err := feed.ParseID(id); err == nil {
+			a.created[id] = fid
+		}
+	}
+}
+
+// feedUntilRead reads the whole feed, again each second until it can (nil
+// once ctx ends).
+func (a *app) feedUntilRead(ctx context.Context, base string) map[string]bool {
 	for ctx.Err() == nil {
-		f, err := a.wholeFeed(ctx, base)
-		if err == nil {
-			a.mu.Lock()
-			for id, read := range f {
-				a.loaded[id] = true
-				a.read[id] = read
-				if fid, err := feed.ParseID(id); err == nil {
-					a.created[id] = fid
-				}
-			}
-			a.mu.Unlock()
-			return
+		if f, err := a.wholeFeed(ctx, base); err == nil {
+			return f
 		}
 		sleep(ctx, time.Second)
 	}
+	return nil
 }
 
 // act does what users do in the app, now and then, until ctx ends: read a

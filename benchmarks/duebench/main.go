@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"math/big"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -58,20 +57,12 @@ type result struct {
 
 func run(due, users, retained, batch, rounds int, adminURL string) error {
 	ctx := context.Background()
-	tmp, err := os.MkdirTemp("", "duebench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
 	if adminURL == "" {
-		c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(tmp, "pg"), Durable: true})
+		c, cleanup, err := pgcluster.StartTemp(ctx, "duebench", pgcluster.Config{Durable: true})
 		if err != nil {
 			return err
 		}
-		defer c.Stop()
+		defer cleanup()
 		adminURL = c.URL
 	}
 	var results []result

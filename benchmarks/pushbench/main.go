@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -62,20 +61,12 @@ func main() {
 
 func run(users, devices, events, rounds, workers int, adminURL string) error {
 	ctx := context.Background()
-	tmp, err := os.MkdirTemp("", "pushbench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
 	if adminURL == "" {
-		c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(tmp, "pg"), Durable: true})
+		c, cleanup, err := pgcluster.StartTemp(ctx, "pushbench", pgcluster.Config{Durable: true})
 		if err != nil {
 			return err
 		}
-		defer c.Stop()
+		defer cleanup()
 		adminURL = c.URL
 	}
 	var rates []float64

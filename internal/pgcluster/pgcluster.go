@@ -447,3 +447,23 @@ func tail(path string) string {
 	}
 	return string(b)
 }
+
+// StartTemp starts a throwaway cluster in a new temporary directory named
+// after prefix (readable by Postgres when it runs as its own user); cleanup
+// stops it and removes the directory. cfg.Dir is ignored.
+func StartTemp(ctx context.Context, prefix string, cfg Config) (c *Cluster, cleanup func(), err error) {
+	tmp, err := os.MkdirTemp("", prefix+"-")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return nil, nil, err
+	}
+	cfg.Dir = filepath.Join(tmp, "pg")
+	if c, err = Start(ctx, cfg); err != nil {
+		os.RemoveAll(tmp)
+		return nil, nil, err
+	}
+	return c, func() { _ = c.Stop(); _ = os.RemoveAll(tmp) }, nil
+}

@@ -173,11 +173,6 @@ func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subs
 		return
 	case webpush.Gone:
 		o.state, o.err = StateFailed, fmt.Sprintf("subscription gone (%d): the browser unsubscribed or it expired", res.Status)
-		if err := d.persist(bg, func(ctx context.Context) error {
-			return d.cfg.Devices.disableAsOf(ctx, []string{c.token}, []time.Time{c.createdAt}, DisabledGone)
-		}); err != nil {
-			d.log.Warn("disable a gone web subscription", "err", err)
-		}
 	case webpush.RateLimited:
 		// Refused, so sending it again cannot deliver twice: once, after
 		// Retry-After, if that is within --push-max-age.
@@ -204,6 +199,16 @@ func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subs
 	}
 	if err := d.persist(bg, func(ctx context.Context) error { return d.record(ctx, []outcome{o}) }); err != nil {
 		d.log.Error("record a web push; it stays queued and ends failed (interrupted)", "err", err)
+	}
+	if res.Outcome == webpush.Gone {
+		// After the record, so a disabled subscription's last push is
+		// already in the delivery log; a crash in between leaves it
+		// enabled, and its next push meets the 410 again.
+		if err := d.persist(bg, func(ctx context.Context) error {
+			return d.cfg.Devices.disableAsOf(ctx, []string{c.token}, []time.Time{c.createdAt}, DisabledGone)
+		}); err != nil {
+			d.log.Warn("disable a gone web subscription", "err", err)
+		}
 	}
 }
 

@@ -104,7 +104,13 @@ type Dispatcher struct {
 	failLog *lograte.Limiter
 	kick    chan struct{} // a worker that took a full batch wakes another
 	svc     startstop.Service
-	passes  atomic.Uint64 // numbers each pass's claim (claimToken)
+	// passes numbers each pass's claim (claimToken); inflight holds the
+	// numbers of the passes running, and lastSweep when releaseOrphans last
+	// ran (UnixNano on the clock).
+	passes    atomic.Uint64
+	passMu    sync.Mutex
+	inflight  map[uint64]struct{}
+	lastSweep atomic.Int64
 
 	// sends is the context of the passes' writes and requests to Expo once
 	// they have taken their notifications: Stop leaves it running, and ends
@@ -159,6 +165,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Dispatcher{cfg: cfg, log: cfg.Logger.With("component", "dispatcher"), failLog: lograte.New(10 * time.Second), kick: make(chan struct{}, cfg.Workers),
+		inflight: map[uint64]struct{}{},
 		webSlots: make(chan struct{}, cfg.WebConcurrency), webWaiting: make(chan struct{}, 2*cfg.WebConcurrency)}, nil
 }
 
@@ -363,7 +370,9 @@ func (d *Dispatcher) Pass(ctx context.Context) (int, error) { return d.pass(ctx,
 // sends is the context of everything after the claim: the lookups, the
 // writes and the requests to Expo.
 func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
-	token := d.claimToken()
+	d.releaseOrphans(stop)
+	token, ended := d.claimToken()
+	defer ended()
 	claimed, err := d.claim(stop, token)
 	if err != nil && !pgconn.SafeToRetry(err) {
 		// The claim may have committed though its answer was lost: give
@@ -513,9 +522,60 @@ func (d *Dispatcher) written(ctx context.Context, claimed []queued) ([]created, 
 
 // claimToken names one pass's claim in claimed_by: the replica and the
 // pass's number, so that a pass can give back exactly the rows it holds
-// even when it never learned which (unclaimAll).
-func (d *Dispatcher) claimToken() string {
-	return d.cfg.Replica + "/" + strconv.FormatUint(d.passes.Add(1), 10)
+// even when it never learned which (unclaimAll). The pass is in flight
+// until ended is called.
+func (d *Dispatcher) claimToken() (token string, ended func()) {
+	d.passMu.Lock()
+	n := d.passes.Add(1)
+	d.inflight[n] = struct{}{}
+	d.passMu.Unlock()
+	return d.cfg.Replica + "/" + strconv.FormatUint(n, 10), func() {
+		d.passMu.Lock()
+		delete(d.inflight, n)
+		d.passMu.Unlock()
+	}
+}
+
+// orphanSweepInterval is how often a dispatcher looks for orphaned leases
+// (releaseOrphans).
+const orphanSweepInterval = 15 * time.Second
+
+// releaseOrphans gives back, at most every orphanSweepInterval, the queue
+// rows leased to passes of this process that have ended. A pass ends only
+// after deleting its rows (with the write of their dispatches) or giving
+// them back, so such a lease is left by a write that Postgres acknowledged
+// and then lost: a failover to an asynchronous standby, or a restore. Its
+// pushes are then dispatched again at once rather than after the lease; the
+// rows keep claimed_by, so the pass that takes them knows they were retaken.
+func (d *Dispatcher) releaseOrphans(ctx context.Context) {
+	now := d.cfg.Clock.Now().UnixNano()
+	last := d.lastSweep.Load()
+	if now-last < int64(orphanSweepInterval) || !d.lastSweep.CompareAndSwap(last, now) {
+		return
+	}
+	d.passMu.Lock()
+	below := d.passes.Load() + 1 // every pass numbered below has begun
+	running := make([]int64, 0, len(d.inflight))
+	for n := range d.inflight {
+		running = append(running, int64(n))
+	}
+	d.passMu.Unlock()
+	tag, err := d.cfg.DB.Exec(ctx, `UPDATE push_queue SET claimed_until = NULL
+		WHERE claimed_until > now() AND starts_with(claimed_by, $1)
+		  AND CASE WHEN substr(claimed_by, length($1) + 1) ~ '^[0-9]{1,18}$'
+		      THEN substr(claimed_by, length($1) + 1)::int8 < $2 AND substr(claimed_by, length($1) + 1)::int8 <> ALL($3) END`,
+		d.cfg.Replica+"/", int64(below), running)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("look for the push queue's orphaned leases", "err", err)
+		}
+		return
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		d.cfg.Metrics.orphans.Add(float64(n))
+		d.log.Warn("gave back push queue rows leased to passes that had ended: Postgres lost writes it had acknowledged (a failover to an asynchronous standby, or a restore); their pushes are dispatched again, and some may arrive twice",
+			"rows", n)
+	}
 }
 
 // unclaimAll gives back the rows a pass's claim (token) holds, whether or

@@ -3,12 +3,15 @@ package push_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
@@ -145,5 +148,90 @@ func TestASendThatMayHaveBeenAcceptedIsNeverSentAgain(t *testing.T) {
 	d := log.Data[0]
 	if d.State != push.StateFailed || d.Error == nil || !strings.Contains(*d.Error, "outcome unknown") || !strings.Contains(*d.Error, "a retry could deliver twice") {
 		t.Errorf("the dispatch is %s, error %v; want failed, saying the outcome is unknown and why it was not retried", d.State, d.Error)
+	}
+}
+
+// gatedPreferences holds the first lookup until open is closed.
+type gatedPreferences struct {
+	push.Preferences
+	entered chan struct{}
+	open    chan struct{}
+	first   atomic.Bool
+}
+
+func (g *gatedPreferences) PushOff(ctx context.Context, users []string) map[string]map[string]bool {
+	if g.first.CompareAndSwap(false, true) {
+		close(g.entered)
+		<-g.open
+	}
+	return g.Preferences.PushOff(ctx, users)
+}
+
+func TestALeaseLeftByAWritePostgresLostIsGivenBackButNotOneAPassHolds(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	s := newStackOn(t, clk)
+	prefs := &gatedPreferences{Preferences: s.prefs, entered: make(chan struct{}), open: make(chan struct{})}
+	d, err := push.NewDispatcher(push.DispatcherConfig{DB: s.pool, Sender: s.client, Preferences: prefs, Devices: s.devices,
+		Replica: "r1", Clock: clk, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.register("u1", "ExponentPushToken[a]")
+	ctx := context.Background()
+
+	// Pass 1 takes k1 and is held before it writes.
+	s.ingest("k1", "c", "u1")
+	held := make(chan error, 1)
+	go func() {
+		_, err := d.Pass(ctx)
+		held <- err
+	}()
+	<-prefs.entered
+	if n, err := d.Pass(ctx); err != nil || n != 0 { // pass 2
+		t.Fatalf("pass 2 took %d (%v) with k1 leased to pass 1", n, err)
+	}
+	// k2 was leased by this replica's pass 2, which ended but whose write
+	// Postgres lost (as an asynchronous standby's promotion loses it); k3
+	// by another replica.
+	s.ingest("k2", "c", "u1")
+	s.ingest("k3", "c", "u1")
+	lease := func(key, token string) {
+		t.Helper()
+		if _, err := s.pool.Exec(ctx, `UPDATE push_queue q SET claimed_by = $2, claimed_until = now() + interval '2 minutes'
+			FROM notifications n WHERE n.id = q.notification_id AND n.idempotency_key = $1`, key, token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease("k2", "r1/2")
+	lease("k3", "r2/1")
+
+	clk.Advance(15 * time.Second)
+	if n, err := d.Pass(ctx); err != nil || n != 1 { // pass 3: the sweep, then k2
+		t.Fatalf("pass 3 took %d (%v), want k2 only", n, err)
+	}
+	if n := s.counter("spoolcast_push_orphans_released_total"); n != 1 {
+		t.Errorf("spoolcast_push_orphans_released_total = %v, want 1", n)
+	}
+	close(prefs.open)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	rows, _ := s.pool.Query(ctx, `SELECT n.idempotency_key || ' ' || q.claimed_by FROM push_queue q JOIN notifications n ON n.id = q.notification_id WHERE q.claimed_until > now()`)
+	for rows.Next() {
+		var k string
+		_ = rows.Scan(&k)
+		left = append(left, k)
+	}
+	if rows.Close(); len(left) != 1 || left[0] != "k3 r2/1" {
+		t.Errorf("leased after the sweep: %v, want only k3's by the other replica", left)
+	}
+	// k1 by the held pass and k2 after the sweep, each once.
+	if got := len(s.fake.Messages()); got != 2 {
+		t.Errorf("Expo got %d messages, want 2 (k1 and k2)", got)
+	}
+	if got := pgtest.Count(t, s.pool, `SELECT count(*) FROM push_dispatches`); got != 2 {
+		t.Errorf("%d dispatches, want 2", got)
 	}
 }

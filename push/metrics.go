@@ -16,6 +16,7 @@ type Metrics struct {
 	prefsLookups   *prometheus.CounterVec
 	queueOldest    prometheus.Gauge
 	released       prometheus.Counter
+	orphans        prometheus.Counter
 	policy         *prometheus.CounterVec
 	webSent        *prometheus.CounterVec
 	webTook        prometheus.Histogram
@@ -47,6 +48,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Age of the oldest notification waiting in the push queue; 0 when it is empty."),
 		released: metric.Counter("spoolcast_push_released_total",
 			"Notifications a stopping dispatcher gave back to the push queue unsent, for another replica to take at once."),
+		orphans: metric.Counter("spoolcast_push_orphans_released_total",
+			"Push queue rows given back because the pass that leased them had ended without its write surviving: Postgres lost writes it had acknowledged (a failover to an asynchronous standby, or a restore)."),
 		policy: metric.CounterVec("spoolcast_push_policy_total",
 			"Notifications by delivery policy outcome: passed (no policy held the push), deferred (quiet hours), digested (joined a digest), digest (a digest's one push dispatched), throttled, suppressed (seen first), critical (a critical push passed quiet hours or a throttle), cancelled (a scheduled notification cancelled), fail_open (quiet hours unreadable: pushed).", "outcome"),
 		webSent: metric.CounterVec("spoolcast_webpush_sent_total",
@@ -77,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.requestTook.WithLabelValues(e)
 	}
 	if reg != nil {
-		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released, m.policy, m.webSent, m.webTook)
+		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released, m.orphans, m.policy, m.webSent, m.webTook)
 	}
 	return m
 }

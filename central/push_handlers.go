@@ -43,6 +43,11 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, _ httprouter.
 	case body.Platform == push.Web && body.Token != "":
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "a web device is registered by its subscription, not a token").On("token"))
 		return
+	case body.Platform == push.Web && s.cfg.VAPIDPublicKey == "":
+		// Its pushes could only fail, and it would count against the
+		// user's devices.
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "platform web: Web Push is not set up on this deployment (--vapid-key-file)").On("platform"))
+		return
 	case body.Platform == push.Web:
 		var err error
 		if sub, err = webpush.ParseSubscription(body.Subscription); err != nil {

@@ -8,6 +8,9 @@ import (
 	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
+// testVAPIDPublicKey stands for a deployment's key where only its presence matters.
+const testVAPIDPublicKey = "BNcRdreALRFXTkOOUHK1EtK2wtaz5Ry4YfYCA_0QTpQtUbVlUls0VJXg7A8u-Ts1XbjhazAkj7I99e8QcYP7DkM"
+
 const browserKeys = `"keys":{"p256dh":"BNcRdreALRFXTkOOUHK1EtK2wtaz5Ry4YfYCA_0QTpQtUbVlUls0VJXg7A8u-Ts1XbjhazAkj7I99e8QcYP7DkM","auth":"tBHItJI5svbpez7KI4CCXg"}`
 
 func TestBrowsersRegisterTheirSubscriptionsAsWebDevices(t *testing.T) {
@@ -43,12 +46,17 @@ func TestBrowsersRegisterTheirSubscriptionsAsWebDevices(t *testing.T) {
 
 func TestAWebDeviceIsListedAndDisabledByItsToken(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, options{webPushAllowPrivate: true})
-	alice := h.iss.Token("alice")
-	if r := h.request(http.MethodGet, "/v1/push/vapid-public-key", alice, ""); r.status != http.StatusNotFound {
+	sub := `{"platform":"web","subscription":{"endpoint":"http://127.0.0.1:9/push/abc","expirationTime":null,` + browserKeys + `}}`
+	bare := newHarness(t, options{webPushAllowPrivate: true})
+	if r := bare.request(http.MethodGet, "/v1/push/vapid-public-key", bare.iss.Token("alice"), ""); r.status != http.StatusNotFound {
 		t.Errorf("vapid public key without --vapid-key-file = %d", r.status)
 	}
-	sub := `{"platform":"web","subscription":{"endpoint":"http://127.0.0.1:9/push/abc","expirationTime":null,` + browserKeys + `}}`
+	if r := bare.request(http.MethodPut, "/v1/devices", bare.iss.Token("alice"), sub); r.status != http.StatusBadRequest || !strings.Contains(string(r.raw), "not set up") {
+		t.Errorf("register a browser without --vapid-key-file = %d %s, want 400", r.status, r.raw)
+	}
+
+	h := newHarness(t, options{webPushAllowPrivate: true, vapidPublicKey: testVAPIDPublicKey})
+	alice := h.iss.Token("alice")
 	r := h.request(http.MethodPut, "/v1/devices", alice, sub)
 	token, _ := r.body["token"].(string)
 	if r.status != http.StatusOK || r.body["platform"] != "web" || !strings.HasPrefix(token, "WebPush[") || strings.Contains(string(r.raw), "127.0.0.1") {

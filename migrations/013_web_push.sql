@@ -6,8 +6,9 @@
 SET LOCAL lock_timeout = '5s';
 
 ALTER TABLE devices ADD COLUMN endpoint text, ADD COLUMN p256dh text, ADD COLUMN auth text;
--- The new check is checked on new rows at once and on the old ones without
--- blocking writes (VALIDATE takes SHARE UPDATE EXCLUSIVE).
+-- The new check holds for new rows at once and is then validated on the old
+-- ones; in goose's one transaction the ADD COLUMN's exclusive lock is held
+-- through it, so writes to devices wait for that one scan of the table.
 ALTER TABLE devices DROP CONSTRAINT devices_platform_check;
 ALTER TABLE devices ADD CONSTRAINT devices_platform_check
     CHECK (platform IN ('ios', 'android', 'web') AND (platform = 'web') = (endpoint IS NOT NULL)) NOT VALID;

@@ -278,9 +278,13 @@ func (d *Devices) enabledTokens(ctx context.Context, users []string) (map[string
 	return out, rows.Err()
 }
 
-// subscriptions returns the Web Push subscriptions of tokens, by token.
-func (d *Devices) subscriptions(ctx context.Context, tokens []string) (map[string]webpush.Subscription, error) {
-	rows, err := d.db.Query(ctx, `SELECT token, endpoint, p256dh, auth FROM devices WHERE token = ANY($1) AND endpoint IS NOT NULL`, tokens)
+// subscriptions returns the Web Push subscriptions of tokens, by token,
+// those still enabled for users[i] only: a browser disabled, or signed in
+// as another user, since its dispatch was written gets nothing.
+func (d *Devices) subscriptions(ctx context.Context, tokens, users []string) (map[string]webpush.Subscription, error) {
+	rows, err := d.db.Query(ctx, `SELECT d.token, d.endpoint, d.p256dh, d.auth
+		FROM devices d, unnest($1::text[], $2::text[]) AS u(token, user_id)
+		WHERE d.token = u.token AND d.user_id = u.user_id AND d.enabled AND d.endpoint IS NOT NULL`, tokens, users)
 	if err != nil {
 		return nil, fmt.Errorf("read subscriptions: %w", err)
 	}

@@ -161,9 +161,9 @@ func (d *Dispatcher) release(ctx context.Context, items []created) error {
 			RETURNING notification_id
 		)
 		INSERT INTO push_queue (notification_id, notification_created_at, enqueued_at, user_id, category, claimed_by,
-		                        due_at, priority, digest_key, digest_window, digest_count, seen_waited)
+		                        due_at, priority, digest_key, digest_window, digest_count, seen_waited, decided)
 		SELECT n.id, n.created_at, n.enqueued_at, n.user_id, n.category, $3,
-		       n.due_at, n.priority, n.digest_key, make_interval(secs => n.digest_window), n.digest_count, n.seen_waited
+		       n.due_at, n.priority, n.digest_key, make_interval(secs => n.digest_window), n.digest_count, n.seen_waited, true
 		FROM unnest($4::int8[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[],
 		            $9::timestamptz[], $10::text[], $11::text[], $12::int8[], $13::int8[], $14::bool[])
 		     AS n(id, created_at, enqueued_at, user_id, category, due_at, priority, digest_key, digest_window, digest_count, seen_waited)
@@ -210,13 +210,15 @@ func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
 	}
 	// The dispatches of one pass were written by one statement, so they share
 	// created_at: naming it keeps the update to one partition, where each row
-	// is found by its primary key. (A state condition here would tempt the
-	// planner into the state index, scanning the pass's rows once per row.)
+	// is found by its primary key. (A plain state condition here would
+	// tempt the planner into the state index, scanning the pass's rows once
+	// per row: IS TRUE keeps it a filter.) Only queued dispatches change: one
+	// the receipt pass ended failed (interrupted) meanwhile stays so.
 	_, err := d.cfg.DB.Exec(ctx, `UPDATE push_dispatches d
 		SET state = u.state, ticket_id = NULLIF(u.ticket, ''), error = NULLIF(u.error, ''),
 		    sent_at = CASE WHEN u.state IN ('sent', 'delivered') THEN now() END, updated_at = now()
 		FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[]) AS u(id, state, ticket, error)
-		WHERE d.id = u.id AND d.created_at = $5`,
+		WHERE d.id = u.id AND d.created_at = $5 AND (d.state = 'queued') IS TRUE`,
 		ids, states, tickets, errs, outcomes[0].c.createdAt)
 	if err != nil {
 		return err

@@ -7,11 +7,13 @@ package push
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
 
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/egress"
 	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
@@ -21,6 +23,10 @@ const (
 	DefaultWebTTL         = 24 * time.Hour
 	DefaultWebTimeout     = 10 * time.Second
 )
+
+// webUnreachableRetry is how long a push to a push service that could not
+// be reached waits before its one more try.
+const webUnreachableRetry = 30 * time.Second
 
 var webOutcomes = func() []string {
 	var out []string
@@ -105,13 +111,13 @@ func (d *Dispatcher) sendWeb(ctx context.Context, items []created) {
 		}
 		return
 	}
-	tokens := make([]string, len(items))
+	tokens, users := make([]string, len(items)), make([]string, len(items))
 	for i, c := range items {
-		tokens[i] = c.token
+		tokens[i], users[i] = c.token, c.n.user
 	}
 	var subs map[string]webpush.Subscription
 	if err := d.persist(ctx, func(ctx context.Context) (err error) {
-		subs, err = d.cfg.Devices.subscriptions(ctx, tokens)
+		subs, err = d.cfg.Devices.subscriptions(ctx, tokens, users)
 		return err
 	}); err != nil {
 		d.log.Warn("read web subscriptions; giving their dispatches back", "err", err)
@@ -153,7 +159,7 @@ func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subs
 	o := outcome{c: c}
 	var res webpush.Result
 	if sub.Endpoint == "" {
-		res = webpush.Result{Outcome: webpush.Invalid, Err: fmt.Errorf("the subscription was removed")}
+		res = webpush.Result{Outcome: webpush.Invalid, Err: fmt.Errorf("the subscription was removed, disabled or signed in as another user since the push was queued")}
 	} else {
 		sctx, cancel := context.WithTimeout(ctx, d.cfg.WebTimeout)
 		start := time.Now()
@@ -169,8 +175,29 @@ func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subs
 		// is no receipt to wait for).
 		o.state, o.ticket = StateDelivered, res.MessageID
 	case webpush.NotSent:
-		d.giveBack(bg, []created{c})
-		return
+		if errors.Is(res.Err, egress.ErrPrivate) {
+			// Resolved to a private address since it was registered:
+			// refused again at every try.
+			o.state, o.err = StateFailed, fmt.Sprintf("push service refused: %v", res.Err)
+			break
+		}
+		if ctx.Err() != nil {
+			// Stopping: another replica takes it at once.
+			d.giveBack(bg, []created{c})
+			return
+		}
+		// Unreachable (refused, DNS, TLS): never reached it, so sending
+		// again cannot deliver twice; once, after a pause, rather than at
+		// every pass until --push-max-age.
+		at := now.Add(webUnreachableRetry)
+		if !c.n.retaken && at.Before(c.n.since().Add(d.cfg.MaxAge)) {
+			why := fmt.Sprintf("push service unreachable (%v); sending again at %s", res.Err, at.UTC().Format(time.RFC3339))
+			if err := d.persist(bg, func(ctx context.Context) error { return d.requeueAt(ctx, c, at, why) }); err != nil {
+				d.log.Error("defer an unreachable web dispatch; it stays queued and ends failed (interrupted)", "err", err)
+			}
+			return
+		}
+		o.state, o.err = StateFailed, fmt.Sprintf("push service unreachable again, or past --push-max-age: %v", res.Err)
 	case webpush.Gone:
 		o.state, o.err = StateFailed, fmt.Sprintf("subscription gone (%d): the browser unsubscribed or it expired", res.Status)
 	case webpush.RateLimited:
@@ -224,8 +251,8 @@ func (d *Dispatcher) requeueAt(ctx context.Context, c created, at time.Time, why
 			RETURNING notification_id
 		)
 		INSERT INTO push_queue (notification_id, notification_created_at, enqueued_at, user_id, category, claimed_by,
-		                        due_at, priority, digest_key, digest_window, digest_count, seen_waited)
-		SELECT $4, $5, $6, $7, $8, $9, $10, $11, $12, make_interval(secs => $13), $14, $15
+		                        due_at, priority, digest_key, digest_window, digest_count, seen_waited, decided)
+		SELECT $4, $5, $6, $7, $8, $9, $10, $11, $12, make_interval(secs => $13), $14, $15, true
 		WHERE EXISTS (SELECT 1 FROM deferred)
 		ON CONFLICT (notification_id) DO NOTHING`,
 		c.id, c.createdAt, why, n.id, n.createdAt, n.enqueuedAt, n.user, n.category, d.cfg.Replica,

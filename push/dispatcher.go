@@ -328,6 +328,9 @@ type queued struct {
 	digestCount  int
 	// seenWaited: the push was held once for its user to see it.
 	seenWaited bool
+	// decided: the delivery policies let the push through before it was
+	// given back to the queue; they are not decided again.
+	decided bool
 	// retaken: the queue row had been claimed before, by a dispatcher whose
 	// lease ran out or that gave it back, and may have dispatched it to
 	// some of the devices already.
@@ -462,7 +465,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 			if !dispatchedBefore { // no skipped row beside earlier dispatches
 				p.rows = append(p.rows, dispatchRow{n: q, state: StateSkipped, err: &skipped})
 			}
-		case dispatchedBefore:
+		case dispatchedBefore || q.decided:
 			// Its policies were decided when it was first dispatched.
 			p.rows = append(p.rows, sends...)
 		default:
@@ -602,11 +605,11 @@ func (d *Dispatcher) claim(ctx context.Context, token string) ([]queued, error) 
 			      ORDER BY due_at, notification_id LIMIT $1 FOR UPDATE SKIP LOCKED) t
 			WHERE q.notification_id = t.notification_id
 			RETURNING q.notification_id, q.notification_created_at, q.enqueued_at, q.user_id, q.category,
-			          t.claimed_by IS NOT NULL AS retaken, q.due_at, q.priority, q.digest_key, q.digest_window, q.digest_count, q.seen_waited
+			          t.claimed_by IS NOT NULL AS retaken, q.due_at, q.priority, q.digest_key, q.digest_window, q.digest_count, q.seen_waited, q.decided
 		)
 		SELECT c.notification_id, coalesce(c.notification_created_at, '-infinity'), c.enqueued_at, c.user_id, c.category,
 		       coalesce(n.title, ''), coalesce(n.body, ''), c.retaken, c.due_at, c.priority, coalesce(c.digest_key, ''),
-		       coalesce(extract(epoch FROM c.digest_window), 0)::int8, coalesce(c.digest_count, 0), c.seen_waited
+		       coalesce(extract(epoch FROM c.digest_window), 0)::int8, coalesce(c.digest_count, 0), c.seen_waited, c.decided
 		FROM c LEFT JOIN notifications n ON n.id = c.notification_id AND n.created_at = c.notification_created_at
 		ORDER BY c.due_at, c.notification_id`, d.cfg.BatchSize, token, d.cfg.Lease, d.cfg.Clock.Now())
 	if err != nil {
@@ -617,7 +620,7 @@ func (d *Dispatcher) claim(ctx context.Context, token string) ([]queued, error) 
 		var created pgtype.Timestamptz // -infinity for a row queued before notifications had partitions
 		var windowSeconds int64
 		err := r.Scan(&q.id, &created, &q.enqueuedAt, &q.user, &q.category, &q.title, &q.body, &q.retaken,
-			&q.dueAt, &q.priority, &q.digestKey, &windowSeconds, &q.digestCount, &q.seenWaited)
+			&q.dueAt, &q.priority, &q.digestKey, &windowSeconds, &q.digestCount, &q.seenWaited, &q.decided)
 		if created.InfinityModifier == pgtype.Finite {
 			q.createdAt = created.Time
 		}

@@ -31,6 +31,12 @@ type webStack struct {
 
 func newWebStack(t *testing.T, clk clock.Clock) *webStack {
 	t.Helper()
+	return newWebStackThrottled(t, clk, push.Throttle{})
+}
+
+// newWebStackThrottled is newWebStack with --push-throttle th.
+func newWebStackThrottled(t *testing.T, clk clock.Clock, th push.Throttle) *webStack {
+	t.Helper()
 	s := newStackOn(t, clk)
 	pem, err := webpush.GenerateVAPIDKeyPEM()
 	if err != nil {
@@ -45,7 +51,7 @@ func newWebStack(t *testing.T, clk clock.Clock) *webStack {
 		t.Fatal(err)
 	}
 	if s.dispatcher, err = push.NewDispatcher(push.DispatcherConfig{DB: s.pool, Sender: s.client, Preferences: s.prefs, Devices: s.devices,
-		WebPush: sender, WebTimeout: 5 * time.Second, Interval: 20 * time.Millisecond, Clock: clk, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+		WebPush: sender, WebTimeout: 5 * time.Second, Interval: 20 * time.Millisecond, Throttle: th, Clock: clk, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
 	}
 	return &webStack{stack: s, key: key}
@@ -282,4 +288,72 @@ func newFirer(t *testing.T, pool schedule.DB, clk clock.Clock) *schedule.Firer {
 		t.Fatal(err)
 	}
 	return f
+}
+
+func TestAnUnreachablePushServiceIsTriedOnceMoreAfterAPauseThenFailed(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	s := newWebStack(t, clk)
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // connections refused: the request never reaches it
+	dev := s.subscribe("u1", fakeSubscription(t, closed.URL+"/push/abc"))
+	s.emit(`{"idempotency_key":"u1","type":"t","recipients":["u1"],"title":"Hi"}`)
+	s.drain()
+	testsignal.Eventually(t, "the unreachable push to be deferred", 10*time.Second, func() bool {
+		st, _ := s.stateOf(dev.Token)
+		return st == push.StateDeferred
+	})
+	if _, why := s.stateOf(dev.Token); !strings.Contains(why, "unreachable") {
+		t.Errorf("deferred because %q", why)
+	}
+	// Not tried again at every pass.
+	for range 5 {
+		s.drain()
+	}
+	clk.Advance(10 * time.Second)
+	s.drain()
+	if n := s.counter("spoolcast_webpush_sent_total", "outcome", "not_sent"); n != 1 {
+		t.Fatalf("%v tries before the pause ended, want 1", n)
+	}
+	clk.Advance(21 * time.Second)
+	s.drain()
+	testsignal.Eventually(t, "the second try to end failed", 10*time.Second, func() bool {
+		st, _ := s.stateOf(dev.Token)
+		return st == push.StateFailed
+	})
+	if _, why := s.stateOf(dev.Token); !strings.Contains(why, "unreachable again") {
+		t.Errorf("failed because %q", why)
+	}
+	if n := s.counter("spoolcast_webpush_sent_total", "outcome", "not_sent"); n != 2 {
+		t.Errorf("%v tries in all, want 2", n)
+	}
+	if !s.enabled(dev.Token) {
+		t.Error("an unreachable push service disabled the subscription; only 404/410 say it is gone")
+	}
+}
+
+func TestAPushSentAgainAfterA429IsNotThrottledByItsOwnFirstTry(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	s := newWebStackThrottled(t, clk, push.Throttle{Limit: 1, Window: time.Hour})
+	svc := newPushService(t, 0, http.StatusTooManyRequests, http.StatusCreated)
+	dev := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
+	s.emit(`{"idempotency_key":"t1","type":"t","category":"c","recipients":["u1"],"title":"Hi"}`)
+	s.drain()
+	testsignal.Eventually(t, "the 429 to defer the push", 10*time.Second, func() bool {
+		st, _ := s.stateOf(dev.Token)
+		return st == push.StateDeferred
+	})
+	clk.Advance(61 * time.Second)
+	s.drain()
+	testsignal.Eventually(t, "the push sent again to be delivered", 10*time.Second, func() bool {
+		st, _ := s.stateOf(dev.Token)
+		return st == push.StateDelivered || st == push.StateThrottled
+	})
+	if st, why := s.stateOf(dev.Token); st != push.StateDelivered {
+		t.Errorf("the push sent again after Retry-After ended %s (%s), want delivered: one notification is one push under the throttle", st, why)
+	}
+	if n := len(svc.got()); n != 2 {
+		t.Errorf("%d requests, want 2", n)
+	}
 }

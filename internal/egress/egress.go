@@ -35,17 +35,30 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("224.0.0.0/3"),    // multicast, reserved, broadcast
 	netip.MustParsePrefix("::/128"),         // unspecified
 	netip.MustParsePrefix("::1/128"),        // loopback
+	netip.MustParsePrefix("::/96"),          // IPv4-compatible (deprecated), would carry any IPv4
 	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
+	netip.MustParsePrefix("2001::/32"),      // Teredo: relayed to an obfuscated IPv4 we do not check
 	netip.MustParsePrefix("fc00::/7"),       // unique local
+	netip.MustParsePrefix("fec0::/10"),      // site-local (deprecated), still private where used
 	netip.MustParsePrefix("fe80::/10"),      // link-local
 	netip.MustParsePrefix("ff00::/8"),       // multicast
 	netip.MustParsePrefix("2001:db8::/32"),  // documentation
 	netip.MustParsePrefix("100::/64"),       // discard
 }
 
+// Prefixes that translate or tunnel to an IPv4 address embedded in them:
+// NAT64/DNS64 (RFC 6052) makes 64:ff9b::a00:1 reach 10.0.0.1, and 6to4
+// (RFC 3056) carries it in bits 16-48, so the IPv4 rules must apply to it.
+var (
+	nat64  = netip.MustParsePrefix("64:ff9b::/96")
+	sixTo4 = netip.MustParsePrefix("2002::/16")
+)
+
 // Public reports whether addr may be reached by default.
 func Public(addr netip.Addr) bool {
-	addr = addr.Unmap() // ::ffff:10.0.0.1 is 10.0.0.1
+	// ::ffff:10.0.0.1 is 10.0.0.1; a zone (fe80::1%eth0) would make every
+	// Prefix.Contains below false.
+	addr = addr.Unmap().WithZone("")
 	if !addr.IsValid() {
 		return false
 	}
@@ -53,6 +66,13 @@ func Public(addr netip.Addr) bool {
 		if p.Contains(addr) {
 			return false
 		}
+	}
+	b := addr.As16()
+	switch {
+	case nat64.Contains(addr):
+		return Public(netip.AddrFrom4([4]byte(b[12:16])))
+	case sixTo4.Contains(addr):
+		return Public(netip.AddrFrom4([4]byte(b[2:6])))
 	}
 	return true
 }

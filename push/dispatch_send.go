@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/startstop"
@@ -98,7 +100,7 @@ func (d *Dispatcher) send(ctx context.Context, all []created) {
 	if err := d.persist(bg, func(ctx context.Context) error { return d.record(ctx, answered) }); err != nil {
 		d.log.Error("record push tickets; the dispatches stay queued and end failed (interrupted)", "err", err)
 	}
-	if err := d.persist(bg, func(ctx context.Context) error { return d.release(ctx, unsent) }); err != nil {
+	if err := d.persist(bg, func(ctx context.Context) error { return d.release(ctx, unsent, time.Time{}) }); err != nil {
 		d.log.Error("give back unsent dispatches; they stay queued and end failed (interrupted)", "err", err)
 	}
 }
@@ -132,7 +134,7 @@ func (d *Dispatcher) persist(ctx context.Context, write func(context.Context) er
 // takes the notification writes them again) and queues their notifications
 // unclaimed. The queue rows keep claimed_by, which marks them retaken: the
 // next dispatcher skips the devices the notification was already sent to.
-func (d *Dispatcher) release(ctx context.Context, items []created) error {
+func (d *Dispatcher) release(ctx context.Context, items []created, notBefore time.Time) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -163,14 +165,14 @@ func (d *Dispatcher) release(ctx context.Context, items []created) error {
 		INSERT INTO push_queue (notification_id, notification_created_at, enqueued_at, user_id, category, claimed_by,
 		                        due_at, priority, digest_key, digest_window, digest_count, seen_waited, decided)
 		SELECT n.id, n.created_at, n.enqueued_at, n.user_id, n.category, $3,
-		       n.due_at, n.priority, n.digest_key, make_interval(secs => n.digest_window), n.digest_count, n.seen_waited, true
+		       greatest(n.due_at, $15), n.priority, n.digest_key, make_interval(secs => n.digest_window), n.digest_count, n.seen_waited, true
 		FROM unnest($4::int8[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[],
 		            $9::timestamptz[], $10::text[], $11::text[], $12::int8[], $13::int8[], $14::bool[])
 		     AS n(id, created_at, enqueued_at, user_id, category, due_at, priority, digest_key, digest_window, digest_count, seen_waited)
 		WHERE n.id IN (SELECT notification_id FROM dropped)
 		ON CONFLICT (notification_id) DO NOTHING`,
 		ids, items[0].createdAt, d.cfg.Replica, nid, ncreated, enqueued, users, categories,
-		due, priorities, digestKeys, digestWindows, digestCounts, seenWaited)
+		due, priorities, digestKeys, digestWindows, digestCounts, seenWaited, pgtype.Timestamptz{Time: notBefore, Valid: !notBefore.IsZero()})
 	if err != nil {
 		return err
 	}

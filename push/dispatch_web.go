@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -92,10 +94,13 @@ func shortenTo(s string, n int) string {
 	return s[:cut] + "…"
 }
 
-// sendWeb starts the sends of web dispatches and returns once each has a
-// slot: at most WebConcurrency run at once in this process, and as many
-// again may wait, past which the pass waits (the push services are the
-// bottleneck then). Each records its own outcome.
+// sendWeb starts the sends of web dispatches without waiting: at most
+// WebConcurrency requests run at once in this process and twice as many
+// may be started or waiting; one push service origin may take three
+// quarters of each, so that one that stalls leaves a quarter to the others.
+// A dispatch past a bound is given back to the queue, due again after
+// webBusyRetry: a slow push service holds neither the pass nor the phones.
+// Each send records its own outcome.
 func (d *Dispatcher) sendWeb(ctx context.Context, items []created) {
 	if len(items) == 0 {
 		return
@@ -121,40 +126,106 @@ func (d *Dispatcher) sendWeb(ctx context.Context, items []created) {
 		return err
 	}); err != nil {
 		d.log.Warn("read web subscriptions; giving their dispatches back", "err", err)
-		d.giveBack(bg, items)
+		d.giveBack(bg, items, time.Time{})
 		return
 	}
+	var busy []created
 	for i, c := range items {
+		if ctx.Err() != nil {
+			d.giveBack(bg, items[i:], time.Time{})
+			break
+		}
+		sub := subs[c.token]
+		origin := d.takeWebOrigin(pushOrigin(sub.Endpoint))
+		if origin == nil {
+			busy = append(busy, c)
+			continue
+		}
 		select {
 		case d.webWaiting <- struct{}{}:
-		case <-ctx.Done():
-			d.giveBack(bg, items[i:])
-			return
+		default:
+			d.leaveWebOrigin(origin)
+			busy = append(busy, c)
+			continue
 		}
 		d.webSends.Add(1)
 		go func() {
-			defer func() { <-d.webWaiting; d.webSends.Done() }()
-			d.sendOneWeb(ctx, c, subs[c.token])
+			defer func() { <-d.webWaiting; d.leaveWebOrigin(origin); d.webSends.Done() }()
+			d.sendOneWeb(ctx, c, sub, origin.slots)
 		}()
+	}
+	if len(busy) > 0 {
+		d.cfg.Metrics.webBusy.Add(float64(len(busy)))
+		d.giveBack(bg, busy, d.cfg.Clock.Now().Add(webBusyRetry))
 	}
 }
 
-// giveBack returns dispatches that were never sent to the queue.
-func (d *Dispatcher) giveBack(ctx context.Context, items []created) {
-	if err := d.persist(ctx, func(ctx context.Context) error { return d.release(ctx, items) }); err != nil {
+// webBusyRetry is how long a web dispatch given back because the Web Push
+// sends were at a bound waits in the queue.
+const webBusyRetry = time.Second
+
+// originSends are one push service origin's sends in this process: count
+// started or waiting, slots in flight.
+type originSends struct {
+	name  string
+	count int
+	slots chan struct{}
+}
+
+// pushOrigin is the origin (scheme and host) of a push endpoint; "" for none.
+func pushOrigin(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || endpoint == "" {
+		return ""
+	}
+	return u.Scheme + "://" + strings.ToLower(u.Host)
+}
+
+// takeWebOrigin counts one more send to the origin named, unless it has its
+// share of the sends started or waiting (nil then).
+func (d *Dispatcher) takeWebOrigin(name string) *originSends {
+	d.webMu.Lock()
+	defer d.webMu.Unlock()
+	o := d.webByOrigin[name]
+	if o == nil {
+		o = &originSends{name: name, slots: make(chan struct{}, max(1, d.cfg.WebConcurrency*3/4))}
+		d.webByOrigin[name] = o
+	}
+	if o.count >= max(1, cap(d.webWaiting)*3/4) {
+		return nil
+	}
+	o.count++
+	return o
+}
+
+func (d *Dispatcher) leaveWebOrigin(o *originSends) {
+	d.webMu.Lock()
+	defer d.webMu.Unlock()
+	if o.count--; o.count == 0 {
+		delete(d.webByOrigin, o.name)
+	}
+}
+
+// giveBack returns dispatches that were never sent to the queue, due again
+// at notBefore (zero: as they were).
+func (d *Dispatcher) giveBack(ctx context.Context, items []created, notBefore time.Time) {
+	if err := d.persist(ctx, func(ctx context.Context) error { return d.release(ctx, items, notBefore) }); err != nil {
 		d.log.Error("give back unsent web dispatches; they stay queued and end failed (interrupted)", "err", err)
 	}
 }
 
-// sendOneWeb sends one web dispatch when a slot frees and records it.
-func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subscription) {
+// sendOneWeb sends one web dispatch when its origin's slot and then one of
+// the process's frees, and records it.
+func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subscription, originSlots chan struct{}) {
 	bg := context.WithoutCancel(ctx)
-	select {
-	case d.webSlots <- struct{}{}:
-		defer func() { <-d.webSlots }()
-	case <-ctx.Done():
-		d.giveBack(bg, []created{c})
-		return
+	for _, slots := range []chan struct{}{originSlots, d.webSlots} {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		case <-ctx.Done():
+			d.giveBack(bg, []created{c}, time.Time{})
+			return
+		}
 	}
 	o := outcome{c: c}
 	var res webpush.Result
@@ -183,7 +254,7 @@ func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subs
 		}
 		if ctx.Err() != nil {
 			// Stopping: another replica takes it at once.
-			d.giveBack(bg, []created{c})
+			d.giveBack(bg, []created{c}, time.Time{})
 			return
 		}
 		// Unreachable (refused, DNS, TLS): never reached it, so sending

@@ -120,9 +120,12 @@ type Dispatcher struct {
 	abortSends context.CancelFunc
 
 	// Web Push sends run beside the passes: webSlots are the requests in
-	// flight, webWaiting those started or waiting for a slot (the pass
-	// waits past it), webSends all of them, which Stop waits for.
+	// flight, webWaiting those started or waiting for a slot, webByOrigin
+	// those per push service origin, webSends all of them, which Stop
+	// waits for (see sendWeb for the bounds).
 	webSlots, webWaiting chan struct{}
+	webMu                sync.Mutex
+	webByOrigin          map[string]*originSends
 	webSends             sync.WaitGroup
 }
 
@@ -166,7 +169,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	}
 	return &Dispatcher{cfg: cfg, log: cfg.Logger.With("component", "dispatcher"), failLog: lograte.New(10 * time.Second), kick: make(chan struct{}, cfg.Workers),
 		inflight: map[uint64]struct{}{},
-		webSlots: make(chan struct{}, cfg.WebConcurrency), webWaiting: make(chan struct{}, 2*cfg.WebConcurrency)}, nil
+		webSlots: make(chan struct{}, cfg.WebConcurrency), webWaiting: make(chan struct{}, 2*cfg.WebConcurrency), webByOrigin: map[string]*originSends{}}, nil
 }
 
 func replicaName() string {

@@ -17,6 +17,7 @@ type Metrics struct {
 	queueOldest    prometheus.Gauge
 	released       prometheus.Counter
 	orphans        prometheus.Counter
+	webBusy        prometheus.Counter
 	policy         *prometheus.CounterVec
 	webSent        *prometheus.CounterVec
 	webTook        prometheus.Histogram
@@ -50,6 +51,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Notifications a stopping dispatcher gave back to the push queue unsent, for another replica to take at once."),
 		orphans: metric.Counter("spoolcast_push_orphans_released_total",
 			"Push queue rows given back because the pass that leased them had ended without its write surviving: Postgres lost writes it had acknowledged (a failover to an asynchronous standby, or a restore)."),
+		webBusy: metric.Counter("spoolcast_webpush_busy_total",
+			"Web Push dispatches given back to the push queue for a moment because their push service already had its share of this replica's sends in flight, or all of them were taken."),
 		policy: metric.CounterVec("spoolcast_push_policy_total",
 			"Notifications by delivery policy outcome: passed (no policy held the push), deferred (quiet hours), digested (joined a digest), digest (a digest's one push dispatched), throttled, suppressed (seen first), critical (a critical push passed quiet hours or a throttle), cancelled (a scheduled notification cancelled), fail_open (quiet hours unreadable: pushed).", "outcome"),
 		webSent: metric.CounterVec("spoolcast_webpush_sent_total",
@@ -80,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.requestTook.WithLabelValues(e)
 	}
 	if reg != nil {
-		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released, m.orphans, m.policy, m.webSent, m.webTook)
+		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released, m.orphans, m.webBusy, m.policy, m.webSent, m.webTook)
 	}
 	return m
 }

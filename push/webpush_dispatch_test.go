@@ -15,6 +15,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/internal/webpushtest"
 	"github.com/spoolcast/spoolcast/push"
@@ -31,11 +32,11 @@ type webStack struct {
 
 func newWebStack(t *testing.T, clk clock.Clock) *webStack {
 	t.Helper()
-	return newWebStackThrottled(t, clk, push.Throttle{})
+	return newWebStackWith(t, clk, nil)
 }
 
-// newWebStackThrottled is newWebStack with --push-throttle th.
-func newWebStackThrottled(t *testing.T, clk clock.Clock, th push.Throttle) *webStack {
+// newWebStackWith is newWebStack with its dispatcher's config changed by set.
+func newWebStackWith(t *testing.T, clk clock.Clock, set func(*push.DispatcherConfig)) *webStack {
 	t.Helper()
 	s := newStackOn(t, clk)
 	pem, err := webpush.GenerateVAPIDKeyPEM()
@@ -50,8 +51,12 @@ func newWebStackThrottled(t *testing.T, clk clock.Clock, th push.Throttle) *webS
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.dispatcher, err = push.NewDispatcher(push.DispatcherConfig{DB: s.pool, Sender: s.client, Preferences: s.prefs, Devices: s.devices,
-		WebPush: sender, WebTimeout: 5 * time.Second, Interval: 20 * time.Millisecond, Throttle: th, Clock: clk, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+	cfg := push.DispatcherConfig{DB: s.pool, Sender: s.client, Preferences: s.prefs, Devices: s.devices,
+		WebPush: sender, WebTimeout: 5 * time.Second, Interval: 20 * time.Millisecond, Clock: clk, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)}
+	if set != nil {
+		set(&cfg)
+	}
+	if s.dispatcher, err = push.NewDispatcher(cfg); err != nil {
 		t.Fatal(err)
 	}
 	return &webStack{stack: s, key: key}
@@ -335,7 +340,7 @@ func TestAnUnreachablePushServiceIsTriedOnceMoreAfterAPauseThenFailed(t *testing
 func TestAPushSentAgainAfterA429IsNotThrottledByItsOwnFirstTry(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Now())
-	s := newWebStackThrottled(t, clk, push.Throttle{Limit: 1, Window: time.Hour})
+	s := newWebStackWith(t, clk, func(c *push.DispatcherConfig) { c.Throttle = push.Throttle{Limit: 1, Window: time.Hour} })
 	svc := newPushService(t, 0, http.StatusTooManyRequests, http.StatusCreated)
 	dev := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
 	s.emit(`{"idempotency_key":"t1","type":"t","category":"c","recipients":["u1"],"title":"Hi"}`)
@@ -355,5 +360,46 @@ func TestAPushSentAgainAfterA429IsNotThrottledByItsOwnFirstTry(t *testing.T) {
 	}
 	if n := len(svc.got()); n != 2 {
 		t.Errorf("%d requests, want 2", n)
+	}
+}
+
+func TestManySendsToAStalledPushServiceHoldNeitherThePhonesNorOtherBrowsers(t *testing.T) {
+	t.Parallel()
+	// 8 sends in flight and 16 started or waiting, three quarters of each for one push service origin.
+	s := newWebStackWith(t, nil, func(c *push.DispatcherConfig) { c.WebConcurrency = 8 })
+	slow := newPushService(t, time.Second, http.StatusCreated)
+	fast := newPushService(t, 0, http.StatusCreated)
+	const stalled = 16
+	var users []string
+	for i := range stalled {
+		u := fmt.Sprintf("u-slow-%d", i)
+		users = append(users, u)
+		s.subscribe(u, fakeSubscription(t, fmt.Sprintf("%s/push/%d", slow.URL, i)))
+	}
+	fastDev := s.subscribe("u-fast", fakeSubscription(t, fast.URL+"/push/fast"))
+	s.register("u-fast", "ExponentPushToken[fast-phone]")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.dispatcher.Start(ctx)
+	s.emit(fmt.Sprintf(`{"idempotency_key":"s1","type":"t","recipients":["%s"],"title":"Slow"}`, strings.Join(users, `","`)))
+	testsignal.Eventually(t, "the stalled push service's share to be in flight", 10*time.Second, func() bool { return len(slow.got()) >= 2 })
+	start := time.Now()
+	s.emit(`{"idempotency_key":"f1","type":"t","recipients":["u-fast"],"title":"Fast"}`)
+	testsignal.Eventually(t, "the fast browser and the phone to get theirs", 10*time.Second, func() bool {
+		st, _ := s.stateOf(fastDev.Token)
+		return st == push.StateDelivered && len(s.fake.Messages()) == 1
+	})
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the fast pushes took %s behind %d sends to a push service stalled 1 s each", took, stalled)
+	}
+	// The stalled service's pushes all go out in the end, each once.
+	testsignal.Eventually(t, "every stalled push to be delivered", 30*time.Second, func() bool {
+		return pgtest.Count(t, s.pool, `SELECT count(*) FROM push_dispatches WHERE state = 'delivered'`) == stalled+1
+	})
+	if n := len(slow.got()); n != stalled {
+		t.Errorf("the stalled push service got %d requests, want %d (one each)", n, stalled)
+	}
+	if n := s.counter("spoolcast_webpush_busy_total"); n == 0 {
+		t.Error("no dispatch was given back for a busy push service; the test did not reach the bound")
 	}
 }

@@ -65,7 +65,7 @@ func (p *pushFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.vapidKeyFile, "vapid-key-file", "", "PEM file of the EC P-256 private key Web Push messages are signed with (VAPID, RFC 8292), as `openssl ecparam -name prime256v1 -genkey -noout` writes it; every replica must have the same one, since browsers subscribe to its public key. Unset, browsers cannot subscribe (GET /v1/push/vapid-public-key answers 404)")
 	fs.StringVar(&p.vapidSubject, "vapid-subject", "", "how push services reach you about your Web Push traffic, a mailto: or https: URL (required with --vapid-key-file)")
 	fs.BoolVar(&p.webAllowPrivate, "webpush-allow-private", false, "let browsers' subscriptions name push endpoints on loopback, link-local and private addresses (tests, development; `spoolcast dev` sets it). Off, they are refused when registered and when dialled")
-	fs.IntVar(&p.webConcurrency, "webpush-concurrency", push.DefaultWebConcurrency, "most Web Push requests in flight from this replica; each push service's slowness holds only its own")
+	fs.IntVar(&p.webConcurrency, "webpush-concurrency", push.DefaultWebConcurrency, "most Web Push requests in flight from this replica, three quarters of them at most to one push service, so that one that stalls leaves the rest to the others")
 	fs.DurationVar(&p.webTTL, "webpush-ttl", push.DefaultWebTTL, "how long a push service keeps a message for a browser that is offline (the TTL header)")
 	fs.IntVar(&p.maxDevices, "max-devices-per-user", push.DefaultMaxEnabledPerUser, "most enabled push devices a user keeps; registering one more disables the user's least recently seen (disabled_reason replaced)")
 }

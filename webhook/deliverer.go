@@ -8,12 +8,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
@@ -84,6 +88,8 @@ type Deliverer struct {
 	recMu      sync.Mutex
 	toRecord   []attempted   // attempts ended, not yet recorded
 	recordKick chan struct{} // toRecord grew
+
+	maintainKick chan struct{} // an endpoint was disabled: end its deliveries
 }
 
 // NewDeliverer returns a deliverer.
@@ -115,7 +121,8 @@ func NewDeliverer(cfg DelivererConfig) (*Deliverer, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Deliverer{cfg: cfg, log: cfg.Logger.With("component", "webhook"), failLog: lograte.New(10 * time.Second),
-		inFlight: map[string]int{}, freed: make(chan struct{}, 1), recordKick: make(chan struct{}, 1)}, nil
+		inFlight: map[string]int{}, freed: make(chan struct{}, 1), recordKick: make(chan struct{}, 1),
+		maintainKick: make(chan struct{}, 1)}, nil
 }
 
 // Start runs the deliverer in the background.
@@ -163,22 +170,57 @@ type lease struct {
 func (d *Deliverer) Pass(ctx context.Context) (more bool, err error) {
 	d.mu.Lock()
 	room := d.cfg.Concurrency - d.total
-	busy := make([]string, 0, len(d.inFlight))
-	counts := make([]int32, 0, len(d.inFlight))
-	for ep, n := range d.inFlight {
-		busy, counts = append(busy, ep), append(counts, int32(n))
-	}
+	inFlight := maps.Clone(d.inFlight)
 	d.mu.Unlock()
-	if room <= 0 {
-		return false, nil // a send ending kicks the loop
+	taken := 0
+	for room > 0 {
+		full := make([]string, 0, len(inFlight)) // not nil: id <> ALL (NULL) is never true
+		busy, counts := make([]string, 0, len(inFlight)), make([]int32, 0, len(inFlight))
+		for ep, n := range inFlight {
+			busy, counts = append(busy, ep), append(counts, int32(n))
+			if n >= d.cfg.PerEndpoint {
+				full = append(full, ep)
+			}
+		}
+		leases, err := d.lease(ctx, room, busy, counts, full)
+		if err != nil {
+			return taken > 0, err
+		}
+		d.start(leases)
+		taken, room = taken+len(leases), room-len(leases)
+		filled := false
+		for _, l := range leases {
+			if inFlight[l.endpoint]++; inFlight[l.endpoint] == d.cfg.PerEndpoint {
+				filled = true
+			}
+		}
+		// Only an endpoint that reached its cap can have left due rows out of
+		// this lease (fewer than room were due otherwise): look again without
+		// it, so that its backlog does not hide other endpoints' rows.
+		if !filled {
+			break
+		}
 	}
+	// Any taken: look again at once, for rows that came due meanwhile. None:
+	// wait for a kick or the interval.
+	return taken > 0, nil
+}
+
+// lease takes up to room due deliveries, at most PerEndpoint in flight per
+// endpoint counting those already in flight (busy, counts), from enabled
+// endpoints other than full ones.
+func (d *Deliverer) lease(ctx context.Context, room int, busy []string, counts []int32, full []string) ([]lease, error) {
 	now := d.cfg.Clock.Now()
 	// The lease: next_attempt_at moves past the attempt's end, so another
 	// replica takes it only if this one dies before recording it.
 	leaseFor := d.cfg.Timeout + 30*time.Second
+	// The endpoints are filtered in the scan of the due index (an array made
+	// once), not after it: a full or disabled endpoint's backlog, however
+	// old, must not be all the candidates.
 	rows, err := d.cfg.DB.Query(ctx, `WITH candidates AS (
 			SELECT id, endpoint_id, next_attempt_at FROM webhook_deliveries
 			WHERE state = 'pending' AND next_attempt_at <= greatest(now(), $1)
+				AND endpoint_id = ANY (ARRAY(SELECT id FROM webhook_endpoints WHERE enabled AND id <> ALL ($7::text[])))
 			ORDER BY next_attempt_at LIMIT $2 * 4 FOR UPDATE SKIP LOCKED
 		), busy AS (
 			SELECT * FROM unnest($4::text[], $5::int[]) AS b(endpoint_id, n)
@@ -194,18 +236,18 @@ func (d *Deliverer) Pass(ctx context.Context) (more bool, err error) {
 		WHERE w.id = c.id AND e.id = w.endpoint_id AND e.enabled
 		RETURNING w.id::text, w.endpoint_id, w.type, w.payload::text, coalesce(w.replayed_at, w.created_at), w.attempts,
 			e.url, e.secret, CASE WHEN e.previous_secret_until > $1 THEN e.previous_secret END`,
-		now, room, leaseFor, busy, counts, d.cfg.PerEndpoint)
+		now, room, leaseFor, busy, counts, d.cfg.PerEndpoint, full)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
+	defer rows.Close()
 	var leases []lease
 	for rows.Next() {
 		var l lease
 		var body, secret string
 		var previous *string
 		if err := rows.Scan(&l.id, &l.endpoint, &l.typ, &body, &l.retryFrom, &l.attempt, &l.url, &secret, &previous); err != nil {
-			rows.Close()
-			return false, err
+			return nil, err
 		}
 		l.body = []byte(body)
 		l.secrets = []string{secret}
@@ -214,10 +256,11 @@ func (d *Deliverer) Pass(ctx context.Context) (more bool, err error) {
 		}
 		leases = append(leases, l)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return false, err
-	}
+	return leases, rows.Err()
+}
+
+// start counts the leases in flight and starts their attempts.
+func (d *Deliverer) start(leases []lease) {
 	d.mu.Lock()
 	for _, l := range leases {
 		d.inFlight[l.endpoint]++
@@ -228,9 +271,6 @@ func (d *Deliverer) Pass(ctx context.Context) (more bool, err error) {
 	for _, l := range leases {
 		go d.attempt(l)
 	}
-	// Any taken: look again at once, for other endpoints' rows or the ones
-	// past this pass's per-endpoint share. None: wait for a kick or the interval.
-	return len(leases) > 0, nil
 }
 
 // Wait waits for the attempts in flight to end and records them (tests).
@@ -321,11 +361,18 @@ func (d *Deliverer) send(ctx context.Context, l lease) result {
 	default:
 		r.outcome = OutcomeServer
 	}
-	r.err = fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(excerpt))
+	r.err = fmt.Sprintf("%d %s", resp.StatusCode, loggable(bytes.TrimSpace(excerpt)))
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		r.retryAfter = retryAfter(resp.Header.Get("Retry-After"), d.cfg.Clock.Now())
 	}
 	return r
+}
+
+// loggable is a receiver's answer as text Postgres takes: a NUL or invalid
+// UTF-8 (a binary body, or one cut mid-character) would fail the whole
+// recording transaction, every outcome in it.
+func loggable(b []byte) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(string(b), "\x00", ""), "\uFFFD")
 }
 
 func isTimeout(err error) bool {
@@ -355,8 +402,13 @@ type attempted struct {
 	at time.Time
 }
 
-// recordBatch caps the attempts one recording transaction writes.
-const recordBatch = 500
+// recordBatch caps the attempts one recording transaction writes;
+// maxUnrecorded caps the outcomes kept while recording fails. Past it the
+// oldest are dropped: their leases send them again.
+const (
+	recordBatch   = 500
+	maxUnrecorded = 20 * recordBatch
+)
 
 // queueRecord adds an attempt to the next recording and wakes the
 // recorder. Recording many in one transaction is what lets one endpoint
@@ -364,6 +416,7 @@ const recordBatch = 500
 // receiver answered, not once Postgres committed. Until it is recorded its
 // lease holds it.
 func (d *Deliverer) queueRecord(a attempted) {
+	a.l.body, a.l.secrets = nil, nil // not recorded: the backlog stays small
 	d.recMu.Lock()
 	d.toRecord = append(d.toRecord, a)
 	d.recMu.Unlock()
@@ -373,8 +426,9 @@ func (d *Deliverer) queueRecord(a attempted) {
 	}
 }
 
-// recorder writes the queued attempts as they come, a batch at a time. It
-// runs until Stop, whose final step records the rest.
+// recorder writes the queued attempts as they come, a batch at a time, and
+// tries a failed recording again after a backoff: nothing else may come to
+// kick it. It runs until Stop, whose final step records the rest.
 func (d *Deliverer) recorder(ctx context.Context) {
 	for {
 		select {
@@ -382,16 +436,25 @@ func (d *Deliverer) recorder(ctx context.Context) {
 			return
 		case <-d.recordKick:
 		}
-		if err := d.Flush(ctx); err != nil && ctx.Err() == nil {
+		for failures := 1; ; failures++ {
+			err := d.Flush(ctx)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
 			d.failLog.Do(func(suppressed int64) {
-				d.log.Error("record webhook attempts; they are sent again after their lease", "err", err, "suppressed", suppressed)
+				d.log.Error("record webhook attempts; trying again", "err", err, "suppressed", suppressed)
 			})
+			if !startstop.Sleep(ctx, d.cfg.Clock, startstop.Backoff(failures, 100*time.Millisecond, 10*time.Second)) {
+				return
+			}
 		}
 	}
 }
 
 // Flush records every attempt that ended, in transactions of up to
-// recordBatch. Tests call it after Wait.
+// recordBatch. A batch whose recording failed goes back to the front, to
+// be tried again, unless Postgres refused its data (retrying cannot help).
+// Tests call it after Wait.
 func (d *Deliverer) Flush(ctx context.Context) error {
 	for {
 		d.recMu.Lock()
@@ -405,26 +468,53 @@ func (d *Deliverer) Flush(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		err := d.record(rctx, batch)
 		cancel()
-		if err != nil {
+		if err == nil {
+			continue
+		}
+		if refused(err) {
+			d.log.Error("webhook attempts dropped: Postgres refused their record; they are sent again after their lease",
+				"attempts", n, "err", err)
 			return err
 		}
+		d.recMu.Lock()
+		d.toRecord = append(batch, d.toRecord...)
+		dropped := max(len(d.toRecord)-maxUnrecorded, 0)
+		d.toRecord = d.toRecord[dropped:]
+		d.recMu.Unlock()
+		if dropped > 0 {
+			d.log.Warn("webhook attempts not recorded for too long: the oldest dropped; they are sent again after their lease",
+				"dropped", dropped, "kept", maxUnrecorded)
+		}
+		return err
 	}
 }
 
+// refused says whether Postgres rejected the statement's data or a
+// constraint (classes 22, 23), which the same batch would meet again; a lost
+// connection, a timeout or a deadlock is worth retrying.
+func refused(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (strings.HasPrefix(pg.Code, "22") || strings.HasPrefix(pg.Code, "23"))
+}
+
 // record writes attempts' outcomes in one transaction: the log rows, the
-// deliveries' states, and the endpoints' health.
+// deliveries' states, and the endpoints' health. It writes only what the
+// batch is about, so that it stays short however large an endpoint's
+// backlog: a disabled endpoint's pending deliveries are ended by Maintain.
 func (d *Deliverer) record(ctx context.Context, batch []attempted) error {
 	n := len(batch)
 	ids, endpoints, states, errs := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
-	ats, nexts := make([]time.Time, n), make([]time.Time, n)
-	statuses, took := make([]*int32, n), make([]int32, n)
+	ats, nexts, retryFroms := make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+	statuses, took, attempts := make([]*int32, n), make([]int32, n), make([]int32, n)
+	byID := make(map[string]attempted, n)
 	succeeded := map[string]bool{}
 	failedAt := map[string]time.Time{}
 	gone := map[string]bool{}
 	lastErr := map[string]string{}
-	ended := map[string]int{}
 	for i, a := range batch {
 		ids[i], endpoints[i], ats[i], took[i] = a.l.id, a.l.endpoint, a.at, int32(a.r.took.Milliseconds())
+		attempts[i], retryFroms[i] = int32(a.l.attempt), a.l.retryFrom
+		byID[a.l.id] = a
 		if a.r.status != 0 {
 			st := int32(a.r.status)
 			statuses[i] = &st
@@ -436,16 +526,12 @@ func (d *Deliverer) record(ctx context.Context, batch []attempted) error {
 		if a.r.outcome == OutcomeDelivered {
 			states[i], nexts[i] = "delivered", a.at
 			succeeded[a.l.endpoint] = true
-			ended["delivered"]++
 			continue
 		}
 		nexts[i] = a.at.Add(max(startstop.Backoff(a.l.attempt, minRetry, maxRetry), a.r.retryAfter))
 		states[i] = "pending"
 		if nexts[i].Sub(a.l.retryFrom) > d.cfg.RetryFor {
 			states[i] = "failed"
-			ended["failed"]++
-			d.log.Warn("webhook delivery failed: retries ran out", "endpoint", a.l.endpoint, "delivery", a.l.id, "type", a.l.typ,
-				"attempts", a.l.attempt, "last_error", a.r.err)
 		}
 		if t, ok := failedAt[a.l.endpoint]; !ok || a.at.Before(t) {
 			failedAt[a.l.endpoint] = a.at
@@ -461,15 +547,46 @@ func (d *Deliverer) record(ctx context.Context, batch []attempted) error {
 		return err
 	}
 	defer tx.Rollback(ctx)
+	// The batch's endpoints are locked first, in id order, as Replay and
+	// Delete lock an endpoint before its deliveries: another replica's
+	// recording of the same endpoints waits here rather than deadlocking
+	// against this one in the updates below.
+	if _, err := tx.Exec(ctx, `SELECT id FROM webhook_endpoints WHERE id = ANY($1) ORDER BY id FOR UPDATE`, slices.Compact(slices.Sorted(slices.Values(endpoints)))); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO webhook_attempts (delivery_id, endpoint_id, attempted_at, status, error, duration_ms)
 		SELECT * FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int[], $5::text[], $6::int[])`,
 		ids, endpoints, ats, statuses, errs, took); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries w SET state = u.state, next_attempt_at = u.next, last_attempt_at = u.at,
+	// An outcome applies to the run it was made in, not to one a replay
+	// started meanwhile; and, but for a success (the receiver has it), only
+	// to its own lease: a failure whose lease ran out must not move the
+	// next attempt of the lease taken after it.
+	rows, err := tx.Query(ctx, `UPDATE webhook_deliveries w SET state = u.state, next_attempt_at = u.next, last_attempt_at = u.at,
 			last_status = u.status, last_error = u.error, ended_at = CASE WHEN u.state <> 'pending' THEN u.at END
-		FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::int[], $6::text[]) AS u(id, state, next, at, status, error)
-		WHERE w.id = u.id AND w.state = 'pending'`, ids, states, nexts, ats, statuses, errs); err != nil {
+		FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::int[], $6::text[], $7::int[], $8::timestamptz[])
+			AS u(id, state, next, at, status, error, attempt, retry_from)
+		WHERE w.id = u.id AND w.state = 'pending' AND coalesce(w.replayed_at, w.created_at) = u.retry_from
+			AND (w.attempts = u.attempt OR u.state = 'delivered')
+		RETURNING w.id::text, w.state`, ids, states, nexts, ats, statuses, errs, attempts, retryFroms)
+	if err != nil {
+		return err
+	}
+	var ended []attempted // by the state they ended in
+	var endedStates []string
+	for rows.Next() {
+		var id, state string
+		if err := rows.Scan(&id, &state); err != nil {
+			rows.Close()
+			return err
+		}
+		if state != "pending" {
+			ended, endedStates = append(ended, byID[id]), append(endedStates, state)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return err
 	}
 	// A receiver that took any of the batch is up; one that took none of
@@ -489,8 +606,8 @@ func (d *Deliverer) record(ctx context.Context, batch []attempted) error {
 			return err
 		}
 	}
-	type disabling struct{ endpoint, reason string }
-	var disabled []disabling
+	var disabling, reasons []string
+	now := d.cfg.Clock.Now()
 	if len(down) > 0 {
 		rows, err := tx.Query(ctx, `UPDATE webhook_endpoints e SET failing_since = coalesce(e.failing_since, u.since)
 			FROM unnest($1::text[], $2::timestamptz[]) AS u(id, since) WHERE e.id = u.id AND e.enabled
@@ -498,7 +615,6 @@ func (d *Deliverer) record(ctx context.Context, batch []attempted) error {
 		if err != nil {
 			return err
 		}
-		now := d.cfg.Clock.Now()
 		for rows.Next() {
 			var ep string
 			var since time.Time
@@ -508,50 +624,64 @@ func (d *Deliverer) record(ctx context.Context, batch []attempted) error {
 			}
 			switch {
 			case gone[ep]:
-				disabled = append(disabled, disabling{ep, "the receiver answered 410 Gone"})
+				disabling, reasons = append(disabling, ep), append(reasons, "the receiver answered 410 Gone")
 			case now.Sub(since) >= d.cfg.DisableAfter:
-				disabled = append(disabled, disabling{ep, fmt.Sprintf("every attempt failed since %s; last: %s", since.UTC().Format(time.RFC3339), lastErr[ep])})
+				disabling = append(disabling, ep)
+				reasons = append(reasons, fmt.Sprintf("every attempt failed since %s; last: %s", since.UTC().Format(time.RFC3339), lastErr[ep]))
 			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		for _, x := range disabled {
-			if err := disable(ctx, tx, x.endpoint, x.reason, now); err != nil {
-				return err
-			}
+	}
+	var disabled []string
+	if len(disabling) > 0 {
+		if disabled, err = disable(ctx, tx, disabling, reasons, now); err != nil {
+			return err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
-	for state, n := range ended {
-		d.cfg.Metrics.ended.WithLabelValues(state).Add(float64(n))
+	for i, a := range ended {
+		d.cfg.Metrics.ended.WithLabelValues(endedStates[i]).Inc()
+		if endedStates[i] == "failed" {
+			d.log.Warn("webhook delivery failed: retries ran out", "endpoint", a.l.endpoint, "delivery", a.l.id, "type", a.l.typ,
+				"attempts", a.l.attempt, "last_error", a.r.err)
+		}
 	}
-	for _, x := range disabled {
-		d.cfg.Metrics.disabled.Inc()
-		d.log.Warn("webhook endpoint disabled; replay turns it back on", "endpoint", x.endpoint, "reason", x.reason)
+	for i, ep := range disabling {
+		if slices.Contains(disabled, ep) {
+			d.cfg.Metrics.disabled.Inc()
+			d.log.Warn("webhook endpoint disabled; replay turns it back on", "endpoint", ep, "reason", reasons[i])
+		}
+	}
+	if len(disabled) > 0 {
+		select { // its pending deliveries end now, not at the next round
+		case d.maintainKick <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }
 
-// disable turns an endpoint off and ends its pending deliveries failed;
-// replay sends them again.
-func disable(ctx context.Context, tx pgx.Tx, endpoint, reason string, now time.Time) error {
-	if _, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET enabled = false, disabled_reason = $2, disabled_at = $3, updated_at = $3
-		WHERE id = $1 AND enabled`, endpoint, reason, now); err != nil {
-		return err
+// disable turns endpoints off, each with its reason, and returns those it
+// turned off. Their pending deliveries are no longer taken; Maintain ends
+// them failed, a batch at a time, and replay sends them again.
+func disable(ctx context.Context, tx pgx.Tx, endpoints, reasons []string, now time.Time) ([]string, error) {
+	rows, err := tx.Query(ctx, `UPDATE webhook_endpoints e SET enabled = false, disabled_reason = u.reason, disabled_at = $3, updated_at = $3
+		FROM unnest($1::text[], $2::text[]) AS u(id, reason) WHERE e.id = u.id AND e.enabled
+		RETURNING e.id`, endpoints, reasons, now)
+	if err != nil {
+		return nil, err
 	}
-	_, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET state = 'failed', ended_at = $2,
-			last_error = coalesce(last_error || '; ', '') || 'endpoint disabled'
-		WHERE endpoint_id = $1 AND state = 'pending'`, endpoint, now)
-	return err
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // maintain deletes what retention no longer keeps and refreshes the gauges.
 func (d *Deliverer) maintain(ctx context.Context) {
-	startstop.Every(ctx, startstop.Schedule{Interval: 15 * time.Second, Clock: d.cfg.Clock}, func(ctx context.Context) bool {
+	startstop.Every(ctx, startstop.Schedule{Interval: 15 * time.Second, Kick: d.maintainKick, Clock: d.cfg.Clock}, func(ctx context.Context) bool {
 		more, err := d.Maintain(ctx)
 		if err != nil && ctx.Err() == nil {
 			d.failLog.Do(func(suppressed int64) {
@@ -562,7 +692,7 @@ func (d *Deliverer) maintain(ctx context.Context) {
 	})
 }
 
-// retentionBatch caps the rows one retention statement deletes.
+// retentionBatch caps the rows one maintenance statement deletes or ends.
 const retentionBatch = 5000
 
 // Maintain runs one step of retention and refreshes the gauges; more is
@@ -583,18 +713,28 @@ func (d *Deliverer) Maintain(ctx context.Context) (more bool, err error) {
 		return false, err
 	}
 	more = more || tag.RowsAffected() == retentionBatch
-	// A delivery its trigger wrote while the endpoint was being disabled or
-	// deleted (it read the endpoint before that committed) ends here.
-	if _, err := d.cfg.DB.Exec(ctx, `UPDATE webhook_deliveries w SET state = 'failed', ended_at = $1, last_error = 'endpoint disabled'
-		WHERE state = 'pending' AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.id = w.endpoint_id AND e.enabled)`, now); err != nil {
+	// A disabled endpoint's pending deliveries end here, a batch at a time,
+	// as do those a trigger wrote while the endpoint was being disabled or
+	// deleted (it read the endpoint before that committed).
+	tag, err = d.cfg.DB.Exec(ctx, `UPDATE webhook_deliveries w SET state = 'failed', ended_at = $1,
+			last_error = coalesce(w.last_error || '; ', '') || 'endpoint disabled'
+		WHERE w.id IN (SELECT id FROM webhook_deliveries p WHERE p.state = 'pending'
+				AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.id = p.endpoint_id AND e.enabled)
+				LIMIT $2 FOR UPDATE SKIP LOCKED)
+			AND w.state = 'pending'`, now, retentionBatch)
+	if err != nil {
 		return false, err
 	}
+	d.cfg.Metrics.ended.WithLabelValues("failed").Add(float64(tag.RowsAffected()))
+	more = more || tag.RowsAffected() == retentionBatch
+	// Stages by the attempts recorded, not attempts (counted at the lease):
+	// a first attempt in flight is still new, not a receiver failing.
 	var age float64
 	var fresh, retrying, healthy, failing, disabled int64
 	err = d.cfg.DB.QueryRow(ctx, `SELECT
 			coalesce((SELECT extract(epoch FROM $1 - min(coalesce(replayed_at, created_at))) FROM webhook_deliveries WHERE state = 'pending' AND attempts = 0), 0),
-			(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND attempts = 0),
-			(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND attempts > 0),
+			(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND last_attempt_at IS NULL),
+			(SELECT count(*) FROM webhook_deliveries WHERE state = 'pending' AND last_attempt_at IS NOT NULL),
 			count(*) FILTER (WHERE enabled AND failing_since IS NULL),
 			count(*) FILTER (WHERE enabled AND failing_since IS NOT NULL),
 			count(*) FILTER (WHERE NOT enabled)

@@ -280,8 +280,9 @@ func (s *Store) Replay(ctx context.Context, id string, since time.Time) (int64, 
 	}
 	// A replayed delivery gets a fresh retry period from now: created_at is
 	// what the body says; replayed_at is what the retry deadline counts from.
+	// The last attempt's columns are the new run's, so it is new again.
 	tag, err = tx.Exec(ctx, `UPDATE webhook_deliveries SET state = 'pending', next_attempt_at = $3, replayed_at = $3,
-			attempts = 0, ended_at = NULL
+			attempts = 0, ended_at = NULL, last_attempt_at = NULL, last_status = NULL, last_error = NULL
 		WHERE endpoint_id = $1 AND created_at >= $2`, id, since, now)
 	if err != nil {
 		return 0, err

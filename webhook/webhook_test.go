@@ -42,6 +42,7 @@ type receiver struct {
 	status   int           // answer; 0 is 204
 	stall    time.Duration // wait before answering
 	headers  http.Header   // extra answer headers
+	gate     chan struct{} // when set, answers wait for it to close
 	requests int
 }
 
@@ -51,11 +52,18 @@ func newReceiver(t *testing.T) *receiver {
 		body, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
 		r.requests++
-		status, stall := r.status, r.stall
+		status, stall, gate := r.status, r.stall, r.gate
 		for k, v := range r.headers {
 			w.Header()[k] = v
 		}
 		r.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-req.Context().Done():
+				return
+			}
+		}
 		if stall > 0 {
 			select {
 			case <-time.After(stall):
@@ -80,6 +88,36 @@ func (r *receiver) set(status int, stall time.Duration) {
 	r.status, r.stall = status, stall
 }
 
+// hold makes the receiver's answers to requests from now on wait until
+// release (or the test's end): an attempt in flight for as long as a test
+// needs it. A later hold holds the requests after it, released apart.
+func (r *receiver) hold(t *testing.T) (release func()) {
+	r.mu.Lock()
+	gate := make(chan struct{})
+	r.gate = gate
+	r.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			r.mu.Lock()
+			if r.gate == gate { // not a later hold's
+				r.gate = nil
+			}
+			r.mu.Unlock()
+			close(gate)
+		})
+	}
+	t.Cleanup(release) // before Close, which waits for the held answers
+	return release
+}
+
+// requested is how many requests the receiver has had, answered or not.
+func (r *receiver) requested() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.requests
+}
+
 func (r *receiver) deliveries() []delivery {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -88,23 +126,42 @@ func (r *receiver) deliveries() []delivery {
 
 // env is a migrated database, a store and a deliverer on a fake clock.
 type env struct {
-	t     *testing.T
-	pool  *pgxpool.Pool
-	clk   *clock.Fake
-	store *webhook.Store
-	d     *webhook.Deliverer
+	t       *testing.T
+	url     string
+	pool    *pgxpool.Pool
+	clk     *clock.Fake
+	metrics *webhook.Metrics
+	store   *webhook.Store
+	d       *webhook.Deliverer
 }
 
 func newEnv(t *testing.T, cfg webhook.DelivererConfig) *env {
 	t.Helper()
-	pool := pgtest.Connect(t, pgtest.DB(t))
+	url := pgtest.DB(t)
+	pool := pgtest.Connect(t, url)
 	clk := clock.NewFake(time.Now())
-	cfg.DB, cfg.Clock, cfg.AllowPrivate = pool, clk, true
+	e := &env{t: t, url: url, pool: pool, clk: clk, metrics: webhook.NewMetrics(nil),
+		store: webhook.NewStore(webhook.StoreConfig{DB: pool, AllowPrivate: true, Clock: clk})}
+	e.d = e.replica(cfg)
+	return e
+}
+
+// replica is another deliverer on the env's database and clock, as another
+// replica runs one; its DB is the pool unless cfg says otherwise.
+func (e *env) replica(cfg webhook.DelivererConfig) *webhook.Deliverer {
+	e.t.Helper()
+	if cfg.DB == nil {
+		cfg.DB = e.pool
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = e.metrics
+	}
+	cfg.Clock, cfg.AllowPrivate = e.clk, true
 	d, err := webhook.NewDeliverer(cfg)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	return &env{t: t, pool: pool, clk: clk, store: webhook.NewStore(webhook.StoreConfig{DB: pool, AllowPrivate: true, Clock: clk}), d: d}
+	return d
 }
 
 func (e *env) endpoint(url string, events ...string) webhook.Endpoint {
@@ -136,6 +193,13 @@ func (e *env) ingest(key string, users ...string) {
 	e.t.Helper()
 	if _, err := ingest.Ingest(context.Background(), e.pool, []ingest.Item{{Producer: "jobs", Event: eventtest.Event(e.t, key, users...)}}); err != nil {
 		e.t.Fatal(err)
+	}
+}
+
+func (e *env) exec(sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.pool.Exec(context.Background(), sql, args...); err != nil {
+		e.t.Fatalf("%s: %v", sql, err)
 	}
 }
 
@@ -357,6 +421,7 @@ func TestRetriesEndFailedAfterTheRetryPeriodAndTheEndpointIsDisabledAfterDays(t 
 	if got.Enabled || got.DisabledReason == nil || !strings.Contains(*got.DisabledReason, "every attempt failed since") {
 		t.Fatalf("after 5 days failing: enabled %v, reason %v", got.Enabled, got.DisabledReason)
 	}
+	e.maintain() // ends a disabled endpoint's pending deliveries
 	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'`); n != 0 {
 		t.Errorf("%d deliveries still pending to a disabled endpoint", n)
 	}

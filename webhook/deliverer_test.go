@@ -1,0 +1,543 @@
+package webhook_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
+	"github.com/spoolcast/spoolcast/webhook"
+)
+
+// tapDB is the pool with a tap on the transactions a deliverer opens: a
+// statement can be held before it runs, a commit made to fail, and every
+// transaction that ended without committing is counted.
+type tapDB struct {
+	*pgxpool.Pool
+	before     func(sql string) // before each statement in a transaction
+	commit     func() error     // before each commit; an error fails it
+	rolledBack atomic.Int32
+}
+
+func (db *tapDB) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &tapTx{Tx: tx, db: db}, nil
+}
+
+type tapTx struct {
+	pgx.Tx
+	db        *tapDB
+	committed bool
+}
+
+func (t *tapTx) statement(sql string) {
+	if t.db.before != nil {
+		t.db.before(sql)
+	}
+}
+
+func (t *tapTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	t.statement(sql)
+	return t.Tx.Exec(ctx, sql, args...)
+}
+
+func (t *tapTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	t.statement(sql)
+	return t.Tx.Query(ctx, sql, args...)
+}
+
+func (t *tapTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	t.statement(sql)
+	return t.Tx.QueryRow(ctx, sql, args...)
+}
+
+func (t *tapTx) Commit(ctx context.Context) error {
+	if t.db.commit != nil {
+		if err := t.db.commit(); err != nil {
+			return errors.Join(err, t.Rollback(ctx))
+		}
+	}
+	err := t.Tx.Commit(ctx)
+	t.committed = err == nil
+	return err
+}
+
+func (t *tapTx) Rollback(ctx context.Context) error {
+	if !t.committed {
+		t.committed = true // counted once: Rollback is also deferred after a failed Commit
+		t.db.rolledBack.Add(1)
+	}
+	return t.Tx.Rollback(ctx)
+}
+
+// failCommits makes the tap's next n commits fail, as a connection lost at
+// commit does (the transaction is rolled back), and returns how many did.
+func (db *tapDB) failCommits(n int32) (failed *atomic.Int32) {
+	var left atomic.Int32
+	left.Store(n)
+	failed = &atomic.Int32{}
+	db.commit = func() error {
+		if left.Add(-1) >= 0 {
+			failed.Add(1)
+			return errors.New("connection lost at commit")
+		}
+		return nil
+	}
+	return failed
+}
+
+// maintain runs Maintain until it has nothing more to do now.
+func (e *env) maintain() {
+	e.t.Helper()
+	for range 100 {
+		more, err := e.d.Maintain(context.Background())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if !more {
+			return
+		}
+	}
+	e.t.Fatal("Maintain still had more after 100 rounds")
+}
+
+// An endpoint at its cap with a backlog older than everything else does
+// not hide the other endpoints' deliveries: the scenario a review
+// reproduced, 60 deliveries to a receiver slow to answer (here: holding
+// its answers), then 5 to a fast one.
+func TestABacklogAtAnEndpointsCapDoesNotHoldBackOtherEndpoints(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{Timeout: time.Minute, Concurrency: 8, PerEndpoint: 2})
+	slow, fast := newReceiver(t), newReceiver(t)
+	release := slow.hold(t)
+	e.endpoint(slow.URL, webhook.NotificationCreated)
+	for i := range 60 {
+		e.ingest(fmt.Sprintf("slow-%d", i), "alice")
+	}
+	e.endpoint(fast.URL, webhook.NotificationCreated)
+	for i := range 5 {
+		e.ingest(fmt.Sprintf("both-%d", i), "alice")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.d.Start(ctx)
+	defer e.d.Stop(context.Background())
+	defer release() // before Stop, which waits for the held attempts
+	testsignal.Eventually(t, "the fast receiver to get its 5 deliveries while the slow one holds its share", 10*time.Second,
+		func() bool { return len(fast.deliveries()) == 5 })
+	testsignal.Eventually(t, "the slow receiver's requests to arrive", 10*time.Second, func() bool { return slow.requested() >= 2 })
+	if n := slow.requested(); n != 2 {
+		t.Errorf("the slow receiver has %d requests in flight, want its cap of 2", n)
+	}
+}
+
+// One pass takes each endpoint's share: the endpoint whose rows are oldest
+// filling its cap does not end the pass.
+func TestOnePassTakesEveryEndpointsShare(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{Concurrency: 8, PerEndpoint: 2})
+	older, newer := newReceiver(t), newReceiver(t)
+	e.endpoint(older.URL, webhook.NotificationCreated)
+	for i := range 60 {
+		e.ingest(fmt.Sprintf("older-%d", i), "alice")
+	}
+	e.endpoint(newer.URL, webhook.NotificationCreated)
+	for i := range 5 {
+		e.ingest(fmt.Sprintf("both-%d", i), "alice")
+	}
+	if _, err := e.d.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.d.Wait()
+	if n := len(older.deliveries()); n != 2 {
+		t.Errorf("one pass sent the first endpoint %d, want its share of 2", n)
+	}
+	if n := len(newer.deliveries()); n != 2 {
+		t.Errorf("one pass sent the second endpoint %d, want its share of 2", n)
+	}
+}
+
+// Disabling an endpoint is one row, however many deliveries it has
+// pending: the recording of the batch that disabled it commits, other
+// endpoints' outcomes with it, and Maintain ends the backlog in batches.
+func TestDisablingAnEndpointWithABacklogIsRecordedAndMaintainEndsTheBacklog(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{})
+	gone, up := newReceiver(t), newReceiver(t)
+	gone.set(http.StatusGone, 0)
+	epGone := e.endpoint(gone.URL, webhook.NotificationCreated)
+	epUp := e.endpoint(up.URL, webhook.NotificationCreated)
+	e.ingest("k", "alice") // one due delivery to each
+	const backlog = 12_000 // more than one Maintain batch
+	e.exec(`INSERT INTO webhook_deliveries (endpoint_id, type, payload, next_attempt_at)
+		SELECT $1, 'notification.created', '{}', now() + interval '1 hour' FROM generate_series(1, $2)`, epGone.ID, backlog)
+	// A session holding one of the backlog's rows stands in for a backlog
+	// of millions: a recording that must update all of them waits past
+	// its time limit either way.
+	endHold := pgtest.HoldOpen(t, e.url, fmt.Sprintf(`SELECT 1 FROM webhook_deliveries
+		WHERE endpoint_id = '%s' AND attempts = 0 AND next_attempt_at > now() LIMIT 1 FOR UPDATE`, epGone.ID))
+
+	e.pass()
+	got, _ := e.store.Get(context.Background(), epGone.ID)
+	if got.Enabled || got.DisabledReason == nil || !strings.Contains(*got.DisabledReason, "410") {
+		t.Fatalf("after 410: enabled %v, reason %v", got.Enabled, got.DisabledReason)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_attempts`); n != 2 {
+		t.Errorf("%d attempts logged, want both endpoints' 1", n)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND state = 'delivered'`, epUp.ID); n != 1 {
+		t.Errorf("the other endpoint has %d deliveries delivered, want 1", n)
+	}
+
+	endHold()
+
+	// Until Maintain ends them, the disabled endpoint's deliveries are not
+	// sent when they come due, nor stand in the way of newer ones.
+	e.exec(`UPDATE webhook_deliveries SET next_attempt_at = now() - interval '1 minute' WHERE endpoint_id = $1`, epGone.ID)
+	e.ingest("k2", "alice")
+	e.pass()
+	if n := gone.requested(); n != 1 {
+		t.Errorf("the disabled endpoint had %d requests, want the one it answered 410", n)
+	}
+	if n := len(up.deliveries()); n != 2 {
+		t.Errorf("the other endpoint got %d deliveries, want 2", n)
+	}
+
+	e.maintain()
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND state = 'failed' AND last_error LIKE '%endpoint disabled'`, epGone.ID); n != backlog+1 {
+		t.Errorf("%d of the disabled endpoint's %d deliveries ended failed", n, backlog+1)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'`); n != 0 {
+		t.Errorf("%d deliveries still pending", n)
+	}
+	if n := testutil.ToFloat64(webhook.Ended(e.metrics, "failed")); n != backlog+1 {
+		t.Errorf("ended{failed} = %v, want %d", n, backlog+1)
+	}
+	if n := testutil.ToFloat64(webhook.Ended(e.metrics, "delivered")); n != 2 {
+		t.Errorf("ended{delivered} = %v, want 2", n)
+	}
+}
+
+// A recording that fails (here its commit) keeps its outcomes for the
+// next: the attempt log has every attempt, and what was delivered is not
+// sent again when its lease runs out.
+func TestAFailedRecordingIsTriedAgainNotLost(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{})
+	tap := &tapDB{Pool: e.pool}
+	failed := tap.failCommits(1)
+	e.d = e.replica(webhook.DelivererConfig{DB: tap})
+	r := newReceiver(t)
+	e.endpoint(r.URL, webhook.NotificationCreated)
+	e.ingest("k", "alice", "bob", "carol")
+	e.pass()
+	if failed.Load() != 1 {
+		t.Fatalf("%d commits failed, want the first", failed.Load())
+	}
+	e.clk.Advance(time.Hour) // past every lease
+	e.pass()
+	if n := len(r.deliveries()); n != 3 {
+		t.Errorf("the receiver got %d deliveries, want 3, each once", n)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_attempts`); n != 3 {
+		t.Errorf("%d attempts logged, want 3", n)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'`); n != 3 {
+		t.Errorf("%d deliveries delivered, want 3", n)
+	}
+}
+
+// The running deliverer tries a failed recording again by itself, with
+// nothing new to record to wake it.
+func TestTheRecorderTriesAFailedRecordingAgain(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{})
+	tap := &tapDB{Pool: e.pool}
+	failed := tap.failCommits(1)
+	// A lease far longer than the clock moves here: a delivery recorded
+	// is the first attempt's, not a second one's after the lease.
+	e.d = e.replica(webhook.DelivererConfig{DB: tap, Timeout: time.Hour})
+	r := newReceiver(t)
+	e.endpoint(r.URL, webhook.NotificationCreated)
+	e.ingest("k", "alice")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.d.Start(ctx)
+	defer e.d.Stop(context.Background())
+	testsignal.Eventually(t, "the first recording to fail", 10*time.Second, func() bool { return failed.Load() == 1 })
+	testsignal.Eventually(t, "the attempt to be recorded", 10*time.Second, func() bool {
+		e.clk.Advance(100 * time.Millisecond) // the recorder's backoff is on the clock
+		return e.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'`) == 1
+	})
+	if n := e.count(`SELECT count(*) FROM webhook_attempts`); n != 1 {
+		t.Errorf("%d attempts logged, want 1", n)
+	}
+	if n := len(r.deliveries()); n != 1 {
+		t.Errorf("the receiver got %d deliveries, want 1", n)
+	}
+}
+
+// A receiver's answer that is not text Postgres takes (binary, NUL, cut
+// mid-character) is logged mangled, and the rest of its batch is recorded.
+func TestABinaryAnswerDoesNotFailItsBatch(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{})
+	binary, up := newReceiver(t), newReceiver(t)
+	binary.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		w.Write([]byte("oops \xff\xfe\x00 \xe2\x82"))
+	})
+	e.endpoint(binary.URL, webhook.NotificationCreated)
+	e.endpoint(up.URL, webhook.NotificationCreated)
+	e.ingest("k", "alice")
+	e.pass()
+	if n := e.count(`SELECT count(*) FROM webhook_attempts`); n != 2 {
+		t.Errorf("%d attempts logged, want both", n)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_attempts WHERE status = 500 AND error LIKE '500 oops %'`); n != 1 {
+		t.Errorf("%d attempts logged with the 500's excerpt, want 1", n)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'`); n != 1 {
+		t.Errorf("%d deliveries delivered, want the other endpoint's", n)
+	}
+}
+
+// rendezvous holds each replica's recording before the statement that
+// marks endpoints failing until every replica has reached it too, or one
+// waits on a lock (a recording ahead of it holds what it needs): with the
+// locks each took before it, the interleaving two replicas can meet in.
+type rendezvous struct {
+	pool    *pgxpool.Pool
+	parties int
+	arrived atomic.Int32
+	stuck   atomic.Bool // a replica gave up waiting
+}
+
+func (r *rendezvous) at(sql string) {
+	if !strings.Contains(sql, "SET failing_since = coalesce") {
+		return
+	}
+	r.arrived.Add(1)
+	deadline := time.Now().Add(20 * time.Second)
+	for int(r.arrived.Load()) < r.parties {
+		var waiting int
+		if err := r.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err == nil && waiting > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.stuck.Store(true)
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Two replicas recording at once, each a success at the endpoint where
+// the other had a failure, take the endpoints' locks in one order: neither
+// recording fails on a deadlock.
+func TestTwoReplicasRecordingTheSameEndpointsDoNotDeadlock(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{})
+	x, y := newReceiver(t), newReceiver(t)
+	e.endpoint(x.URL, webhook.NotificationCreated)
+	e.endpoint(y.URL, webhook.NotificationCreated)
+	// Both have been failing: a success clears failing_since, a write.
+	e.exec(`UPDATE webhook_endpoints SET failing_since = now()`)
+	rv := &rendezvous{pool: e.pool, parties: 2}
+	tapA, tapB := &tapDB{Pool: e.pool, before: rv.at}, &tapDB{Pool: e.pool, before: rv.at}
+	a, b := e.replica(webhook.DelivererConfig{DB: tapA}), e.replica(webhook.DelivererConfig{DB: tapB})
+	run := func(d *webhook.Deliverer, done chan<- struct{}) {
+		defer close(done)
+		if _, err := d.Pass(context.Background()); err != nil {
+			t.Error(err)
+		}
+		d.Wait()
+	}
+
+	x.set(0, 0)
+	y.set(http.StatusInternalServerError, 0)
+	e.ingest("a", "alice")
+	doneA := make(chan struct{})
+	go run(a, doneA)
+	// A's attempts have ended once its recording reaches the rendezvous.
+	testsignal.Eventually(t, "replica A's recording to reach the rendezvous", 10*time.Second, func() bool { return rv.arrived.Load() == 1 })
+	x.set(http.StatusInternalServerError, 0)
+	y.set(0, 0)
+	e.ingest("b", "alice")
+	doneB := make(chan struct{})
+	go run(b, doneB)
+	<-doneA
+	<-doneB
+
+	if rv.stuck.Load() || rv.arrived.Load() != 2 {
+		t.Fatalf("rendezvous: %d arrived, stuck %v; want both replicas through it", rv.arrived.Load(), rv.stuck.Load())
+	}
+	if n := tapA.rolledBack.Load() + tapB.rolledBack.Load(); n != 0 {
+		t.Errorf("%d recording transactions rolled back, want none", n)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_attempts`); n != 4 {
+		t.Errorf("%d attempts logged, want 4", n)
+	}
+}
+
+// The ended counter counts deliveries that ended, once each: not an
+// attempt whose delivery was deleted while it was in flight.
+func TestEndedCountsDeliveriesThatEndedNotAttempts(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{})
+	r := newReceiver(t)
+	release := r.hold(t)
+	ep := e.endpoint(r.URL, webhook.NotificationCreated)
+	e.ingest("k", "alice")
+	if _, err := e.d.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testsignal.Eventually(t, "the attempt to reach the receiver", 10*time.Second, func() bool { return r.requested() == 1 })
+	if err := e.store.Delete(context.Background(), ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	e.d.Wait()
+	if n := len(r.deliveries()); n != 1 {
+		t.Fatalf("the receiver got %d, want 1", n)
+	}
+	if n := testutil.ToFloat64(webhook.Ended(e.metrics, "delivered")); n != 0 {
+		t.Errorf("ended{delivered} = %v for a delivery deleted before its attempt ended, want 0", n)
+	}
+}
+
+// A first attempt in flight is new, not retrying: retrying says a
+// receiver failed. A replay makes a failed delivery new again.
+func TestAFirstAttemptInFlightIsNewNotRetrying(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{})
+	r := newReceiver(t)
+	r.set(http.StatusInternalServerError, 0)
+	release := r.hold(t)
+	ep := e.endpoint(r.URL, webhook.NotificationCreated)
+	e.ingest("k", "alice")
+	stages := func() string {
+		t.Helper()
+		e.maintain()
+		return fmt.Sprintf("new %v, retrying %v",
+			testutil.ToFloat64(webhook.Pending(e.metrics, "new")), testutil.ToFloat64(webhook.Pending(e.metrics, "retrying")))
+	}
+	if _, err := e.d.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := stages(); got != "new 1, retrying 0" {
+		t.Errorf("first attempt in flight: %s", got)
+	}
+	release()
+	e.d.Wait()
+	if got := stages(); got != "new 0, retrying 1" {
+		t.Errorf("after the attempt failed: %s", got)
+	}
+	if _, err := e.store.Replay(context.Background(), ep.ID, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := stages(); got != "new 1, retrying 0" {
+		t.Errorf("after a replay: %s", got)
+	}
+}
+
+// An attempt in flight when a replay ran belongs to the run before it: its
+// outcome (a failure past that run's retry period), landing after the
+// replayed delivery was taken again, neither ends it nor moves its next
+// attempt; the replay's attempt decides.
+func TestAnAttemptInFlightDuringAReplayLeavesTheReplayToRun(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{RetryFor: time.Hour})
+	r := newReceiver(t)
+	ep := e.endpoint(r.URL, webhook.NotificationCreated)
+	e.ingest("k", "alice")
+	e.clk.Advance(2 * time.Hour) // the delivery's retry period is over
+	r.set(http.StatusInternalServerError, 0)
+	releaseEarlier := r.hold(t)
+	if _, err := e.d.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testsignal.Eventually(t, "the earlier attempt to reach the receiver", 10*time.Second, func() bool { return r.requested() == 1 })
+	if n, err := e.store.Replay(context.Background(), ep.ID, time.Time{}); err != nil || n != 1 {
+		t.Fatalf("replay queued %d (%v), want 1", n, err)
+	}
+	r.set(0, 0)
+	releaseReplayed := r.hold(t)
+	if _, err := e.d.Pass(context.Background()); err != nil { // the replay's first attempt, as the earlier one's
+		t.Fatal(err)
+	}
+	testsignal.Eventually(t, "the replay's attempt to reach the receiver", 10*time.Second, func() bool { return r.requested() == 2 })
+	releaseEarlier()
+	e.flushUntil("the earlier attempt to be recorded", 1)
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'`); n != 1 {
+		t.Errorf("after the earlier attempt's failure: %d deliveries pending, want the replayed one", n)
+	}
+	releaseReplayed()
+	e.d.Wait()
+	if n := len(r.deliveries()); n != 1 {
+		t.Errorf("the replay delivered %d, want 1", n)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'`); n != 1 {
+		t.Errorf("%d deliveries delivered, want 1", n)
+	}
+	if n := testutil.ToFloat64(webhook.Ended(e.metrics, "failed")); n != 0 {
+		t.Errorf("ended{failed} = %v, want 0", n)
+	}
+}
+
+// A failed attempt whose lease ran out, and that was taken again, is
+// logged but does not move the next attempt of the lease after it: that
+// delivery is not sent a third time while the second attempt is in flight.
+func TestAFailureWhoseLeaseRanOutLeavesTheNextLeaseAlone(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{Timeout: 10 * time.Second}) // a lease of 40 s
+	r := newReceiver(t)
+	e.endpoint(r.URL, webhook.NotificationCreated)
+	e.ingest("k", "alice")
+	r.set(http.StatusInternalServerError, 0)
+	releaseFirst := r.hold(t)
+	if _, err := e.d.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testsignal.Eventually(t, "the first attempt to reach the receiver", 10*time.Second, func() bool { return r.requested() == 1 })
+	e.clk.Advance(time.Minute) // its lease ran out (a replica stalled, say)
+	r.set(0, 0)
+	releaseSecond := r.hold(t)
+	if _, err := e.d.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testsignal.Eventually(t, "the second attempt to reach the receiver", 10*time.Second, func() bool { return r.requested() == 2 })
+	releaseFirst()
+	e.flushUntil("the first attempt to be recorded", 1)
+	e.clk.Advance(10 * time.Second) // past the first failure's backoff, within the second lease
+	if _, err := e.d.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	releaseSecond()
+	e.d.Wait()
+	if n := r.requested(); n != 2 {
+		t.Errorf("the receiver had %d requests, want 2", n)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'`); n != 1 {
+		t.Errorf("%d deliveries delivered, want 1", n)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_attempts`); n != 2 {
+		t.Errorf("%d attempts logged, want both", n)
+	}
+}
+
+// flushUntil records what has ended until the attempt log has n rows,
+// while other attempts are still in flight (Wait would wait for them).
+func (e *env) flushUntil(what string, n int) {
+	e.t.Helper()
+	testsignal.Eventually(e.t, what, 10*time.Second, func() bool {
+		if err := e.d.Flush(context.Background()); err != nil {
+			e.t.Fatal(err)
+		}
+		return e.count(`SELECT count(*) FROM webhook_attempts`) == n
+	})
+}

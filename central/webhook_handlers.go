@@ -1,7 +1,9 @@
 package central
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -112,6 +114,9 @@ func (s *Server) rotateWebhookSecret(w http.ResponseWriter, r *http.Request, ps 
 	}{secret, until})
 }
 
+// replayTimeout bounds a replay's request.
+const replayTimeout = 2 * time.Minute
+
 func (s *Server) replayWebhook(w http.ResponseWriter, r *http.Request, ps httprouter.Params, _ auth.User) {
 	var body struct {
 		Since *time.Time `json:"since"`
@@ -123,9 +128,17 @@ func (s *Server) replayWebhook(w http.ResponseWriter, r *http.Request, ps httpro
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "since is required: an RFC 3339 time").On("since"))
 		return
 	}
-	ctx, cancel := s.dbContext(r)
+	// A replay's statements are each bounded, but a busy endpoint's week
+	// is many of them: more time than a read.
+	ctx, cancel := context.WithTimeout(r.Context(), max(s.cfg.DBTimeout, replayTimeout))
 	defer cancel()
 	n, err := s.cfg.Webhooks.Replay(ctx, ps.ByName("id"), *body.Since)
+	if err != nil && n > 0 {
+		w.Header().Set("Retry-After", "2")
+		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.DatabaseUnavailable,
+			fmt.Sprintf("queued the newest %d deliveries before the replay was cut off (%v); replay again with the same since to finish it", n, err)))
+		return
+	}
 	if err != nil {
 		s.webhookError(w, r, "replay webhook deliveries", err)
 		return

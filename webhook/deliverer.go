@@ -713,6 +713,22 @@ func (d *Deliverer) Maintain(ctx context.Context) (more bool, err error) {
 		return false, err
 	}
 	more = more || tag.RowsAffected() == retentionBatch
+	// A deleted endpoint's deliveries and log go here, a batch at a time.
+	// Its id is found by skipping along the endpoint indexes, one probe per
+	// endpoint, not by reading the tables.
+	for _, table := range []string{"webhook_deliveries", "webhook_attempts"} {
+		tag, err = d.cfg.DB.Exec(ctx, `WITH RECURSIVE eps(id) AS (
+				(SELECT endpoint_id FROM `+table+` ORDER BY endpoint_id LIMIT 1)
+				UNION ALL
+				SELECT (SELECT endpoint_id FROM `+table+` t WHERE t.endpoint_id > eps.id ORDER BY endpoint_id LIMIT 1)
+				FROM eps WHERE eps.id IS NOT NULL),
+			gone AS (SELECT id FROM eps WHERE id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.id = eps.id))
+			DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+` WHERE endpoint_id IN (SELECT id FROM gone) LIMIT $1)`, retentionBatch)
+		if err != nil {
+			return false, err
+		}
+		more = more || tag.RowsAffected() == retentionBatch
+	}
 	// A disabled endpoint's pending deliveries end here, a batch at a time,
 	// as do those a trigger wrote while the endpoint was being disabled or
 	// deleted (it read the endpoint before that committed).

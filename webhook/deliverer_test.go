@@ -403,6 +403,7 @@ func TestEndedCountsDeliveriesThatEndedNotAttempts(t *testing.T) {
 	if err := e.store.Delete(context.Background(), ep.ID); err != nil {
 		t.Fatal(err)
 	}
+	e.maintain() // removes the deleted endpoint's deliveries
 	release()
 	e.d.Wait()
 	if n := len(r.deliveries()); n != 1 {

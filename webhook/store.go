@@ -216,25 +216,17 @@ func (s *Store) Get(ctx context.Context, id string) (Endpoint, error) {
 
 // Delete removes an endpoint, its deliveries and their log.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	tx, err := s.cfg.DB.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
-	tag, err := tx.Exec(ctx, `DELETE FROM webhook_endpoints WHERE id = $1`, id)
+	// The endpoint alone: nothing is sent to it from this commit on (the
+	// deliverer leases only enabled endpoints' rows), and its deliveries
+	// and log, however many, go a batch at a time in Maintain.
+	tag, err := s.cfg.DB.Exec(ctx, `DELETE FROM webhook_endpoints WHERE id = $1`, id)
 	if err != nil {
 		return err
 	}
 	if tag.RowsAffected() == 0 {
 		return ErrNotFound
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM webhook_deliveries WHERE endpoint_id = $1`, id); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM webhook_attempts WHERE endpoint_id = $1`, id); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	return nil
 }
 
 // RotateSecret gives the endpoint a new secret and returns it; the old one
@@ -259,18 +251,18 @@ func (s *Store) RotateSecret(ctx context.Context, id string, overlap time.Durati
 // Replay sends again every delivery of the endpoint created at or after
 // since, whatever became of it, with its own webhook-id (receivers
 // deduplicate), and turns a disabled endpoint back on: replaying is how an
-// operator says the receiver is back. It returns how many it queued.
-func (s *Store) Replay(ctx context.Context, id string, since time.Time) (int64, error) {
+// operator says the receiver is back. It returns how many it queued. The
+// deliveries are queued replayBatch at a time, newest first, each batch its
+// own statement, so that no lock or transaction grows with the endpoint's
+// traffic; a ctx that ends midway leaves the older ones as they were (n
+// says how many were queued), and calling again with the same since
+// finishes it, sending the newer ones once more under their webhook-ids.
+func (s *Store) Replay(ctx context.Context, id string, since time.Time) (n int64, err error) {
 	now := s.cfg.Clock.Now()
 	if since.After(now) {
 		return 0, invalid("since", "in the future")
 	}
-	tx, err := s.cfg.DB.Begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback(ctx)
-	tag, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET enabled = true, disabled_reason = NULL, disabled_at = NULL,
+	tag, err := s.cfg.DB.Exec(ctx, `UPDATE webhook_endpoints SET enabled = true, disabled_reason = NULL, disabled_at = NULL,
 		failing_since = NULL, updated_at = $2 WHERE id = $1`, id, now)
 	if err != nil {
 		return 0, err
@@ -279,16 +271,34 @@ func (s *Store) Replay(ctx context.Context, id string, since time.Time) (int64, 
 		return 0, ErrNotFound
 	}
 	// A replayed delivery gets a fresh retry period from now: created_at is
-	// what the body says; replayed_at is what the retry deadline counts from.
-	// The last attempt's columns are the new run's, so it is new again.
-	tag, err = tx.Exec(ctx, `UPDATE webhook_deliveries SET state = 'pending', next_attempt_at = $3, replayed_at = $3,
-			attempts = 0, ended_at = NULL, last_attempt_at = NULL, last_status = NULL, last_error = NULL
-		WHERE endpoint_id = $1 AND created_at >= $2`, id, since, now)
-	if err != nil {
-		return 0, err
+	// what the body says; replayed_at is what the retry deadline counts from
+	// (and, equal to now, marks the rows this replay has done). The last
+	// attempt's columns are the new run's, so it is new again.
+	var upper *time.Time // the first batch from the newest
+	for {
+		var done int64
+		var oldest *time.Time
+		err := s.cfg.DB.QueryRow(ctx, `WITH replayed AS (
+				UPDATE webhook_deliveries SET state = 'pending', next_attempt_at = $3, replayed_at = $3,
+					attempts = 0, ended_at = NULL, last_attempt_at = NULL, last_status = NULL, last_error = NULL
+				WHERE id IN (SELECT id FROM webhook_deliveries
+					WHERE endpoint_id = $1 AND created_at >= $2 AND ($4::timestamptz IS NULL OR created_at <= $4) AND replayed_at IS DISTINCT FROM $3
+					ORDER BY created_at DESC LIMIT $5)
+				RETURNING created_at)
+			SELECT count(*), min(created_at) FROM replayed`, id, since, now, upper, replayBatch).Scan(&done, &oldest)
+		if err != nil {
+			return n, err
+		}
+		n += done
+		if done < replayBatch || oldest == nil {
+			return n, nil
+		}
+		upper = oldest
 	}
-	return tag.RowsAffected(), tx.Commit(ctx)
 }
+
+// replayBatch is how many deliveries one statement of a replay queues.
+const replayBatch = 5000
 
 // Attempt is one try at a delivery, for the delivery log.
 type Attempt struct {

@@ -625,3 +625,42 @@ func TestRetentionKeepsWhatReplayCanReachAndTheGaugesCount(t *testing.T) {
 		t.Errorf("%d attempts older than retention kept (all were made 8 days ago)", n)
 	}
 }
+
+func TestAReplayAndADeleteOfABusyEndpointGoABatchAtATime(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{})
+	busy := e.endpoint(newReceiver(t).URL, webhook.NotificationCreated)
+	other := e.endpoint(newReceiver(t).URL, webhook.NotificationCreated)
+	e.ingest("k", "alice")
+	// 12,001 delivered deliveries to busy (more than two replay batches),
+	// each with an attempt in its log; other keeps its one.
+	e.exec(`INSERT INTO webhook_deliveries (endpoint_id, type, payload, created_at, state, attempts, ended_at)
+		SELECT endpoint_id, type, payload, created_at - make_interval(secs => g), 'delivered', 1, now()
+		FROM webhook_deliveries, generate_series(1, 12000) g WHERE endpoint_id = $1`, busy.ID)
+	e.exec(`UPDATE webhook_deliveries SET state = 'delivered', ended_at = now()`)
+	e.exec(`INSERT INTO webhook_attempts (delivery_id, endpoint_id, status, duration_ms) SELECT id, endpoint_id, 200, 1 FROM webhook_deliveries`)
+	want := e.count(`SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1`, busy.ID)
+
+	n, err := e.store.Replay(context.Background(), busy.ID, time.Time{})
+	if err != nil || n != int64(want) {
+		t.Fatalf("replay queued %d (%v), want %d", n, err, want)
+	}
+	if got := e.count(`SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND state = 'pending' AND attempts = 0`, busy.ID); got != want {
+		t.Errorf("%d of %d pending again after the replay", got, want)
+	}
+	if got := e.count(`SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND state = 'pending'`, other.ID); got != 0 {
+		t.Errorf("the replay queued %d of another endpoint's deliveries", got)
+	}
+
+	if err := e.store.Delete(context.Background(), busy.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.maintain()
+	for _, table := range []string{"webhook_deliveries", "webhook_attempts"} {
+		if got := e.count(`SELECT count(*) FROM `+table+` WHERE endpoint_id = $1`, busy.ID); got != 0 {
+			t.Errorf("%d rows of the deleted endpoint left in %s", got, table)
+		}
+		if got := e.count(`SELECT count(*) FROM `+table+` WHERE endpoint_id = $1`, other.ID); got != 1 {
+			t.Errorf("%d rows of the other endpoint in %s, want its 1", got, table)
+		}
+	}
+}

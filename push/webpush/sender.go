@@ -59,7 +59,9 @@ func NewSender(key *VAPIDKey, subject string, client *http.Client) (*Sender, err
 	if err := checkSubject(subject); err != nil {
 		return nil, err
 	}
-	c := &http.Client{Timeout: DefaultTimeout}
+	// A transport of its own: connections to push services are the sender's,
+	// not closed by whatever else shares http.DefaultTransport.
+	c := &http.Client{Timeout: DefaultTimeout, Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	if client != nil {
 		copied := *client
 		c = &copied

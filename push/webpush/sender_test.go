@@ -244,7 +244,7 @@ func TestAnswersAreClassified(t *testing.T) {
 			sender.clock = clock.Frozen(now)
 			res := sender.Send(context.Background(), newSubscription(t, rec.URL), Message{Payload: []byte("x")})
 			if res.Outcome != c.want || res.Status != c.status {
-				t.Errorf("%v %d, want %v %d", res.Outcome, res.Status, c.want, c.status)
+				t.Errorf("%v %d (%v), want %v %d", res.Outcome, res.Status, res.Err, c.want, c.status)
 			}
 			if res.RetryAfter != c.wantAfter {
 				t.Errorf("RetryAfter %v, want %v", res.RetryAfter, c.wantAfter)

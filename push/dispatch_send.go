@@ -170,7 +170,7 @@ func (d *Dispatcher) release(ctx context.Context, items []created, notBefore tim
 		            $9::timestamptz[], $10::text[], $11::text[], $12::int8[], $13::int8[], $14::bool[])
 		     AS n(id, created_at, enqueued_at, user_id, category, due_at, priority, digest_key, digest_window, digest_count, seen_waited)
 		WHERE n.id IN (SELECT notification_id FROM dropped)
-		ON CONFLICT (notification_id) DO NOTHING`,
+		ON CONFLICT (notification_id) DO UPDATE SET `+retakeQueued,
 		ids, items[0].createdAt, d.cfg.Replica, nid, ncreated, enqueued, users, categories,
 		due, priorities, digestKeys, digestWindows, digestCounts, seenWaited, pgtype.Timestamptz{Time: notBefore, Valid: !notBefore.IsZero()})
 	if err != nil {
@@ -179,6 +179,15 @@ func (d *Dispatcher) release(ctx context.Context, items []created, notBefore tim
 	d.cfg.Metrics.released.Add(float64(tag.RowsAffected()))
 	return nil
 }
+
+// retakeQueued is what giving back a dispatch does to its notification's
+// queue row when one is there already (another device's dispatch given back
+// before): it takes the row from any pass holding it. That pass read the
+// dispatch just deleted as done; its write now finds the row no longer its
+// own and writes nothing for the notification, and the pass that takes it
+// next sends to every device that has no dispatch, this one included.
+const retakeQueued = `claimed_by = EXCLUDED.claimed_by, claimed_until = NULL, decided = true,
+	due_at = least(push_queue.due_at, EXCLUDED.due_at)`
 
 // digestArgs are the notification's digest columns as the queue stores
 // them: all nil without a digest, the count nil for a member.

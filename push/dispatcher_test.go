@@ -235,3 +235,48 @@ func TestALeaseLeftByAWritePostgresLostIsGivenBackButNotOneAPassHolds(t *testing
 		t.Errorf("%d dispatches, want 2", got)
 	}
 }
+
+// A dispatch given back while a pass holds its notification's queue row
+// (the row another device's give-back put there) takes the row from that
+// pass, which read the dispatch as done: the next pass sends to both.
+func TestADispatchGivenBackWhileAPassHoldsItsNotificationIsNotLost(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.register("u1", "ExponentPushToken[a]", "ExponentPushToken[b]")
+	s.ingest("k1", "c", "u1")
+	ctx := context.Background()
+	// A pass wrote both dispatches and took the notification off the queue.
+	if _, err := s.pool.Exec(ctx, `WITH q AS (DELETE FROM push_queue RETURNING notification_id, notification_created_at, user_id)
+		INSERT INTO push_dispatches (notification_id, notification_created_at, user_id, token, state)
+		SELECT q.notification_id, q.notification_created_at, q.user_id, t, 'queued' FROM q, unnest(ARRAY['ExponentPushToken[a]', 'ExponentPushToken[b]']) t`); err != nil {
+		t.Fatal(err)
+	}
+	id := func(token string) int64 {
+		var id int64
+		if err := s.pool.QueryRow(ctx, `SELECT id FROM push_dispatches WHERE token = $1`, token).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	a, b := id("ExponentPushToken[a]"), id("ExponentPushToken[b]")
+	// a's send never reached Expo: given back. Another replica's pass takes
+	// the notification and reads b's dispatch, still queued, as done.
+	if err := push.GiveBack(ctx, s.dispatcher, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE push_queue SET claimed_by = 'r2/7', claimed_until = now() + interval '2 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	// Then b's send is given back too.
+	if err := push.GiveBack(ctx, s.dispatcher, b); err != nil {
+		t.Fatal(err)
+	}
+	s.drain()
+	got := map[string]int{}
+	for _, m := range s.fake.Messages() {
+		got[m.To]++
+	}
+	if got["ExponentPushToken[a]"] != 1 || got["ExponentPushToken[b]"] != 1 {
+		t.Errorf("pushes after both give-backs: %v, want each device once", got)
+	}
+}

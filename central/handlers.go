@@ -106,15 +106,16 @@ func (s *Server) limited(w http.ResponseWriter, r *http.Request, d ratelimit.Dec
 // lacks the role or scope, with a Bearer challenge either way; past
 // --rate-limit-ip for the client's address, 429.
 func (s *Server) denied(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, auth.ErrForbidden) || errors.Is(err, auth.ErrNoRole) {
-		w.Header().Set("WWW-Authenticate", auth.Challenge(err))
-		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, err.Error()))
-		return
-	}
+	// The challenge rides on a 429 too: an app whose token expired, behind
+	// an address others flood with bad tokens, still learns it must sign in.
+	w.Header().Set("WWW-Authenticate", auth.Challenge(err))
 	if !s.allowFailedAuth(w, r) {
 		return
 	}
-	w.Header().Set("WWW-Authenticate", auth.Challenge(err))
+	if errors.Is(err, auth.ErrForbidden) || errors.Is(err, auth.ErrNoRole) {
+		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, err.Error()))
+		return
+	}
 	reason := auth.Reason(err)
 	s.refused(r, reason)
 	detail := reason

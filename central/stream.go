@@ -26,8 +26,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u, err := s.cfg.Users.AuthorizeWebSocket(r)
-	if err != nil && !s.allowFailedAuth(w, r) {
-		return
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", auth.Challenge(err))
+		w.Header().Set("Connection", "close")
+		if !s.allowFailedAuth(w, r) {
+			return
+		}
 	}
 	if err != nil {
 		s.cfg.Live.Metrics().AuthFailed()

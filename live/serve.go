@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gobwas/ws"
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/internal/problem"
 )
+
+// cursorCheckTimeout bounds the check of a resuming socket's cursor.
+const cursorCheckTimeout = 5 * time.Second
 
 // Serve upgrades r to the live stream of user, whom the caller has
 // authenticated, and returns: the socket is served in the background until
@@ -29,7 +33,13 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 		after = &c
 	}
 	if after != nil {
-		switch err := h.checkCursor(r.Context(), *after); {
+		// Bounded: after a failover every app checks its cursor at once, and
+		// a stalled Postgres must not pile up handshakes the socket caps do
+		// not count yet.
+		cctx, cancel := context.WithTimeout(r.Context(), cursorCheckTimeout)
+		err := h.checkCursor(cctx, *after)
+		cancel()
+		switch {
 		case errors.Is(err, ErrOtherHistory):
 			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor,
 				"after is from another history of the database (it was restored or failed over): connect without it and load the feed").On("after"))

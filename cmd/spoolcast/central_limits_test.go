@@ -51,8 +51,13 @@ func TestCentralLimitsEachUsersRequestsAndBadTokensByAddress(t *testing.T) {
 	}
 
 	for i, want := range []int{http.StatusUnauthorized, http.StatusUnauthorized, http.StatusTooManyRequests} {
-		if resp, body := get(t, base+"/v1/notifications", "not-a-token"); resp.StatusCode != want {
+		resp, body := get(t, base+"/v1/notifications", "not-a-token")
+		if resp.StatusCode != want {
 			t.Errorf("bad token %d: %d %s; want %d", i+1, resp.StatusCode, body, want)
+		}
+		// Even limited, the answer says the token is the trouble.
+		if !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("bad token %d: WWW-Authenticate %q, want a Bearer challenge", i+1, resp.Header.Get("WWW-Authenticate"))
 		}
 	}
 	if resp, body := get(t, base+"/v1/notifications/unread-count", bob); resp.StatusCode != http.StatusOK {

@@ -26,22 +26,26 @@ func serveHTTP(ln net.Listener, h http.Handler, logger *slog.Logger) *httpServic
 
 // httpTimeouts bound what a slow or idle client may hold: a connection
 // that sends its headers too slowly (slowloris), a request whose body does
-// not arrive, a kept-alive connection left idle.
+// not arrive, an answer the client does not read, a kept-alive connection
+// left idle. The write timeout is above the longest request a handler
+// serves (a webhook replay's 2 minutes); a WebSocket stream, once
+// upgraded, has deadlines of its own.
 type httpTimeouts struct {
-	header, read, idle time.Duration
+	header, read, write, idle time.Duration
 }
 
-var defaultHTTPTimeouts = httpTimeouts{header: 10 * time.Second, read: 30 * time.Second, idle: 2 * time.Minute}
+var defaultHTTPTimeouts = httpTimeouts{header: 10 * time.Second, read: 30 * time.Second, write: 3 * time.Minute, idle: 2 * time.Minute}
 
 func (t *httpTimeouts) register(fs *flag.FlagSet) {
 	fs.DurationVar(&t.header, "read-header-timeout", defaultHTTPTimeouts.header, "longest a client may take to send a request's headers; past it the connection is closed (a slowloris holds nothing longer)")
 	fs.DurationVar(&t.read, "read-timeout", defaultHTTPTimeouts.read, "longest a client may take to send a whole request, body included")
+	fs.DurationVar(&t.write, "write-timeout", defaultHTTPTimeouts.write, "longest the server takes to send an answer, from the end of the request's headers; a client that stops reading holds its connection no longer (WebSocket streams are not bound by it)")
 	fs.DurationVar(&t.idle, "idle-timeout", defaultHTTPTimeouts.idle, "how long a kept-alive connection may wait for its next request; keep it above the load balancer's own")
 }
 
 func (t httpTimeouts) validate() error {
-	if t.header < 0 || t.read < 0 || t.idle < 0 {
-		return errors.New("--read-header-timeout, --read-timeout and --idle-timeout must not be negative (0 is the default)")
+	if t.header < 0 || t.read < 0 || t.write < 0 || t.idle < 0 {
+		return errors.New("--read-header-timeout, --read-timeout, --write-timeout and --idle-timeout must not be negative (0 is the default)")
 	}
 	return nil
 }
@@ -52,6 +56,7 @@ func serveHTTPWith(ln net.Listener, h http.Handler, logger *slog.Logger, t httpT
 			Handler:           h,
 			ReadHeaderTimeout: cmp.Or(t.header, defaultHTTPTimeouts.header),
 			ReadTimeout:       cmp.Or(t.read, defaultHTTPTimeouts.read),
+			WriteTimeout:      cmp.Or(t.write, defaultHTTPTimeouts.write),
 			IdleTimeout:       cmp.Or(t.idle, defaultHTTPTimeouts.idle),
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		},

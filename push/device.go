@@ -187,6 +187,15 @@ func (d *Devices) register(ctx context.Context, userID, token, platform string, 
 			return fmt.Errorf("replace devices: %w", err)
 		}
 		replaced = tag.RowsAffected()
+		// Disabled devices are kept for the record (the device list shows
+		// why each stopped), as many as the limit, the latest disabled: a
+		// client registering made-up tokens grows no table.
+		if _, err := tx.Exec(ctx, `DELETE FROM devices WHERE user_id = $1 AND NOT enabled AND token IN (
+				SELECT token FROM devices WHERE user_id = $1 AND NOT enabled
+				ORDER BY disabled_at DESC NULLS LAST, token DESC
+				OFFSET $2)`, userID, limit); err != nil {
+			return fmt.Errorf("forget disabled devices: %w", err)
+		}
 		return nil
 	})
 	return dev, replaced, err

@@ -257,29 +257,17 @@ func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subs
 			d.giveBack(bg, []created{c}, time.Time{})
 			return
 		}
-		// Unreachable (refused, DNS, TLS): never reached it, so sending
-		// again cannot deliver twice; once, after a pause, rather than at
-		// every pass until --push-max-age.
-		at := now.Add(webUnreachableRetry)
-		if !c.n.retaken && at.Before(c.n.since().Add(d.cfg.MaxAge)) {
-			why := fmt.Sprintf("push service unreachable (%v); sending again at %s", res.Err, at.UTC().Format(time.RFC3339))
-			if err := d.persist(bg, func(ctx context.Context) error { return d.requeueAt(ctx, c, at, why) }); err != nil {
-				d.log.Error("defer an unreachable web dispatch; it stays queued and ends failed (interrupted)", "err", err)
-			}
+		// Unreachable (refused, DNS, TLS): once more after a pause, rather
+		// than at every pass until --push-max-age.
+		if d.deferOnce(bg, c, now.Add(webUnreachableRetry), fmt.Sprintf("push service unreachable (%v)", res.Err)) {
 			return
 		}
 		o.state, o.err = StateFailed, fmt.Sprintf("push service unreachable again, or past --push-max-age: %v", res.Err)
 	case webpush.Gone:
 		o.state, o.err = StateFailed, fmt.Sprintf("subscription gone (%d): the browser unsubscribed or it expired", res.Status)
 	case webpush.RateLimited:
-		// Refused, so sending it again cannot deliver twice: once, after
-		// Retry-After, if that is within --push-max-age.
-		at := now.Add(res.RetryAfter)
-		if !c.n.retaken && at.Before(c.n.since().Add(d.cfg.MaxAge)) {
-			why := fmt.Sprintf("push service rate limited (429); sending again at %s", at.UTC().Format(time.RFC3339))
-			if err := d.persist(bg, func(ctx context.Context) error { return d.requeueAt(ctx, c, at, why) }); err != nil {
-				d.log.Error("defer a rate-limited web dispatch; it stays queued and ends failed (interrupted)", "err", err)
-			}
+		// Once more, after Retry-After.
+		if d.deferOnce(bg, c, now.Add(res.RetryAfter), "push service rate limited (429)") {
 			return
 		}
 		o.state, o.err = StateFailed, "push service rate limited (429) again, or past --push-max-age"
@@ -308,6 +296,20 @@ func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subs
 			d.log.Warn("disable a gone web subscription", "err", err)
 		}
 	}
+}
+
+// deferOnce defers a web dispatch the push service never took (so sending
+// it again cannot deliver twice) to at, saying why, unless it was retaken
+// already or at is past --push-max-age; it reports whether it did.
+func (d *Dispatcher) deferOnce(ctx context.Context, c created, at time.Time, why string) bool {
+	if c.n.retaken || !at.Before(c.n.since().Add(d.cfg.MaxAge)) {
+		return false
+	}
+	why = fmt.Sprintf("%s; sending again at %s", why, at.UTC().Format(time.RFC3339))
+	if err := d.persist(ctx, func(ctx context.Context) error { return d.requeueAt(ctx, c, at, why) }); err != nil {
+		d.log.Error("defer a web dispatch; it stays queued and ends failed (interrupted)", "err", err, "why", why)
+	}
+	return true
 }
 
 // requeueAt marks a queued dispatch deferred, with why, and queues its

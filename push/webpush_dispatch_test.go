@@ -15,6 +15,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/egress"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/internal/webpushtest"
@@ -39,6 +40,23 @@ func newWebStack(t *testing.T, clk clock.Clock) *webStack {
 func newWebStackWith(t *testing.T, clk clock.Clock, set func(*push.DispatcherConfig)) *webStack {
 	t.Helper()
 	s := newStackOn(t, clk)
+	sender, key := newWebSender(t, nil)
+	cfg := push.DispatcherConfig{DB: s.pool, Sender: s.client, Preferences: s.prefs, Devices: s.devices,
+		WebPush: sender, WebTimeout: 5 * time.Second, Interval: 20 * time.Millisecond, Clock: clk, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)}
+	if set != nil {
+		set(&cfg)
+	}
+	var err error
+	if s.dispatcher, err = push.NewDispatcher(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return &webStack{stack: s, key: key}
+}
+
+// newWebSender is a Web Push sender with a fresh VAPID key, over client
+// (nil: the sender's default).
+func newWebSender(t *testing.T, client *http.Client) (*webpush.Sender, *webpush.VAPIDKey) {
+	t.Helper()
 	pem, err := webpush.GenerateVAPIDKeyPEM()
 	if err != nil {
 		t.Fatal(err)
@@ -47,19 +65,11 @@ func newWebStackWith(t *testing.T, clk clock.Clock, set func(*push.DispatcherCon
 	if err != nil {
 		t.Fatal(err)
 	}
-	sender, err := webpush.NewSender(key, "mailto:ops@example.com", nil)
+	sender, err := webpush.NewSender(key, "mailto:ops@example.com", client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := push.DispatcherConfig{DB: s.pool, Sender: s.client, Preferences: s.prefs, Devices: s.devices,
-		WebPush: sender, WebTimeout: 5 * time.Second, Interval: 20 * time.Millisecond, Clock: clk, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)}
-	if set != nil {
-		set(&cfg)
-	}
-	if s.dispatcher, err = push.NewDispatcher(cfg); err != nil {
-		t.Fatal(err)
-	}
-	return &webStack{stack: s, key: key}
+	return sender, key
 }
 
 // subscribe registers a browser subscription (PushSubscription.toJSON()) for user.
@@ -401,5 +411,29 @@ func TestManySendsToAStalledPushServiceHoldNeitherThePhonesNorOtherBrowsers(t *t
 	}
 	if n := s.counter("spoolcast_webpush_busy_total"); n == 0 {
 		t.Error("no dispatch was given back for a busy push service; the test did not reach the bound")
+	}
+}
+
+func TestAPushEndpointOnAPrivateAddressFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	// The deployment's egress client, which refuses private addresses when
+	// it connects (the endpoint's name resolved elsewhere when registered).
+	s := newWebStackWith(t, clk, func(c *push.DispatcherConfig) {
+		c.WebPush, _ = newWebSender(t, egress.Client(5*time.Second, false, 4))
+	})
+	svc := newPushService(t, 0, http.StatusCreated)
+	dev := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
+	s.emit(`{"idempotency_key":"p1","type":"t","recipients":["u1"],"title":"Hi"}`)
+	s.drain()
+	testsignal.Eventually(t, "the push to end", 10*time.Second, func() bool {
+		st, _ := s.stateOf(dev.Token)
+		return st == push.StateFailed || st == push.StateDeferred
+	})
+	if st, why := s.stateOf(dev.Token); st != push.StateFailed || !strings.Contains(why, "refused") {
+		t.Errorf("a push to a private address: %s %q, want failed at once (it is refused at every try)", st, why)
+	}
+	if n := len(svc.got()); n != 0 {
+		t.Errorf("the push service on a private address got %d requests", n)
 	}
 }

@@ -173,55 +173,67 @@ func (d *Deliverer) Pass(ctx context.Context) (more bool, err error) {
 	inFlight := maps.Clone(d.inFlight)
 	d.mu.Unlock()
 	taken := 0
+	var skip []string // nil: the first look takes the oldest due rows, whoever's
 	for room > 0 {
-		full := make([]string, 0, len(inFlight)) // not nil: id <> ALL (NULL) is never true
 		busy, counts := make([]string, 0, len(inFlight)), make([]int32, 0, len(inFlight))
 		for ep, n := range inFlight {
 			busy, counts = append(busy, ep), append(counts, int32(n))
-			if n >= d.cfg.PerEndpoint {
-				full = append(full, ep)
-			}
 		}
-		leases, err := d.lease(ctx, room, busy, counts, full)
+		leases, considered, enabled, err := d.lease(ctx, room, busy, counts, skip)
 		if err != nil {
 			return taken > 0, err
 		}
 		d.start(leases)
-		taken, room = taken+len(leases), room-len(leases)
-		filled := false
 		for _, l := range leases {
-			if inFlight[l.endpoint]++; inFlight[l.endpoint] == d.cfg.PerEndpoint {
-				filled = true
+			inFlight[l.endpoint]++
+		}
+		taken += len(leases)
+		// Room left though the candidates were cut off at their limit: the
+		// oldest due rows are endpoints' at their cap, or disabled ones'
+		// not yet ended, and may hide other endpoints' rows. Look again,
+		// once, leaving those endpoints out, if any other is enabled.
+		full := make([]string, 0, len(inFlight)) // not nil: id <> ALL (NULL) is never true
+		for ep, n := range inFlight {
+			if n >= d.cfg.PerEndpoint {
+				full = append(full, ep)
 			}
 		}
-		// Only an endpoint that reached its cap can have left due rows out of
-		// this lease (fewer than room were due otherwise): look again without
-		// it, so that its backlog does not hide other endpoints' rows.
-		if !filled {
+		if skip != nil || len(leases) == room || considered < room*candidatesPerRoom || enabled <= len(full) {
 			break
 		}
+		room -= len(leases)
+		skip = full
 	}
 	// Any taken: look again at once, for rows that came due meanwhile. None:
 	// wait for a kick or the interval.
 	return taken > 0, nil
 }
 
-// lease takes up to room due deliveries, at most PerEndpoint in flight per
-// endpoint counting those already in flight (busy, counts), from enabled
-// endpoints other than full ones.
-func (d *Deliverer) lease(ctx context.Context, room int, busy []string, counts []int32, full []string) ([]lease, error) {
+// lease takes up to room due deliveries of enabled endpoints, at most
+// PerEndpoint in flight per endpoint counting those already in flight (busy,
+// counts), none of the endpoints in skip; it reports how many due rows it
+// considered (at most room*candidatesPerRoom) and how many endpoints are
+// enabled.
+func (d *Deliverer) lease(ctx context.Context, room int, busy []string, counts []int32, skip []string) (leases []lease, considered, enabled int, err error) {
 	now := d.cfg.Clock.Now()
 	// The lease: next_attempt_at moves past the attempt's end, so another
 	// replica takes it only if this one dies before recording it.
 	leaseFor := d.cfg.Timeout + 30*time.Second
-	// The endpoints are filtered in the scan of the due index (an array made
-	// once), not after it: a full or disabled endpoint's backlog, however
-	// old, must not be all the candidates.
+	// The first look scans the due index in order and stops at the limit.
+	// A second (skip set) filters the endpoints in that scan, not after it,
+	// so that the skipped ones' backlog cannot be all the candidates; it
+	// may read every due row to do so, which is why it is only a second.
+	args := []any{now, room, leaseFor, busy, counts, d.cfg.PerEndpoint, candidatesPerRoom}
+	skipFilter := ""
+	if skip != nil {
+		skipFilter = `AND endpoint_id = ANY (ARRAY(SELECT id FROM webhook_endpoints WHERE enabled AND id <> ALL ($8::text[])))`
+		args = append(args, skip)
+	}
 	rows, err := d.cfg.DB.Query(ctx, `WITH candidates AS (
 			SELECT id, endpoint_id, next_attempt_at FROM webhook_deliveries
 			WHERE state = 'pending' AND next_attempt_at <= greatest(now(), $1)
-				AND endpoint_id = ANY (ARRAY(SELECT id FROM webhook_endpoints WHERE enabled AND id <> ALL ($7::text[])))
-			ORDER BY next_attempt_at LIMIT $2 * 4 FOR UPDATE SKIP LOCKED
+				`+skipFilter+`
+			ORDER BY next_attempt_at LIMIT $2::int * $7::int FOR UPDATE SKIP LOCKED
 		), busy AS (
 			SELECT * FROM unnest($4::text[], $5::int[]) AS b(endpoint_id, n)
 		), chosen AS (
@@ -230,34 +242,47 @@ func (d *Deliverer) lease(ctx context.Context, room int, busy []string, counts [
 				LEFT JOIN busy b USING (endpoint_id)
 			WHERE c.n + coalesce(b.n, 0) <= $6
 			ORDER BY c.next_attempt_at LIMIT $2
+		), leased AS (
+			UPDATE webhook_deliveries w SET next_attempt_at = greatest(now(), $1) + $3::interval, attempts = w.attempts + 1
+			FROM chosen c, webhook_endpoints e
+			WHERE w.id = c.id AND e.id = w.endpoint_id AND e.enabled
+			RETURNING w.id::text, w.endpoint_id, w.type, w.payload::text, coalesce(w.replayed_at, w.created_at) AS retry_from, w.attempts,
+				e.url, e.secret, CASE WHEN e.previous_secret_until > $1 THEN e.previous_secret END AS previous
 		)
-		UPDATE webhook_deliveries w SET next_attempt_at = greatest(now(), $1) + $3::interval, attempts = w.attempts + 1
-		FROM chosen c, webhook_endpoints e
-		WHERE w.id = c.id AND e.id = w.endpoint_id AND e.enabled
-		RETURNING w.id::text, w.endpoint_id, w.type, w.payload::text, coalesce(w.replayed_at, w.created_at), w.attempts,
-			e.url, e.secret, CASE WHEN e.previous_secret_until > $1 THEN e.previous_secret END`,
-		now, room, leaseFor, busy, counts, d.cfg.PerEndpoint, full)
+		-- One row even when nothing was leased, for the counts.
+		SELECT (SELECT count(*) FROM candidates), (SELECT count(*) FROM webhook_endpoints WHERE enabled),
+			l.id, l.endpoint_id, l.type, l.payload, l.retry_from, l.attempts, l.url, l.secret, l.previous
+		FROM (SELECT) one LEFT JOIN leased l ON true`,
+		args...)
 	if err != nil {
-		return nil, err
+		return nil, 0, 0, err
 	}
 	defer rows.Close()
-	var leases []lease
 	for rows.Next() {
 		var l lease
-		var body, secret string
-		var previous *string
-		if err := rows.Scan(&l.id, &l.endpoint, &l.typ, &body, &l.retryFrom, &l.attempt, &l.url, &secret, &previous); err != nil {
-			return nil, err
+		var id, endpoint, typ, url, body, secret, previous *string
+		var retryFrom *time.Time
+		var attempt *int
+		if err := rows.Scan(&considered, &enabled, &id, &endpoint, &typ, &body, &retryFrom, &attempt, &url, &secret, &previous); err != nil {
+			return nil, 0, 0, err
 		}
-		l.body = []byte(body)
-		l.secrets = []string{secret}
+		if id == nil {
+			continue // nothing leased
+		}
+		l.id, l.endpoint, l.typ, l.url, l.retryFrom, l.attempt = *id, *endpoint, *typ, *url, *retryFrom, *attempt
+		l.body = []byte(*body)
+		l.secrets = []string{*secret}
 		if previous != nil {
 			l.secrets = append(l.secrets, *previous)
 		}
 		leases = append(leases, l)
 	}
-	return leases, rows.Err()
+	return leases, considered, enabled, rows.Err()
 }
+
+// candidatesPerRoom is how many due rows a lease considers per free slot,
+// so that endpoints at their share leave enough for the others.
+const candidatesPerRoom = 4
 
 // start counts the leases in flight and starts their attempts.
 func (d *Deliverer) start(leases []lease) {

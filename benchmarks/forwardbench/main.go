@@ -78,6 +78,7 @@ func run(events, batch, workers, rounds, rate int, lagDuration time.Duration, ad
 		}
 		defer c.Stop()
 		adminURL = c.URL
+		cluster = c
 	}
 	db := func(name string) (string, error) {
 		conn, err := pgx.Connect(ctx, adminURL)
@@ -107,6 +108,7 @@ func run(events, batch, workers, rounds, rate int, lagDuration time.Duration, ad
 	// Rounds alternate baseline and forwarder on fresh databases, each after a
 	// checkpoint, so that neither always meets Postgres in the same state.
 	var baseRates, fwdRates []float64
+	var baseCPU, fwdCPU []cpuUse
 	for round := range rounds {
 		baseURL, err := db(fmt.Sprintf("bench_baseline_%d", round))
 		if err != nil {
@@ -115,7 +117,9 @@ func run(events, batch, workers, rounds, rate int, lagDuration time.Duration, ad
 		if err := checkpoint(); err != nil {
 			return err
 		}
+		before := cpuNow()
 		baseRate, err := baseline(ctx, baseURL, items, batch, workers)
+		baseCPU = append(baseCPU, cpuNow().since(before, len(items)))
 		if err != nil {
 			return fmt.Errorf("baseline: %w", err)
 		}
@@ -126,7 +130,8 @@ func run(events, batch, workers, rounds, rate int, lagDuration time.Duration, ad
 		if err := checkpoint(); err != nil {
 			return err
 		}
-		fwdRate, err := forwarder(ctx, fwdURL, filepath.Join(tmp, fmt.Sprintf("spool-%d.db", round)), items, batch, workers)
+		fwdRate, use, err := forwarder(ctx, fwdURL, filepath.Join(tmp, fmt.Sprintf("spool-%d.db", round)), items, batch, workers)
+		fwdCPU = append(fwdCPU, use)
 		if err != nil {
 			return fmt.Errorf("forwarder: %w", err)
 		}
@@ -143,12 +148,12 @@ func run(events, batch, workers, rounds, rate int, lagDuration time.Duration, ad
 	}
 
 	fmt.Printf("\n%d events × 1 recipient per round, batches of %d, %d forwarder workers and %d baseline connections, Postgres fsync on\n\n", events, batch, workers, workers)
-	fmt.Println("| round | baseline notifications/s | forwarder notifications/s | forwarder vs baseline |")
-	fmt.Println("|---:|---:|---:|---:|")
+	fmt.Println("| round | baseline notifications/s | forwarder notifications/s | forwarder vs baseline | CPU µs/notification, baseline: process, Postgres | forwarder: process, Postgres |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|")
 	var ratios []float64
 	for i := range baseRates {
 		ratios = append(ratios, fwdRates[i]/baseRates[i])
-		fmt.Printf("| %d | %.0f | %.0f | %.0f%% |\n", i+1, baseRates[i], fwdRates[i], 100*fwdRates[i]/baseRates[i])
+		fmt.Printf("| %d | %.0f | %.0f | %.0f%% | %s | %s |\n", i+1, baseRates[i], fwdRates[i], 100*fwdRates[i]/baseRates[i], baseCPU[i], fwdCPU[i])
 	}
 	slices.Sort(ratios)
 	fmt.Printf("\nmedian forwarder vs baseline: %.0f%%\n", 100*ratios[len(ratios)/2])
@@ -159,7 +164,33 @@ func run(events, batch, workers, rounds, rate int, lagDuration time.Duration, ad
 var (
 	profilePath    string
 	wakeUpInterval time.Duration
+	cluster        *pgcluster.Cluster // the benchmark's own Postgres; nil with -database-url
 )
+
+// cpuUse is the CPU a phase cost per notification: this process's (the
+// forwarder, or the baseline's client) and Postgres's (zero with
+// -database-url, whose server may be shared).
+type cpuUse struct{ process, postgres time.Duration }
+
+func (u cpuUse) String() string {
+	return fmt.Sprintf("%.1f, %.1f", float64(u.process)/1e3, float64(u.postgres)/1e3)
+}
+
+// cpuNow is the CPU used so far, in total.
+func cpuNow() cpuUse {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	u := cpuUse{process: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	if cluster != nil {
+		u.postgres = cluster.CPU()
+	}
+	return u
+}
+
+// since is the CPU used from before to u, per one of n notifications.
+func (u cpuUse) since(before cpuUse, n int) cpuUse {
+	return cpuUse{process: (u.process - before.process) / time.Duration(n), postgres: (u.postgres - before.postgres) / time.Duration(n)}
+}
 
 func makeItems(n int) []ingest.Item {
 	items := make([]ingest.Item, n)
@@ -246,10 +277,10 @@ func insertBaseline(ctx context.Context, pool *pgxpool.Pool, items []ingest.Item
 	return err
 }
 
-func forwarder(ctx context.Context, url, spoolPath string, items []ingest.Item, batch, workers int) (float64, error) {
+func forwarder(ctx context.Context, url, spoolPath string, items []ingest.Item, batch, workers int) (_ float64, _ cpuUse, err error) {
 	sp, err := spool.Open(ctx, spool.Config{Path: spoolPath, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	defer sp.Close(ctx)
 	var next atomic.Int64
@@ -268,57 +299,57 @@ func forwarder(ctx context.Context, url, spoolPath string, items []ingest.Item, 
 	}
 	wg.Wait()
 	if err, _ := fillErr.Load().(error); err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	pcfg.MaxConns = int32(workers)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	defer pool.Close()
 	f, err := forward.New(forward.Config{Spool: sp, DB: pool, BatchSize: batch, Workers: workers, WakeUpInterval: wakeUpInterval, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	if profilePath != "" {
 		pf, err := os.Create(profilePath)
 		if err != nil {
-			return 0, err
+			return 0, cpuUse{}, err
 		}
 		if err := pprof.StartCPUProfile(pf); err != nil {
-			return 0, err
+			return 0, cpuUse{}, err
 		}
 		defer pprof.StopCPUProfile()
 	}
-	start := time.Now()
+	start, before := time.Now(), cpuNow()
 	f.Start(ctx)
 	for {
 		// A cheap probe: the first pending row, if any.
 		next, err := sp.NextBatch(ctx, 0, spool.BatchLimit{Rows: 1})
 		if err != nil {
-			return 0, err
+			return 0, cpuUse{}, err
 		}
 		if len(next) == 0 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	elapsed := time.Since(start)
+	elapsed, use := time.Since(start), cpuNow().since(before, len(items))
 	if err := f.Stop(ctx); err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	var n int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM notifications").Scan(&n); err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	if n != len(items) {
-		return 0, fmt.Errorf("forwarded %d notifications, want %d", n, len(items))
+		return 0, cpuUse{}, fmt.Errorf("forwarded %d notifications, want %d", n, len(items))
 	}
-	return float64(n) / elapsed.Seconds(), nil
+	return float64(n) / elapsed.Seconds(), use, nil
 }
 
 func steadyLag(ctx context.Context, url, spoolPath string, rate int, duration time.Duration) (string, error) {

@@ -126,7 +126,7 @@ type readingConfig struct {
 // env is what every run shares: the cluster, the token issuer and its JWKS.
 type env struct {
 	dbURL, jwksURL string
-	pgDir          string // the cluster's directory, to read its CPU by
+	cluster        *pgcluster.Cluster // to read its CPU by
 	issuer         *devauth.Issuer
 	pool           *pgxpool.Pool
 }
@@ -173,7 +173,7 @@ func run(conns, rate int, duration time.Duration, reading readingConfig, wave wa
 		}
 	}
 
-	e := env{dbURL: cluster.URL, jwksURL: jwks.URL, pgDir: pgDir, issuer: issuer, pool: pool}
+	e := env{dbURL: cluster.URL, jwksURL: jwks.URL, cluster: cluster, issuer: issuer, pool: pool}
 	switch {
 	case wave.only:
 		return waves(ctx, e, bin, wave)

@@ -15,7 +15,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,9 +109,9 @@ func runReading(ctx context.Context, e env, bin string, replicas, sockets, rate 
 	mu.Lock()
 	frames0 := received
 	mu.Unlock()
-	r0, l0, c0, t0 := cpuOf(readers), cpuOf(listeners), clusterCPU(e.pgDir), time.Now()
+	r0, l0, c0, t0 := cpuOf(readers), cpuOf(listeners), e.cluster.CPU(), time.Now()
 	time.Sleep(window)
-	r1, l1, c1, el := cpuOf(readers), cpuOf(listeners), clusterCPU(e.pgDir), time.Since(t0)
+	r1, l1, c1, el := cpuOf(readers), cpuOf(listeners), e.cluster.CPU(), time.Since(t0)
 	reads1 := 0.0
 	for _, b := range bases {
 		reads1 += readsOK(b)
@@ -199,40 +198,6 @@ func cpuOf(pids []int) time.Duration {
 		}
 	}
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
-}
-
-// clusterCPU is the user and system CPU time of the cluster under dir:
-// its postmaster's own, its running children's, and that of the children
-// it has reaped (backends of closed connections, such as a killed
-// replica's). Other clusters on the machine are not counted.
-func clusterCPU(dir string) time.Duration {
-	b, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	postmaster, _ := strconv.Atoi(strings.TrimSpace(first))
-	var ticks int64
-	if f := procStat(postmaster); len(f) > 14 {
-		for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
-			v, _ := strconv.ParseInt(f[i], 10, 64)
-			ticks += v
-		}
-	}
-	entries, _ := os.ReadDir("/proc")
-	var children []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if f := procStat(pid); len(f) > 1 {
-			if ppid, _ := strconv.Atoi(f[1]); ppid == postmaster {
-				children = append(children, pid)
-			}
-		}
-	}
-	return time.Duration(ticks)*time.Second/100 + cpuOf(children)
 }
 
 // procStat is the fields of /proc/pid/stat after the command's closing

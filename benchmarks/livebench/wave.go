@@ -138,15 +138,15 @@ func runWave(ctx context.Context, e env, bin string, movers, stayers, rate int) 
 
 	// The load's own Postgres CPU, over as long as the wave will take.
 	time.Sleep(2 * time.Second)
-	before, t0 := clusterCPU(e.pgDir), time.Now()
+	before, t0 := e.cluster.CPU(), time.Now()
 	time.Sleep(3 * time.Second)
-	loadCPU := float64(clusterCPU(e.pgDir)-before) / float64(time.Since(t0))
+	loadCPU := float64(e.cluster.CPU()-before) / float64(time.Since(t0))
 
 	closeAll(sockets) // the client side of the killed replica's sockets
 	_ = procs[0].cmd.Process.Signal(syscall.SIGKILL)
 	_ = procs[0].cmd.Wait()
 	procs[0].killed = true
-	killed, cpu0 := time.Now(), clusterCPU(e.pgDir)
+	killed, cpu0 := time.Now(), e.cluster.CPU()
 	var failed atomic.Int64
 	moved := make([]*wsclient.Conn, movers)
 	_ = openAll(movers, func(i int) error {
@@ -173,7 +173,7 @@ func runWave(ctx context.Context, e env, bin string, movers, stayers, rate int) 
 		}
 	})
 	res.allReady = time.Since(killed)
-	waveCPU := float64(clusterCPU(e.pgDir) - cpu0)
+	waveCPU := float64(e.cluster.CPU() - cpu0)
 	res.failed = int(failed.Load())
 	res.cpuPerResume = time.Duration((waveCPU - loadCPU*float64(res.allReady)) / float64(movers))
 	defer closeAll(moved)

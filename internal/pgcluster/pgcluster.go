@@ -467,3 +467,34 @@ func StartTemp(ctx context.Context, prefix string, cfg Config) (c *Cluster, clea
 	}
 	return c, func() { _ = c.Stop(); _ = os.RemoveAll(tmp) }, nil
 }
+
+// CPU is the user and system CPU time the running cluster has used: its
+// postmaster's own, its running children's, and that of the children it has
+// reaped (backends of closed connections). Benchmarks read it before and
+// after a run; 0 when the cluster is not running.
+func (c *Cluster) CPU() time.Duration {
+	pids, err := c.processes()
+	if err != nil {
+		return 0
+	}
+	var ticks int64
+	for i, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		_, rest, _ := strings.Cut(string(b), ") ")
+		f := strings.Fields(rest)
+		fields := []int{11, 12} // utime, stime
+		if i == 0 {
+			fields = append(fields, 13, 14) // the postmaster's reaped children: cutime, cstime
+		}
+		for _, j := range fields {
+			if j < len(f) {
+				v, _ := strconv.ParseInt(f[j], 10, 64)
+				ticks += v
+			}
+		}
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}

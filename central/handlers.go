@@ -88,7 +88,7 @@ func (s *Server) allowUser(w http.ResponseWriter, r *http.Request, user string) 
 // --rate-limit-ip, keyed by the client's address, and answers 429 (false)
 // past the limit.
 func (s *Server) allowFailedAuth(w http.ResponseWriter, r *http.Request) bool {
-	d := s.cfg.FailedAuthLimit.Allow(ratelimit.ClientIP(r))
+	d := s.cfg.FailedAuthLimit.Allow(s.cfg.TrustedProxies.ClientIP(r))
 	return s.limited(w, r, d, "ip", "too many requests with a missing or bad token from this address; retry after Retry-After seconds (--rate-limit-ip)")
 }
 

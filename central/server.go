@@ -78,6 +78,10 @@ type Config struct {
 	// their token: past it they are answered 429 rather than 401, so that a
 	// token guesser gets a slower answer than a wrong one; nil limits nothing.
 	FailedAuthLimit *ratelimit.Limiter
+	// TrustedProxies are the load balancers whose X-Forwarded-For names the
+	// client FailedAuthLimit keys by (ratelimit.Proxies.ClientIP); none
+	// keys by the connection's peer.
+	TrustedProxies ratelimit.Proxies
 	// Services checks service tokens on /internal routes. Nil refuses every
 	// internal request with 401.
 	Services ServiceAuthorizer

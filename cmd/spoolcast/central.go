@@ -42,6 +42,7 @@ type centralOptions struct {
 	timeouts            httpTimeouts
 	rateLimitUser       ratelimit.Rate
 	rateLimitIP         ratelimit.Rate
+	trustedProxies      ratelimit.Proxies
 	databaseURL         string
 	databaseReadURL     string
 	maxReplicaLag       time.Duration
@@ -76,7 +77,8 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --ops-listen (never on the public address)")
 	o.timeouts.register(fs)
 	fs.TextVar(&o.rateLimitUser, "rate-limit-user", ratelimit.Rate{N: 20, Per: time.Second}, "requests each end user may make to /v1 on this replica (20/s, 100/m, 5/h; bursts of twice that; 0 or off: no limit); past it 429 with Retry-After and the RateLimit fields")
-	fs.TextVar(&o.rateLimitIP, "rate-limit-ip", ratelimit.Rate{N: 10, Per: time.Second}, "requests with a missing or bad token each client address may make on this replica before they are answered 429 instead of 401 (0 or off: no limit). The address is the connection's: behind a proxy that does not keep it, all share one")
+	fs.TextVar(&o.rateLimitIP, "rate-limit-ip", ratelimit.Rate{N: 10, Per: time.Second}, "requests with a missing or bad token each client address may make on this replica before they are answered 429 instead of 401 (0 or off: no limit). The address is the connection's, or with --trusted-proxies the one they forwarded")
+	fs.TextVar(&o.trustedProxies, "trusted-proxies", ratelimit.Proxies(nil), "comma-separated CIDR prefixes or addresses of the load balancers in front of central (10.0.0.0/8,192.0.2.7): a request from one is keyed for --rate-limit-ip by the rightmost X-Forwarded-For address that is not one of them. Unset, X-Forwarded-For is ignored, and behind a proxy every client shares the proxy's address")
 	fs.StringVar(&o.oidcIssuer, "oidc-issuer", "", "issuer (iss) of end users' OIDC tokens (required)")
 	fs.StringVar(&o.oidcAudience, "oidc-audience", "", "audience (aud) end users' tokens must carry (required)")
 	fs.StringVar(&o.jwksURL, "jwks-url", "", "URL of the issuer's JWKS (required)")
@@ -338,7 +340,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	}
 	api, err := central.New(central.Config{
 		VAPIDPublicKey: vapidPublic, WebPushAllowPrivate: o.push.webAllowPrivate,
-		UserLimit: userLimit, FailedAuthLimit: ipLimit,
+		UserLimit: userLimit, FailedAuthLimit: ipLimit, TrustedProxies: o.trustedProxies,
 		DB: c.pool, ReadDB: readDB, MaxReplicaLag: o.maxReplicaLag, DBTimeout: o.dbStatementTimeout, Users: users, Services: serviceAuth, AdminRole: o.adminRole,
 		Devices: devices, PushMetrics: pushMetrics, Preferences: builtin, PreferencesExternal: builtin == nil,
 		Webhooks: webhook.NewStore(webhook.StoreConfig{DB: c.pool, AllowPrivate: o.webhooks.allowPrivate}),

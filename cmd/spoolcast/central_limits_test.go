@@ -64,3 +64,36 @@ func TestCentralLimitsEachUsersRequestsAndBadTokensByAddress(t *testing.T) {
 		t.Errorf("bob from the same address after the bad tokens: %d %s; want 200 (a valid token is not counted)", resp.StatusCode, body)
 	}
 }
+
+// Behind a trusted load balancer, bad tokens are limited by the client
+// address it forwards, each client apart, and what a client writes into
+// X-Forwarded-For itself picks no fresh bucket.
+func TestCentralLimitsBadTokensByTheAddressATrustedProxyForwards(t *testing.T) {
+	t.Parallel()
+	base, _ := startCentralProcess(t, pgtest.DB(t), "--rate-limit-ip", "1/h", "--trusted-proxies", "127.0.0.0/8")
+	badToken := func(forwardedFor string) int {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/notifications", nil)
+		req.Header.Set("Authorization", "Bearer not-a-token")
+		req.Header.Set("X-Forwarded-For", forwardedFor)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i, tc := range []struct {
+		forwardedFor string
+		want         int
+	}{
+		{"203.0.113.1", http.StatusUnauthorized},
+		{"203.0.113.1", http.StatusUnauthorized},
+		{"203.0.113.1", http.StatusTooManyRequests},
+		{"203.0.113.2", http.StatusUnauthorized},                  // another client behind the same proxy
+		{"198.51.100.7, 203.0.113.1", http.StatusTooManyRequests}, // the client's own entry, left of the proxy's, changes nothing
+	} {
+		if got := badToken(tc.forwardedFor); got != tc.want {
+			t.Errorf("request %d, X-Forwarded-For %q: %d, want %d", i+1, tc.forwardedFor, got, tc.want)
+		}
+	}
+}

@@ -75,6 +75,9 @@
 // limit at all) or name someone else's address to have them limited. Behind
 // a load balancer or ingress that does not preserve the client's address,
 // RemoteAddr is the proxy's, and every request through it shares one bucket.
+// Proxies.ClientIP believes X-Forwarded-For from the proxies named, and only
+// what they appended: it reads the header from the right while the address
+// at hand is a trusted proxy's, so a client's own entries are never used.
 // IPv6 addresses are keyed by their /64, one subscriber's usual allocation,
 // from which a single host can otherwise draw 2^64 keys.
 package ratelimit

@@ -32,6 +32,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/oidctest"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/ratelimit"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/migrations"
@@ -69,6 +70,8 @@ type options struct {
 	allowPrivateWebhooks bool
 	vapidPublicKey       string // VAPIDPublicKey
 	webPushAllowPrivate  bool   // WebPushAllowPrivate
+	userRate             string // UserLimit's rate (--rate-limit-user); empty: none
+	maxSocketsPerUser    int    // the hub's MaxSocketsPerUser; 0: its default
 }
 
 func newHarness(t *testing.T, o options) *harness {
@@ -106,7 +109,7 @@ func newHarness(t *testing.T, o options) *harness {
 		cfg.Webhooks = webhook.NewStore(webhook.StoreConfig{DB: pool, AllowPrivate: true})
 	}
 	if o.live {
-		hub, err := live.New(live.Config{DB: pool, Metrics: live.NewMetrics(cfg.Registry), Logger: logger})
+		hub, err := live.New(live.Config{DB: pool, MaxSocketsPerUser: o.maxSocketsPerUser, Metrics: live.NewMetrics(cfg.Registry), Logger: logger})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,6 +124,15 @@ func newHarness(t *testing.T, o options) *harness {
 	}
 	if o.minAppVersion != "" {
 		cfg.MinAppVersion, _ = apiversion.ParseAppVersion(o.minAppVersion)
+	}
+	if o.userRate != "" {
+		var rate ratelimit.Rate
+		if err := rate.UnmarshalText([]byte(o.userRate)); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.UserLimit, err = ratelimit.New(ratelimit.Config{Name: "user", Rate: rate}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	srv, err := central.New(cfg)
 	if err != nil {

@@ -12,15 +12,16 @@ import (
 )
 
 // stream is GET /v1/stream: the token is checked before the upgrade, and a
-// refusal is a plain HTTP answer that closes the connection. Neither the
-// answer nor the log ever repeats the token.
+// refusal is a plain HTTP answer that closes the connection (the upgrade
+// writes its own headers, so Connection: close reaches refusals alone).
+// Neither the answer nor the log ever repeats the token.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Live == nil {
 		problem.Write(w, r, problem.New(http.StatusNotFound, problem.StreamDisabled, "this deployment serves no live stream"))
 		return
 	}
+	w.Header().Set("Connection", "close")
 	if !s.originAllowed(r) {
-		w.Header().Set("Connection", "close")
 		problem.Write(w, r, problem.New(http.StatusForbidden, problem.OriginNotAllowed,
 			"this origin may not open the stream; the server's --allowed-origins lists those that may"))
 		return
@@ -28,7 +29,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	u, err := s.cfg.Users.AuthorizeWebSocket(r)
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", auth.Challenge(err))
-		w.Header().Set("Connection", "close")
 		if !s.allowFailedAuth(w, r) {
 			return
 		}
@@ -38,7 +38,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		reason := auth.Reason(err)
 		s.refused(r, reason)
 		w.Header().Set("WWW-Authenticate", auth.Challenge(err))
-		w.Header().Set("Connection", "close")
 		detail := reason
 		if errors.Is(err, auth.ErrNoToken) {
 			detail = "send the token as Sec-WebSocket-Protocol: " + auth.WebSocketProtocol + ", <token>"

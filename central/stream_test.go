@@ -170,6 +170,35 @@ func TestStreamOriginsAreChecked(t *testing.T) {
 	}
 }
 
+// A user past --max-sockets-per-user is told to wait by Retry-After alone:
+// the RateLimit fields of --rate-limit-user, which this refusal is not,
+// would tell the app it may retry at once.
+func TestTooManySocketsIsAnsweredWithRetryAfterAlone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{live: true, maxSocketsPerUser: 1, userRate: "20/s"})
+	c, err := wsclient.Dial(context.Background(), h.url, h.iss.Token("u1"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if m, err := c.Next(10 * time.Second); err != nil || m.Type != "ready" {
+		t.Fatalf("first frame %v, %v; want ready", m, err)
+	}
+	raw := h.handshake("spoolcast.bearer.v1, "+h.iss.Token("u1"), "")
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "10" {
+		t.Errorf("the second socket: %d, Retry-After %q; want 429 with Retry-After 10", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	for _, f := range []string{"RateLimit", "RateLimit-Policy"} {
+		if v := resp.Header.Get(f); v != "" {
+			t.Errorf("the too-many-sockets answer carries %s: %q", f, v)
+		}
+	}
+}
+
 func TestAStreamFrameCarriesTheFeedsItem(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, options{live: true})

@@ -66,6 +66,11 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 	release, err := h.admit(user)
 	switch {
 	case errors.Is(err, errUserSockets):
+		// Retry-After alone: the request-rate fields another layer set
+		// (--rate-limit-user) do not describe this refusal, and their t
+		// would tell the app to retry sooner.
+		w.Header().Del("RateLimit")
+		w.Header().Del("RateLimit-Policy")
 		w.Header().Set("Retry-After", "10")
 		problem.Write(w, r, problem.New(http.StatusTooManyRequests, problem.TooManySockets,
 			fmt.Sprintf("this user already has %d sockets open on this replica; close one (or reuse one per app) and retry", h.cfg.MaxSocketsPerUser)))

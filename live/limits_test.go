@@ -2,6 +2,7 @@ package live_test
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +12,16 @@ import (
 	"github.com/spoolcast/spoolcast/live"
 )
 
-// handshake sends a stream handshake for user without upgrading and
-// returns the answer's status and Retry-After.
-func handshake(t *testing.T, s *stack, user string) (int, string) {
+// handshake sends a stream handshake for user, resuming after a cursor
+// unless it is empty, without upgrading and returns the answer's status
+// and Retry-After.
+func handshake(t *testing.T, s *stack, user, after string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, s.base+"/v1/stream", nil)
+	u := s.base + "/v1/stream"
+	if after != "" {
+		u += "?after=" + url.QueryEscape(after)
+	}
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "websocket")
 	req.Header.Set("Sec-WebSocket-Version", "13")
@@ -31,19 +37,36 @@ func handshake(t *testing.T, s *stack, user string) (int, string) {
 
 // One user's sockets are capped per replica (429 before the upgrade, with
 // Retry-After), and so are the replica's (503, so that the load balancer
-// tries another); a closed socket frees its place.
+// tries another); a closed socket frees its place. The caps come before a
+// resume's cursor is checked in Postgres: a capped handshake costs no query.
 func TestSocketsAreCappedPerUserAndPerReplica(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, func(c *live.Config) { c.MaxSocketsPerUser, c.MaxSockets = 2, 3 })
 	first := s.dial("u1", "")
-	s.ready(first)
+	_, cursor := s.ready(first)
+	parsed, err := live.ParseCursor(cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A cursor whose check in Postgres fails (400): a transaction this
+	// cluster never had.
+	unchecked := live.Cursor{Position: live.Position{Tx: parsed.Tx + 1<<32}, At: parsed.At}.String()
+	if code, _ := handshake(t, s, "u1", unchecked); code != http.StatusBadRequest {
+		t.Fatalf("a cursor beyond the cluster's transactions: %d, want 400", code)
+	}
 	s.ready(s.dial("u1", ""))
-	if code, retry := handshake(t, s, "u1"); code != http.StatusTooManyRequests || retry == "" {
+	if code, retry := handshake(t, s, "u1", ""); code != http.StatusTooManyRequests || retry == "" {
 		t.Errorf("u1's third socket: %d, Retry-After %q; want 429 with Retry-After", code, retry)
 	}
+	if code, _ := handshake(t, s, "u1", unchecked); code != http.StatusTooManyRequests {
+		t.Errorf("u1's third socket, resuming: %d; want 429 before the cursor is checked", code)
+	}
 	s.ready(s.dial("u2", ""))
-	if code, retry := handshake(t, s, "u3"); code != http.StatusServiceUnavailable || retry == "" {
+	if code, retry := handshake(t, s, "u3", ""); code != http.StatusServiceUnavailable || retry == "" {
 		t.Errorf("the replica's fourth socket: %d, Retry-After %q; want 503 with Retry-After", code, retry)
+	}
+	if code, _ := handshake(t, s, "u3", unchecked); code != http.StatusServiceUnavailable {
+		t.Errorf("the replica's fourth socket, resuming: %d; want 503 before the cursor is checked", code)
 	}
 	if _, err := wsclient.Dial(t.Context(), s.base, "u1", ""); err == nil || !strings.Contains(err.Error(), "HTTP 429") {
 		t.Errorf("u1's third socket by a client: %v; want HTTP 429", err)

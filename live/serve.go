@@ -32,24 +32,6 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 		}
 		after = &c
 	}
-	if after != nil {
-		// Bounded: after a failover every app checks its cursor at once, and
-		// a stalled Postgres must not pile up handshakes the socket caps do
-		// not count yet.
-		cctx, cancel := context.WithTimeout(r.Context(), cursorCheckTimeout)
-		err := h.checkCursor(cctx, *after)
-		cancel()
-		switch {
-		case errors.Is(err, ErrOtherHistory):
-			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor,
-				"after is from another history of the database (it was restored or failed over): connect without it and load the feed").On("after"))
-			return
-		case err != nil:
-			w.Header().Set("Retry-After", "1")
-			problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "the stream cannot check the cursor now; reconnect"))
-			return
-		}
-	}
 	if p := handshakeProblem(r); p != nil {
 		if p.Status == http.StatusUpgradeRequired {
 			w.Header().Set("Upgrade", "websocket")
@@ -81,6 +63,25 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 		return
 	}
 	defer release()
+	if after != nil {
+		// After the caps, which count this handshake from here on, and
+		// bounded: after a failover every app checks its cursor at once,
+		// and neither a full replica nor a stalled Postgres may pile up
+		// checks.
+		cctx, cancel := context.WithTimeout(r.Context(), cursorCheckTimeout)
+		err := h.checkCursor(cctx, *after)
+		cancel()
+		switch {
+		case errors.Is(err, ErrOtherHistory):
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor,
+				"after is from another history of the database (it was restored or failed over): connect without it and load the feed").On("after"))
+			return
+		case err != nil:
+			w.Header().Set("Retry-After", "1")
+			problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "the stream cannot check the cursor now; reconnect"))
+			return
+		}
+	}
 	upgrader := ws.HTTPUpgrader{
 		Timeout:  h.cfg.WriteTimeout,
 		Protocol: func(p string) bool { return p == auth.WebSocketProtocol }, // never the token

@@ -156,12 +156,12 @@ type Config struct {
 	// remembers, for clients that carry back neither the cookie nor the
 	// header. Default 100,000.
 	RecentWriters int
-	// PreparedFeedReads runs feed pages and unread counts as named
-	// prepared statements, on DB and ReadDB (feed.Store.WithPreparedReads):
-	// set it only when every connection to them may hold them (straight to
-	// Postgres, or PgBouncer 1.21 or later with max_prepared_statements >
-	// 0). Default false: unnamed statements, which any pooler carries.
-	PreparedFeedReads bool
+	// PrepareFeedReads runs feed pages and unread counts, on DB and ReadDB,
+	// through this query rewriter (feed.Store.WithPreparedReads), which
+	// prepares them on the connections that may hold named statements
+	// (pgpool.PrepareWhereAllowed: by the pool's PreparedStatements).
+	// Default nil: unnamed statements, which any pooler carries.
+	PrepareFeedReads pgx.QueryRewriter
 }
 
 // Validate reports the first setting a user must fix.
@@ -253,8 +253,8 @@ func New(cfg Config) (*Server, error) {
 	// serve reads, and two measuring intervals: past that, a replica that
 	// serves reads has replayed it.
 	s.positions = newWritePositions(cfg.MaxReplicaLag+2*cfg.ReplicaProbeInterval, cfg.RecentWriters, cfg.Clock)
-	if cfg.PreparedFeedReads {
-		s.feed = s.feed.WithPreparedReads()
+	if cfg.PrepareFeedReads != nil {
+		s.feed = s.feed.WithPreparedReads(cfg.PrepareFeedReads)
 	}
 	s.metrics.initFeedReads(cfg.ReadDB != nil)
 	if c, ok := cfg.Users.(tokenCacheStats); ok {

@@ -90,7 +90,7 @@ type Store struct {
 	db         DB
 	clock      clock.Clock
 	partitions *partitionCache
-	prepared   bool // reads run as named prepared statements
+	prepare    pgx.QueryRewriter // runs reads as named prepared statements where it may; nil: unnamed
 }
 
 // NewStore returns a store over db that tells time by clk: the newest
@@ -105,29 +105,28 @@ func NewStore(db DB, clk clock.Clock) *Store {
 // they are the same on a streaming standby, and a partition it does not
 // have yet is only read through the partitioned table for a while.
 func (s *Store) On(db DB) *Store {
-	return &Store{db: db, clock: s.clock, partitions: s.partitions, prepared: s.prepared}
+	return &Store{db: db, clock: s.clock, partitions: s.partitions, prepare: s.prepare}
 }
 
 // WithPreparedReads returns the store running its reads (pages, unread
-// counts) as named prepared statements: parsed once per connection and,
-// once Postgres settles on a generic plan, planned once, where an unnamed
-// statement is parsed and planned at every run (most of what a page costs
-// Postgres: benchmarks/README.md, "Feed reads under load"). Only for a DB
-// whose every connection may hold them: straight to Postgres, or through a
-// pooler that carries them (PgBouncer 1.21 or later with
-// max_prepared_statements > 0). Their texts name the weeks' partitions, so
-// a connection prepares a few more each week, and pgx's statement cache
-// (512 a connection) drops the oldest.
-func (s *Store) WithPreparedReads() *Store {
+// counts) through prepare, passed as each read's first argument: a query
+// rewriter that runs a read as a named prepared statement on the
+// connections that may hold one (pgpool.PrepareWhereAllowed). Prepared, a
+// read is parsed once per connection and, once Postgres settles on a
+// generic plan, planned once, where an unnamed statement is parsed and
+// planned at every run (most of what a page costs Postgres:
+// benchmarks/README.md, "Feed reads under load"). Their texts name the
+// weeks' partitions, so a connection prepares a few more each week.
+func (s *Store) WithPreparedReads(prepare pgx.QueryRewriter) *Store {
 	out := *s
-	out.prepared = true
+	out.prepare = prepare
 	return &out
 }
 
-// args are a read's arguments, after the mode it runs in.
+// args are a read's arguments, after the rewriter that prepares it.
 func (s *Store) args(args queryArgs) []any {
-	if s.prepared {
-		return append([]any{pgx.QueryExecModeCacheStatement}, args...)
+	if s.prepare != nil {
+		return append([]any{s.prepare}, args...)
 	}
 	return args
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/eventtest"
+	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/weekly"
 	"github.com/spoolcast/spoolcast/live"
@@ -590,16 +591,21 @@ func TestARowCommittedAfterAFirstPageIsReturnedSinceItsRefreshCursor(t *testing.
 
 func TestPreparedReadsAnswerAsUnnamedOnesAndArePlannedOnce(t *testing.T) {
 	t.Parallel()
-	// One connection, to see what it holds prepared.
-	pool := pgtest.Connect(t, pgtest.DB(t)+"&pool_max_conns=1")
+	// One connection, to see what it holds prepared, opened as central
+	// opens its pools: straight to Postgres, it may hold named statements.
 	ctx := context.Background()
+	pool, err := pgpool.New(ctx, pgpool.Config{URL: pgtest.DB(t), MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
 	seed(t, pool, "kim", "old", 60, 20)
 	if _, _, err := feed.NewStore(pool, nil).MarkAllRead(ctx, "kim"); err != nil {
 		t.Fatal(err)
 	}
 	seed(t, pool, "kim", "new", 5, 5)
 	unnamed := feed.NewStore(pool, nil)
-	prepared := unnamed.WithPreparedReads()
+	prepared := unnamed.WithPreparedReads(pgpool.PrepareWhereAllowed)
 	ids := func(p feed.Page) string {
 		var out []int64
 		for _, n := range p.Items {
@@ -638,8 +644,12 @@ func TestPreparedReadsAnswerAsUnnamedOnesAndArePlannedOnce(t *testing.T) {
 
 func TestAPartitionDroppedAfterItWasReadIsNotReadAgain(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
 	ctx := context.Background()
+	pool, err := pgpool.New(ctx, pgpool.Config{URL: pgtest.DB(t), MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
 	old := weekly.Start(time.Now()).Add(-12 * time.Hour) // last week's, read by name
 	if _, err := pool.Exec(ctx, `SELECT spoolcast_ensure_week_partition('notifications', $1)`, old); err != nil {
 		t.Fatal(err)
@@ -650,7 +660,7 @@ func TestAPartitionDroppedAfterItWasReadIsNotReadAgain(t *testing.T) {
 	}
 	seed(t, pool, "lou", "now", 1, 1)
 	db := &errorRecorder{Pool: pool}
-	stores := []*feed.Store{feed.NewStore(db, nil), feed.NewStore(db, nil).WithPreparedReads()}
+	stores := []*feed.Store{feed.NewStore(db, nil), feed.NewStore(db, nil).WithPreparedReads(pgpool.PrepareWhereAllowed)}
 	for _, store := range stores {
 		for range 2 {
 			if got := fmt.Sprint(allTitles(t, store, feed.Query{UserID: "lou", Limit: 5})); got != "[n 0 old]" {

@@ -8,9 +8,10 @@
 // -weeks weeks, weekly partitions as maintenance makes them; most users
 // read-all two days ago, the rest never did), and serves central's real
 // handler (token check, per-user rate limit, the store's reads, JSON) on a
-// loopback port from this process, its feed reads as unnamed statements (as
-// behind any pooler) or, with -prepared, as named prepared statements
-// (central.Config.PreparedFeedReads). wrk sends the requests, cycling through
+// loopback port from this process, its pool opened as central opens it:
+// -prepared is --database-prepared-statements (auto: feed reads as named
+// prepared statements on these direct connections; off: unnamed, as behind
+// any pooler). wrk sends the requests, cycling through
 // the users and their tokens, over -conns connections; every target runs in
 // each round, in an order that rotates between rounds. It prints each
 // round, the medians as Markdown with each target as a ratio of /healthz,
@@ -69,7 +70,7 @@ func main() {
 	flag.StringVar(&cfg.databaseURL, "database-url", "", "Postgres maintenance URL (default: start a local cluster)")
 	flag.StringVar(&cfg.pprofDir, "pprof", "", "write a CPU profile of central for each target's run in round 1 into this directory")
 	flag.StringVar(&cfg.wrk, "wrk", "wrk", "the wrk binary")
-	flag.BoolVar(&cfg.prepared, "prepared", false, "central runs feed reads as named prepared statements (central.Config.PreparedFeedReads); default unnamed, as behind any pooler")
+	flag.TextVar(&cfg.prepared, "prepared", pgpool.PreparedAuto, "central's --database-prepared-statements: auto (its default) and on run feed reads as named prepared statements on these direct connections, off unnamed, as behind a pooler without named statements")
 	flag.Parse()
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "feedload:", err)
@@ -84,7 +85,7 @@ type config struct {
 	rounds, dbConns           int
 	targets, databaseURL, wrk string
 	pprofDir                  string
-	prepared                  bool
+	prepared                  pgpool.PreparedStatements
 }
 
 // target is one kind of request, and the request each user sends for it.
@@ -126,7 +127,7 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
-	pool, err := pgpool.New(ctx, pgpool.Config{URL: url, MaxConns: cfg.dbConns})
+	pool, err := pgpool.New(ctx, pgpool.Config{URL: url, MaxConns: cfg.dbConns, PreparedStatements: cfg.prepared})
 	if err != nil {
 		return err
 	}
@@ -148,7 +149,7 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
-	api, err := central.New(central.Config{DB: pool, Users: users, UserLimit: userLimit, PreparedFeedReads: cfg.prepared, Logger: slog.New(slog.DiscardHandler)})
+	api, err := central.New(central.Config{DB: pool, Users: users, UserLimit: userLimit, PrepareFeedReads: pgpool.PrepareWhereAllowed, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
@@ -226,9 +227,9 @@ func run(cfg config) error {
 // median of its per-round ratios to /healthz.
 func report(cfg config, targets []target, results map[string][]measured) {
 	health := results["healthz"]
-	reads := "unnamed statements"
-	if cfg.prepared {
-		reads = "prepared statements"
+	reads := "unnamed statements (--database-prepared-statements off)"
+	if cfg.prepared != pgpool.PreparedOff {
+		reads = "prepared statements (--database-prepared-statements " + cfg.prepared.String() + ")"
 	}
 	fmt.Printf("\n%d users, %d notifications a day each over %d weeks; feed reads as %s; wrk -t%d -c%d, %s per target after %s of warm-up, %d rounds (medians)\n\n",
 		cfg.users, cfg.perDay, cfg.weeks, reads, cfg.threads, cfg.conns, cfg.duration, cfg.warmup, cfg.rounds)

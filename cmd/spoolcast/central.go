@@ -96,7 +96,7 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.maintenanceInterval, "maintenance-interval", time.Hour, "how often central runs a maintenance pass (one replica at a time); 0 leaves it to `spoolcast maintain`")
 	fs.DurationVar(&o.wakeUpInterval, "wake-up-interval", ingest.DefaultWakeUpInterval, "least time between the wake-ups (NOTIFY) /internal/v1/events sends after its commits")
 	fs.StringVar(&o.directURL, "direct-database-url", "", "Postgres URL for the LISTEN connection that wakes the live stream and the push dispatcher, direct (not through PgBouncer in transaction mode); default --database-url")
-	fs.TextVar(&o.prepared, "database-prepared-statements", pgpool.PreparedAuto, "whether hot statements run as named prepared statements, planned once per connection instead of at every run: auto prepares the live stream's (its read at every wake-up, each resume) on connections straight to Postgres and not through a pooler (known by its cancel key); on prepares those everywhere, and feed pages and unread counts too (for Postgres straight, PgBouncer 1.21 or later with max_prepared_statements > 0, or session mode); off nowhere. PgBouncer's transaction mode before 1.21 loses named statements between transactions; every other statement always runs unnamed")
+	fs.TextVar(&o.prepared, "database-prepared-statements", pgpool.PreparedAuto, "whether hot statements run as named prepared statements, planned once per connection instead of at every run (the live stream's read at every wake-up and each resume, feed pages and unread counts): auto prepares them on connections straight to Postgres and not through a pooler (known by its cancel key); on prepares them everywhere (for PgBouncer 1.21 or later with max_prepared_statements > 0, or session mode); off nowhere. PgBouncer's transaction mode before 1.21 loses named statements between transactions; every other statement always runs unnamed")
 	fs.IntVar(&o.tokenCacheSize, "token-cache-size", auth.DefaultCachedTokens, "verified user tokens kept per replica, by their SHA-256 until they expire, so that a token is verified once rather than at every request; dropped when the issuer's JWKS drops or changes a key; negative keeps none")
 	fs.BoolVar(&o.inbox, "inbox", false, "serve the web inbox at /inbox: a page showing a user's feed and live arrivals, signed in with their token")
 	o.lifecycle.register(fs)
@@ -346,7 +346,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		Webhooks: webhook.NewStore(webhook.StoreConfig{DB: c.pool, AllowPrivate: o.webhooks.allowPrivate}),
 		Live:     c.live, SchemaReady: schemaReady(c.pool), AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval, Inbox: o.inbox,
 		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Registry: reg, Logger: logger,
-		PreparedFeedReads: o.prepared == pgpool.PreparedOn,
+		PrepareFeedReads: pgpool.PrepareWhereAllowed, // by each pool's --database-prepared-statements
 	})
 	if err != nil {
 		return fail(err)

@@ -2,7 +2,8 @@
 // statements keep no session state, so a pool may point at PgBouncer in
 // transaction mode, and every wait on Postgres is bounded; only a connection
 // straight to Postgres prepares the few hot statements its caller names
-// (Config.Prepare). A pool follows the primary: the URL may list several
+// (Config.Prepare, or PrepareWhereAllowed as a query's first argument). A
+// pool follows the primary: the URL may list several
 // hosts with target_session_attrs=read-write, and a connection whose server
 // has gone or turned read-only is never handed out again.
 package pgpool
@@ -12,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -142,7 +144,7 @@ func New(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if !strings.Contains(cfg.URL, "connect_timeout") {
 		pc.ConnConfig.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, 5*time.Second)
 	}
-	if len(cfg.Prepare) > 0 && cfg.PreparedStatements != PreparedOff {
+	if cfg.PreparedStatements != PreparedOff {
 		pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error { return prepare(ctx, conn, cfg) }
 	}
 	grace := cmp.Or(cfg.CancelGrace, time.Second)
@@ -191,7 +193,8 @@ func gone(pgErr *pgconn.PgError) bool {
 	return false
 }
 
-// prepare prepares cfg.Prepare on a new connection that may hold them.
+// prepare finds whether a new connection may hold named statements, marks
+// it for PrepareWhereAllowed, and prepares cfg.Prepare on it if it may.
 func prepare(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	var backend uint32
 	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`, pgx.QueryExecModeSimpleProtocol).Scan(&backend); err != nil {
@@ -201,6 +204,7 @@ func prepare(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if !direct && cfg.PreparedStatements == PreparedAuto {
 		return nil
 	}
+	conn.PgConn().CustomData()[preparedKey] = &lazyStatements{}
 	if direct && cfg.GenericPlans { // a session setting: never through a pooler
 		if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
 			return fmt.Errorf("use generic plans: %w", err)
@@ -216,6 +220,51 @@ func prepare(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		}
 	}
 	return nil
+}
+
+// preparedKey marks, in a connection's custom data, one that may hold named
+// statements; its value is the *lazyStatements PrepareWhereAllowed made.
+const preparedKey = "spoolcast/pgpool.prepared"
+
+// maxLazyStatements bounds the statements PrepareWhereAllowed keeps on one
+// connection; past it the oldest is deallocated. Texts that name a week's
+// partitions change each week, and a connection lives an hour at most
+// (pgxpool's MaxConnLifetime).
+const maxLazyStatements = 32
+
+// lazyStatements are the texts PrepareWhereAllowed prepared on a
+// connection, oldest first.
+type lazyStatements struct{ texts []string }
+
+// PrepareWhereAllowed, passed as a query's first argument, runs the query
+// as a named prepared statement on a connection of a pool whose
+// Config.PreparedStatements lets it hold them (PreparedAuto: one straight
+// to Postgres), preparing it on that connection's first run; elsewhere, and
+// inside a transaction (where a failed prepare would abort it), the query
+// runs unnamed. For statements whose texts are not known when the pool
+// opens (Config.Prepare).
+var PrepareWhereAllowed pgx.QueryRewriter = prepareWhereAllowed{}
+
+type prepareWhereAllowed struct{}
+
+func (prepareWhereAllowed) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string, args []any) (string, []any, error) {
+	held, _ := conn.PgConn().CustomData()[preparedKey].(*lazyStatements)
+	if held == nil || conn.PgConn().TxStatus() != 'I' || slices.Contains(held.texts, sql) {
+		return sql, args, nil
+	}
+	if len(held.texts) >= maxLazyStatements {
+		if err := conn.Deallocate(ctx, held.texts[0]); err != nil {
+			return sql, args, nil // the query meets what is wrong with the connection
+		}
+		held.texts = held.texts[1:]
+	}
+	// Named after its text (a hash of it), and found by it: Query(sql) runs
+	// the prepared statement. A text Postgres refuses runs unnamed, and
+	// fails there with its own error.
+	if _, err := conn.Prepare(ctx, sql, sql); err == nil {
+		held.texts = append(held.texts, sql)
+	}
+	return sql, args, nil
 }
 
 // lostStatement reports an answer that says a prepared statement of the

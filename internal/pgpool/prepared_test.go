@@ -3,6 +3,7 @@ package pgpool_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -207,5 +208,84 @@ func TestPreparedStatementsReadsAutoOnAndOff(t *testing.T) {
 	}
 	if (pgpool.PreparedStatements(0)) != pgpool.PreparedAuto {
 		t.Error("the zero value is not auto: a Config built in code would not get the default")
+	}
+}
+
+// runWhereAllowed runs sql through PrepareWhereAllowed.
+func runWhereAllowed(t *testing.T, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, sql string) {
+	t.Helper()
+	var v string
+	if err := q.QueryRow(context.Background(), sql, pgpool.PrepareWhereAllowed, 1).Scan(&v); err != nil || v != "one" {
+		t.Fatalf("%s: %q, %v", sql, v, err)
+	}
+}
+
+// Statements whose texts are known only when they run are prepared on
+// their connection's first run where the pool may hold them, and run
+// unnamed elsewhere: with prepared statements off, and inside a
+// transaction. A connection keeps the newest 32 of them.
+func TestPrepareWhereAllowedPreparesOnAConnectionThatMayHoldThem(t *testing.T) {
+	t.Parallel()
+	url := withTable(t)
+	pool := open(t, pgpool.Config{URL: url, MaxConns: 1})
+	for range 3 {
+		runWhereAllowed(t, pool, hot)
+	}
+	if _, err := pool.Exec(context.Background(), cold, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := prepared(t, pool); len(got) != 1 || got[hot] != [2]int{0, 3} {
+		t.Fatalf("prepared %v; want %q alone, run three times", got, hot)
+	}
+
+	tx, err := pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWhereAllowed(t, tx, hot+` AND true`)
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := prepared(t, pool); len(got) != 1 {
+		t.Errorf("after a run inside a transaction: prepared %v; want it unnamed", got)
+	}
+
+	var texts []string
+	for i := range 40 {
+		texts = append(texts, fmt.Sprintf(`SELECT v FROM t WHERE id = $1 AND %d = %d`, i, i))
+		runWhereAllowed(t, pool, texts[i])
+	}
+	got := prepared(t, pool)
+	if len(got) != 32 {
+		t.Errorf("after 41 texts the connection holds %d, want 32", len(got))
+	}
+	for _, sql := range texts[len(texts)-32:] {
+		if _, ok := got[sql]; !ok {
+			t.Errorf("%q, one of the newest 32, is not held", sql)
+		}
+	}
+
+	off := open(t, pgpool.Config{URL: url, MaxConns: 1, PreparedStatements: pgpool.PreparedOff})
+	runWhereAllowed(t, off, hot)
+	if got := prepared(t, off); len(got) != 0 {
+		t.Errorf("with prepared statements off: prepared %v, want none", got)
+	}
+}
+
+// Through PgBouncer in transaction mode (auto), PrepareWhereAllowed
+// prepares nothing, so the statement runs on whichever server connection
+// the next transaction gets.
+func TestPrepareWhereAllowedPreparesNothingThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	url := withTable(t)
+	bounced := pgtest.PgBouncer(t, url)
+	pool := open(t, pgpool.Config{URL: bounced, MaxConns: 1})
+	runWhereAllowed(t, pool, hot)
+	pgtest.HoldOpen(t, bounced, `SELECT 1`)
+	runWhereAllowed(t, pool, hot)
+	if got := prepared(t, pool); len(got) != 0 {
+		t.Errorf("through PgBouncer: prepared %v, want none", got)
 	}
 }

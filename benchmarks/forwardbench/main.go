@@ -51,10 +51,13 @@ func main() {
 		workers     = flag.Int("workers", 2, "forwarder workers, one Postgres connection each (the relay's --db-max-conns)")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the forwarder's drain to this file")
 		wakeUp      = flag.Duration("wake-up-interval", 0, "the forwarder's wake-up interval (0: its default)")
+		refeed      = flag.Duration("refeed-window", 0, "the spool's --refeed-window (the relay's default is 10m; 0 drops each payload once forwarded)")
+		refeedBytes = flag.Int64("refeed-max-bytes", 0, "the spool's --refeed-max-bytes (0: its default, 64 MiB)")
 	)
 	flag.Parse()
 	profilePath = *cpuProfile
 	wakeUpInterval = *wakeUp
+	refeedWindow, refeedMaxBytes = *refeed, *refeedBytes
 	if err := run(*events, *batch, *workers, *rounds, *rate, *lagDuration, *databaseURL); err != nil {
 		fmt.Fprintln(os.Stderr, "forwardbench:", err)
 		os.Exit(1)
@@ -164,6 +167,8 @@ func run(events, batch, workers, rounds, rate int, lagDuration time.Duration, ad
 var (
 	profilePath    string
 	wakeUpInterval time.Duration
+	refeedWindow   time.Duration
+	refeedMaxBytes int64
 	cluster        *pgcluster.Cluster // the benchmark's own Postgres; nil with -database-url
 )
 
@@ -278,7 +283,7 @@ func insertBaseline(ctx context.Context, pool *pgxpool.Pool, items []ingest.Item
 }
 
 func forwarder(ctx context.Context, url, spoolPath string, items []ingest.Item, batch, workers int) (_ float64, _ cpuUse, err error) {
-	sp, err := spool.Open(ctx, spool.Config{Path: spoolPath, Logger: slog.New(slog.DiscardHandler)})
+	sp, err := spool.Open(ctx, spool.Config{Path: spoolPath, RefeedWindow: refeedWindow, RefeedMaxBytes: refeedMaxBytes, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return 0, cpuUse{}, err
 	}

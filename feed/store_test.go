@@ -594,7 +594,7 @@ func TestPreparedReadsAnswerAsUnnamedOnesAndArePlannedOnce(t *testing.T) {
 	// One connection, to see what it holds prepared, opened as central
 	// opens its pools: straight to Postgres, it may hold named statements.
 	ctx := context.Background()
-	pool, err := pgpool.New(ctx, pgpool.Config{URL: pgtest.DB(t), MaxConns: 1})
+	pool, err := pgpool.New(ctx, pgpool.Config{URL: pgtest.DB(t), MaxConns: 1, PrepareOnFirstRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -645,7 +645,7 @@ func TestPreparedReadsAnswerAsUnnamedOnesAndArePlannedOnce(t *testing.T) {
 func TestAPartitionDroppedAfterItWasReadIsNotReadAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgpool.New(ctx, pgpool.Config{URL: pgtest.DB(t), MaxConns: 2})
+	pool, err := pgpool.New(ctx, pgpool.Config{URL: pgtest.DB(t), MaxConns: 2, PrepareOnFirstRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}

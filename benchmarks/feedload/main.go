@@ -127,7 +127,7 @@ func run(cfg config) error {
 	if err != nil {
 		return err
 	}
-	pool, err := pgpool.New(ctx, pgpool.Config{URL: url, MaxConns: cfg.dbConns, PreparedStatements: cfg.prepared})
+	pool, err := pgpool.New(ctx, pgpool.Config{URL: url, MaxConns: cfg.dbConns, PreparedStatements: cfg.prepared, PrepareOnFirstRun: true})
 	if err != nil {
 		return err
 	}

@@ -78,7 +78,7 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	o.timeouts.register(fs)
 	fs.TextVar(&o.rateLimitUser, "rate-limit-user", ratelimit.Rate{N: 20, Per: time.Second}, "requests each end user may make to /v1 on this replica (20/s, 100/m, 5/h; bursts of twice that; 0 or off: no limit); past it 429 with Retry-After and the RateLimit fields")
 	fs.TextVar(&o.rateLimitIP, "rate-limit-ip", ratelimit.Rate{N: 10, Per: time.Second}, "requests with a missing or bad token each client address may make on this replica before they are answered 429 instead of 401 (0 or off: no limit). The address is the connection's, or with --trusted-proxies the one they forwarded")
-	fs.TextVar(&o.trustedProxies, "trusted-proxies", ratelimit.Proxies(nil), "comma-separated CIDR prefixes or addresses of the load balancers in front of central (10.0.0.0/8,192.0.2.7): a request from one is keyed for --rate-limit-ip by the rightmost X-Forwarded-For address that is not one of them. Unset, X-Forwarded-For is ignored, and behind a proxy every client shares the proxy's address")
+	fs.TextVar(&o.trustedProxies, "trusted-proxies", ratelimit.Proxies(nil), "comma-separated CIDR prefixes or addresses of the load balancers in front of central (10.0.0.0/8,192.0.2.7; may be given more than once): a request from one is keyed for --rate-limit-ip by the rightmost X-Forwarded-For address that is not one of them. Unset, X-Forwarded-For is ignored, and behind a proxy every client shares the proxy's address")
 	fs.StringVar(&o.oidcIssuer, "oidc-issuer", "", "issuer (iss) of end users' OIDC tokens (required)")
 	fs.StringVar(&o.oidcAudience, "oidc-audience", "", "audience (aud) end users' tokens must carry (required)")
 	fs.StringVar(&o.jwksURL, "jwks-url", "", "URL of the issuer's JWKS (required)")
@@ -276,14 +276,14 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	}
 	c.verifier = users
 	if c.pool, err = pgpool.New(ctx, pgpool.Config{URL: o.databaseURL, MaxConns: o.dbMaxConns, ConnectTimeout: o.dbConnectTimeout,
-		Prepare: live.ResumeStatements(), PreparedStatements: o.prepared}); err != nil {
+		Prepare: live.ResumeStatements(), PrepareOnFirstRun: true, PreparedStatements: o.prepared}); err != nil {
 		return fail(fmt.Errorf("--database-url: %w", err))
 	}
 	var readDB central.ReadDB // a nil *pgxpool.Pool would not be a nil ReadDB
 	if o.databaseReadURL != "" {
 		// Feed pages read their refresh cursor (live.Now) where they read.
 		if c.readPool, err = pgpool.New(ctx, pgpool.Config{URL: o.databaseReadURL, MaxConns: o.dbMaxConns, ConnectTimeout: o.dbConnectTimeout,
-			Prepare: live.ResumeStatements(), PreparedStatements: o.prepared}); err != nil {
+			Prepare: live.ResumeStatements(), PrepareOnFirstRun: true, PreparedStatements: o.prepared}); err != nil {
 			return fail(fmt.Errorf("--database-read-url: %w", err))
 		}
 		readDB = c.readPool

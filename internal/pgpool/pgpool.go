@@ -59,10 +59,14 @@ type Config struct {
 	// too: set it only on a pool whose statements with arguments are all in
 	// Prepare. Default off.
 	GenericPlans bool
+	// PrepareOnFirstRun lets the pool's callers pass PrepareWhereAllowed:
+	// each new connection is then checked as for Prepare, even when
+	// Prepare is empty. Default off.
+	PrepareOnFirstRun bool
 }
 
 // PreparedStatements tells which of a pool's connections may hold named
-// prepared statements (Config.Prepare).
+// prepared statements (Config.Prepare, PrepareWhereAllowed).
 type PreparedStatements int
 
 const (
@@ -110,8 +114,8 @@ func (p *PreparedStatements) UnmarshalText(text []byte) error {
 // statements run unnamed with their descriptions cached per connection: no
 // named prepared statements, which PgBouncer before 1.21 (or with
 // max_prepared_statements = 0) cannot carry between transactions; only
-// those of cfg.Prepare run prepared, on the connections that may hold them
-// (cfg.PreparedStatements). When a caller's context ends mid-statement,
+// those of cfg.Prepare, and those run through PrepareWhereAllowed, run
+// prepared, on the connections that may hold them (cfg.PreparedStatements). When a caller's context ends mid-statement,
 // Postgres is asked to cancel it at once, and the connection is dropped
 // CancelGrace later if that does not help.
 //
@@ -144,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if !strings.Contains(cfg.URL, "connect_timeout") {
 		pc.ConnConfig.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, 5*time.Second)
 	}
-	if cfg.PreparedStatements != PreparedOff {
+	if (len(cfg.Prepare) > 0 || cfg.PrepareOnFirstRun) && cfg.PreparedStatements != PreparedOff {
 		pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error { return prepare(ctx, conn, cfg) }
 	}
 	grace := cmp.Or(cfg.CancelGrace, time.Second)
@@ -204,7 +208,9 @@ func prepare(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if !direct && cfg.PreparedStatements == PreparedAuto {
 		return nil
 	}
-	conn.PgConn().CustomData()[preparedKey] = &lazyStatements{}
+	if cfg.PrepareOnFirstRun {
+		conn.PgConn().CustomData()[preparedKey] = &lazyStatements{}
+	}
 	if direct && cfg.GenericPlans { // a session setting: never through a pooler
 		if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
 			return fmt.Errorf("use generic plans: %w", err)
@@ -227,42 +233,48 @@ func prepare(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 const preparedKey = "spoolcast/pgpool.prepared"
 
 // maxLazyStatements bounds the statements PrepareWhereAllowed keeps on one
-// connection; past it the oldest is deallocated. Texts that name a week's
-// partitions change each week, and a connection lives an hour at most
-// (pgxpool's MaxConnLifetime).
+// connection; past it the least recently run is deallocated. Texts that
+// name a week's partitions change each week, and a connection lives an
+// hour at most (pgxpool's MaxConnLifetime).
 const maxLazyStatements = 32
 
 // lazyStatements are the texts PrepareWhereAllowed prepared on a
-// connection, oldest first.
+// connection, least recently run first.
 type lazyStatements struct{ texts []string }
 
 // PrepareWhereAllowed, passed as a query's first argument, runs the query
-// as a named prepared statement on a connection of a pool whose
-// Config.PreparedStatements lets it hold them (PreparedAuto: one straight
-// to Postgres), preparing it on that connection's first run; elsewhere, and
-// inside a transaction (where a failed prepare would abort it), the query
-// runs unnamed. For statements whose texts are not known when the pool
-// opens (Config.Prepare).
+// as a named prepared statement on a connection of a pool opened with
+// Config.PrepareOnFirstRun whose Config.PreparedStatements lets it hold
+// them (PreparedAuto: one straight to Postgres), preparing it on that
+// connection's first run of it; elsewhere the query runs unnamed. For
+// statements whose texts are not known when the pool opens
+// (Config.Prepare). A text Postgres refuses to prepare fails the query
+// with that error, as it would fail unnamed (its parse is the same), so a
+// transaction the query runs in ends the same way.
 var PrepareWhereAllowed pgx.QueryRewriter = prepareWhereAllowed{}
 
 type prepareWhereAllowed struct{}
 
 func (prepareWhereAllowed) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string, args []any) (string, []any, error) {
 	held, _ := conn.PgConn().CustomData()[preparedKey].(*lazyStatements)
-	if held == nil || conn.PgConn().TxStatus() != 'I' || slices.Contains(held.texts, sql) {
+	if held == nil || conn.PgConn().TxStatus() == 'E' { // a failed transaction: the query reports it
 		return sql, args, nil
 	}
-	if len(held.texts) >= maxLazyStatements {
-		if err := conn.Deallocate(ctx, held.texts[0]); err != nil {
-			return sql, args, nil // the query meets what is wrong with the connection
-		}
-		held.texts = held.texts[1:]
+	if i := slices.Index(held.texts, sql); i >= 0 {
+		held.texts = append(slices.Delete(held.texts, i, i+1), sql)
+		return sql, args, nil
 	}
 	// Named after its text (a hash of it), and found by it: Query(sql) runs
-	// the prepared statement. A text Postgres refuses runs unnamed, and
-	// fails there with its own error.
-	if _, err := conn.Prepare(ctx, sql, sql); err == nil {
-		held.texts = append(held.texts, sql)
+	// the prepared statement.
+	if _, err := conn.Prepare(ctx, sql, sql); err != nil {
+		return sql, args, err
+	}
+	held.texts = append(held.texts, sql)
+	if len(held.texts) > maxLazyStatements {
+		if err := conn.Deallocate(ctx, held.texts[0]); err != nil {
+			return sql, args, err
+		}
+		held.texts = slices.Delete(held.texts, 0, 1)
 	}
 	return sql, args, nil
 }

@@ -223,13 +223,14 @@ func runWhereAllowed(t *testing.T, q interface {
 }
 
 // Statements whose texts are known only when they run are prepared on
-// their connection's first run where the pool may hold them, and run
-// unnamed elsewhere: with prepared statements off, and inside a
-// transaction. A connection keeps the newest 32 of them.
+// their connection's first run where the pool may hold them (inside a
+// transaction too, as the read replica's reads run), and run unnamed with
+// prepared statements off. A connection keeps the 32 it ran last; a text
+// Postgres refuses fails with Postgres's error.
 func TestPrepareWhereAllowedPreparesOnAConnectionThatMayHoldThem(t *testing.T) {
 	t.Parallel()
 	url := withTable(t)
-	pool := open(t, pgpool.Config{URL: url, MaxConns: 1})
+	pool := open(t, pgpool.Config{URL: url, MaxConns: 1, PrepareOnFirstRun: true})
 	for range 3 {
 		runWhereAllowed(t, pool, hot)
 	}
@@ -240,37 +241,50 @@ func TestPrepareWhereAllowedPreparesOnAConnectionThatMayHoldThem(t *testing.T) {
 		t.Fatalf("prepared %v; want %q alone, run three times", got, hot)
 	}
 
-	tx, err := pool.Begin(context.Background())
+	inTx := hot + ` AND true`
+	tx, err := pool.BeginTx(context.Background(), pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runWhereAllowed(t, tx, hot+` AND true`)
-	if err := tx.Commit(context.Background()); err != nil {
+	runWhereAllowed(t, tx, inTx)
+	if err := tx.Rollback(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := prepared(t, pool); len(got) != 1 {
-		t.Errorf("after a run inside a transaction: prepared %v; want it unnamed", got)
+	if _, ok := prepared(t, pool)[inTx]; !ok {
+		t.Errorf("a text first run in a read-only transaction is not held after it")
 	}
 
 	var texts []string
 	for i := range 40 {
 		texts = append(texts, fmt.Sprintf(`SELECT v FROM t WHERE id = $1 AND %d = %d`, i, i))
 		runWhereAllowed(t, pool, texts[i])
+		runWhereAllowed(t, pool, hot) // run between every other: never the least recent
 	}
 	got := prepared(t, pool)
 	if len(got) != 32 {
-		t.Errorf("after 41 texts the connection holds %d, want 32", len(got))
+		t.Errorf("after 42 texts the connection holds %d, want 32", len(got))
 	}
-	for _, sql := range texts[len(texts)-32:] {
+	for _, sql := range append([]string{hot}, texts[len(texts)-31:]...) {
 		if _, ok := got[sql]; !ok {
-			t.Errorf("%q, one of the newest 32, is not held", sql)
+			t.Errorf("%q, one of the 32 run last, is not held", sql)
 		}
 	}
 
-	off := open(t, pgpool.Config{URL: url, MaxConns: 1, PreparedStatements: pgpool.PreparedOff})
+	var pgErr *pgconn.PgError
+	if err := pool.QueryRow(context.Background(), `SELECT v FROM missing WHERE id = $1`, pgpool.PrepareWhereAllowed, 1).Scan(new(string)); !errors.As(err, &pgErr) || pgErr.Code != "42P01" {
+		t.Errorf("a text naming a missing table: %v; want undefined_table (42P01)", err)
+	}
+	runWhereAllowed(t, pool, hot)
+
+	off := open(t, pgpool.Config{URL: url, MaxConns: 1, PreparedStatements: pgpool.PreparedOff, PrepareOnFirstRun: true})
 	runWhereAllowed(t, off, hot)
 	if got := prepared(t, off); len(got) != 0 {
 		t.Errorf("with prepared statements off: prepared %v, want none", got)
+	}
+	unmarked := open(t, pgpool.Config{URL: url, MaxConns: 1})
+	runWhereAllowed(t, unmarked, hot)
+	if got := prepared(t, unmarked); len(got) != 0 {
+		t.Errorf("a pool opened without PrepareOnFirstRun: prepared %v, want none", got)
 	}
 }
 
@@ -281,7 +295,7 @@ func TestPrepareWhereAllowedPreparesNothingThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	url := withTable(t)
 	bounced := pgtest.PgBouncer(t, url)
-	pool := open(t, pgpool.Config{URL: bounced, MaxConns: 1})
+	pool := open(t, pgpool.Config{URL: bounced, MaxConns: 1, PrepareOnFirstRun: true})
 	runWhereAllowed(t, pool, hot)
 	pgtest.HoldOpen(t, bounced, `SELECT 1`)
 	runWhereAllowed(t, pool, hot)

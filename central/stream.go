@@ -16,11 +16,11 @@ import (
 // writes its own headers, so Connection: close reaches refusals alone).
 // Neither the answer nor the log ever repeats the token.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Connection", "close")
 	if s.cfg.Live == nil {
 		problem.Write(w, r, problem.New(http.StatusNotFound, problem.StreamDisabled, "this deployment serves no live stream"))
 		return
 	}
-	w.Header().Set("Connection", "close")
 	if !s.originAllowed(r) {
 		problem.Write(w, r, problem.New(http.StatusForbidden, problem.OriginNotAllowed,
 			"this origin may not open the stream; the server's --allowed-origins lists those that may"))

@@ -28,6 +28,9 @@ func ParseProxies(s string) (Proxies, error) {
 			continue
 		}
 		if p, err := netip.ParsePrefix(part); err == nil {
+			if p.Addr().Is4In6() && p.Bits() >= 96 { // peers are compared unmapped
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
 			out = append(out, p.Masked())
 			continue
 		}
@@ -88,13 +91,21 @@ func (p Proxies) ClientIP(r *http.Request) string {
 }
 
 // forwardedFor walks the X-Forwarded-For lists (every field, in order) from
-// the right while the address at hand, first peer, is trusted.
+// the right while the address at hand, first peer, is trusted. It reads
+// only as far as it walks: a long header costs no more than its last
+// entries.
 func (p Proxies) forwardedFor(fields []string, peer netip.Addr) netip.Addr {
 	addr := peer
 	for i := len(fields) - 1; i >= 0; i-- {
-		entries := strings.Split(fields[i], ",")
-		for j := len(entries) - 1; j >= 0; j-- {
-			next, ok := forwardedAddr(strings.TrimSpace(entries[j]))
+		rest := fields[i]
+		for more := true; more; {
+			entry := rest
+			if j := strings.LastIndexByte(rest, ','); j >= 0 {
+				entry, rest = rest[j+1:], rest[:j]
+			} else {
+				more = false
+			}
+			next, ok := forwardedAddr(strings.TrimSpace(entry))
 			if !ok {
 				return addr
 			}
@@ -123,12 +134,13 @@ func forwardedAddr(s string) (netip.Addr, bool) {
 // MarshalText is String, for flag.TextVar.
 func (p Proxies) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 
-// UnmarshalText is ParseProxies, for flag.TextVar.
+// UnmarshalText adds what ParseProxies reads, for flag.TextVar: a flag
+// given twice trusts both lists.
 func (p *Proxies) UnmarshalText(b []byte) error {
 	v, err := ParseProxies(string(b))
 	if err != nil {
 		return err
 	}
-	*p = v
+	*p = append(*p, v...)
 	return nil
 }

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -31,11 +32,13 @@ func TestClientIPKeysByTheConnectionsAddress(t *testing.T) {
 
 func TestClientIPBelievesForwardedForOnlyFromTrustedProxies(t *testing.T) {
 	t.Parallel()
-	proxies, err := ParseProxies(" 10.0.0.0/8, 192.168.1.7 ,2001:db8:aaaa::/48")
-	if err != nil {
-		t.Fatal(err)
+	var proxies Proxies
+	for _, flag := range []string{" 10.0.0.0/8, 192.168.1.7 ,2001:db8:aaaa::/48", "::ffff:172.16.0.0/108"} { // the flag given twice
+		if err := proxies.UnmarshalText([]byte(flag)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if got, want := proxies.String(), "10.0.0.0/8,192.168.1.7/32,2001:db8:aaaa::/48"; got != want {
+	if got, want := proxies.String(), "10.0.0.0/8,192.168.1.7/32,2001:db8:aaaa::/48,172.16.0.0/12"; got != want {
 		t.Fatalf("proxies %q, want %q", got, want)
 	}
 	for _, tc := range []struct {
@@ -58,6 +61,8 @@ func TestClientIPBelievesForwardedForOnlyFromTrustedProxies(t *testing.T) {
 		{"an empty entry is garbage", "10.1.2.3:1", []string{"203.0.113.5,"}, "10.1.2.3"},
 		{"a zone is garbage", "10.1.2.3:1", []string{"fe80::1%eth0"}, "10.1.2.3"},
 		{"only trusted addresses: the leftmost", "10.1.2.3:1", []string{"10.5.5.5, 10.9.9.9"}, "10.5.5.5"},
+		{"a mapped prefix matches a mapped peer", "[::ffff:172.16.9.9]:1", []string{"203.0.113.5"}, "203.0.113.5"},
+		{"a long header is read from the right", "10.1.2.3:1", []string{strings.Repeat("198.51.100.1, ", 5000) + "203.0.113.5"}, "203.0.113.5"},
 	} {
 		r := httptest.NewRequest("GET", "/v1/feed", nil)
 		r.RemoteAddr = tc.remote
@@ -79,5 +84,20 @@ func TestParseProxiesRefusesWhatIsNotAnAddress(t *testing.T) {
 	}
 	if p, err := ParseProxies(""); err != nil || len(p) != 0 {
 		t.Errorf("ParseProxies(\"\") = %v, %v; want none", p, err)
+	}
+}
+
+// A long X-Forwarded-For through a trusted proxy costs what its last
+// entries do: the walk never splits the whole header.
+func BenchmarkClientIPOfALongForwardedFor(b *testing.B) {
+	proxies, _ := ParseProxies("10.0.0.0/8")
+	r := httptest.NewRequest("GET", "/v1/feed", nil)
+	r.RemoteAddr = "10.1.2.3:1"
+	r.Header.Set("X-Forwarded-For", strings.Repeat("198.51.100.1, ", 5000)+"203.0.113.5")
+	b.ReportAllocs()
+	for b.Loop() {
+		if proxies.ClientIP(r) != "203.0.113.5" {
+			b.Fatal("wrong client")
+		}
 	}
 }

@@ -127,9 +127,10 @@ func (c *Conn) Next(d time.Duration) (Message, error) {
 		}
 		switch h.OpCode {
 		case ws.OpPing:
-			if err := c.write(ws.OpPong, payload); err != nil {
-				return Message{}, err
-			}
+			// A pong that cannot be sent is no answer yet: the server may
+			// have closed after a close frame that is already buffered,
+			// and reading on finds it (or the connection's end).
+			_ = c.write(ws.OpPong, payload)
 			continue
 		case ws.OpPong:
 			continue

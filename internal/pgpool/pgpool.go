@@ -3,9 +3,9 @@
 // transaction mode, and every wait on Postgres is bounded; only a connection
 // straight to Postgres prepares the few hot statements its caller names
 // (Config.Prepare, or PrepareWhereAllowed as a query's first argument). A
-// pool follows the primary: the URL may list several
-// hosts with target_session_attrs=read-write, and a connection whose server
-// has gone or turned read-only is never handed out again.
+// pool follows the primary: the URL may list several hosts with
+// target_session_attrs=read-write, and a connection whose server has gone or
+// turned read-only is never handed out again.
 package pgpool
 
 import (
@@ -115,9 +115,10 @@ func (p *PreparedStatements) UnmarshalText(text []byte) error {
 // named prepared statements, which PgBouncer before 1.21 (or with
 // max_prepared_statements = 0) cannot carry between transactions; only
 // those of cfg.Prepare, and those run through PrepareWhereAllowed, run
-// prepared, on the connections that may hold them (cfg.PreparedStatements). When a caller's context ends mid-statement,
-// Postgres is asked to cancel it at once, and the connection is dropped
-// CancelGrace later if that does not help.
+// prepared, on the connections that may hold them (cfg.PreparedStatements).
+// When a caller's context ends mid-statement, Postgres is asked to cancel
+// it at once, and the connection is dropped CancelGrace later if that does
+// not help.
 //
 // The URL is passed to pgx as it is, so it may name several hosts
 // (postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write): a new

@@ -82,6 +82,22 @@ func (p *plan) decide(q *queued, sends []dispatchRow, quiet QuietHours, now time
 	p.countSent(q, bypassed)
 }
 
+// quietAgain defers a push whose policies were decided before it was given
+// back, when quiet hours hold it now; the throttle, the digest and the
+// seen hold are not decided again.
+func (p *plan) quietAgain(q *queued, quiet QuietHours, now time.Time) bool {
+	end, ok := quiet.Until(now)
+	if !ok {
+		return false
+	}
+	if p.counts == nil {
+		p.counts = map[string]int{}
+	}
+	p.deferrals = append(p.deferrals, deferral{q: q, end: end})
+	p.counts[PolicyDeferred]++
+	return true
+}
+
 func (p *plan) countSent(q *queued, bypassed bool) {
 	switch {
 	case q.digestCount > 0:

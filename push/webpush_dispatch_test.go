@@ -373,6 +373,50 @@ func TestAPushSentAgainAfterA429IsNotThrottledByItsOwnFirstTry(t *testing.T) {
 	}
 }
 
+// A push decided, then deferred by a 429, that comes again in quiet hours
+// which began meanwhile waits for them to end: its policies are not decided
+// again (the throttle counted it once), but quiet hours still hold it.
+func TestAPushSentAgainAfterA429WaitsOutQuietHoursThatBeganMeanwhile(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now().UTC().Truncate(time.Minute).Add(30 * time.Second))
+	s := newWebStackWith(t, clk, nil)
+	svc := newPushService(t, 0, http.StatusTooManyRequests, http.StatusCreated)
+	dev := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
+	s.emit(`{"idempotency_key":"q1","type":"t","category":"c","recipients":["u1"],"title":"Hi"}`)
+	s.drain()
+	testsignal.Eventually(t, "the 429 to defer the push", 10*time.Second, func() bool {
+		st, _ := s.stateOf(dev.Token)
+		return st == push.StateDeferred
+	})
+	// Quiet from the next minute, for ten minutes: they begin during the
+	// 429's minute.
+	start := clk.Now().Truncate(time.Minute).Add(time.Minute)
+	quiet, err := push.ParseQuietHours(push.QuietHours{Start: start.Format("15:04"), End: start.Add(10 * time.Minute).Format("15:04"), TimeZone: "UTC"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{QuietHours: push.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Minute) // past Retry-After, inside quiet hours
+	s.drain()
+	if n := len(svc.got()); n != 1 {
+		t.Fatalf("%d requests to the push service during quiet hours, want the first alone", n)
+	}
+	if c := s.counter("spoolcast_push_policy_total", "outcome", push.PolicyDeferred); c != 1 {
+		t.Errorf("policy deferred = %v, want 1", c)
+	}
+	clk.Advance(10 * time.Minute) // past their end
+	s.drain()
+	testsignal.Eventually(t, "the push to be delivered once quiet hours end", 10*time.Second, func() bool {
+		st, _ := s.stateOf(dev.Token)
+		return st == push.StateDelivered
+	})
+	if n := len(svc.got()); n != 2 {
+		t.Errorf("%d requests, want 2", n)
+	}
+}
+
 func TestManySendsToAStalledPushServiceHoldNeitherThePhonesNorOtherBrowsers(t *testing.T) {
 	t.Parallel()
 	// 8 sends in flight and 16 started or waiting, three quarters of each for one push service origin.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,6 +112,15 @@ func (s *webStack) stateOf(token string) (state, errText string) {
 	return state, errText
 }
 
+// waitForState waits until the newest dispatch to token is in one of states.
+func (s *webStack) waitForState(what, token string, states ...string) {
+	s.t.Helper()
+	testsignal.Eventually(s.t, what, 10*time.Second, func() bool {
+		st, _ := s.stateOf(token)
+		return slices.Contains(states, st)
+	})
+}
+
 // fakeSubscription is what a browser would give for endpoint, with real keys.
 func fakeSubscription(t *testing.T, endpoint string) []byte {
 	t.Helper()
@@ -134,10 +144,7 @@ func TestABrowserGetsEachPushEncryptedBesideThePhones(t *testing.T) {
 	s.register("u1", "ExponentPushToken[phone]")
 	s.emit(`{"idempotency_key":"k1","type":"t","category":"builds","recipients":["u1"],"title":"Build finished","body":"spoolcast#1234 passed","priority":"critical"}`)
 	s.drain()
-	testsignal.Eventually(t, "the web push to be recorded", 10*time.Second, func() bool {
-		st, _ := s.stateOf(dev.Token)
-		return st == push.StateDelivered
-	})
+	s.waitForState("the web push to be recorded", dev.Token, push.StateDelivered)
 	msgs := svc.Messages(t, hash)
 	if len(msgs) != 1 {
 		t.Fatalf("the push service decrypted %d messages, want 1", len(msgs))
@@ -225,10 +232,7 @@ func TestARateLimitedWebPushIsSentAgainAfterRetryAfterOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.drain()
-	testsignal.Eventually(t, "the 429 to defer the push", 10*time.Second, func() bool {
-		st, _ := s.stateOf(dev.Token)
-		return st == push.StateDeferred
-	})
+	s.waitForState("the 429 to defer the push", dev.Token, push.StateDeferred)
 	if _, why := s.stateOf(dev.Token); !strings.Contains(why, "429") {
 		t.Errorf("deferred because %q", why)
 	}
@@ -240,10 +244,7 @@ func TestARateLimitedWebPushIsSentAgainAfterRetryAfterOnce(t *testing.T) {
 	}
 	clk.Advance(31 * time.Second)
 	s.drain()
-	testsignal.Eventually(t, "the push sent again to be delivered", 10*time.Second, func() bool {
-		st, _ := s.stateOf(dev.Token)
-		return st == push.StateDelivered
-	})
+	s.waitForState("the push sent again to be delivered", dev.Token, push.StateDelivered)
 	reqs := svc.got()
 	if len(reqs) != 2 {
 		t.Fatalf("%d requests, want 2", len(reqs))
@@ -314,10 +315,7 @@ func TestAnUnreachablePushServiceIsTriedOnceMoreAfterAPauseThenFailed(t *testing
 	dev := s.subscribe("u1", fakeSubscription(t, closed.URL+"/push/abc"))
 	s.emit(`{"idempotency_key":"u1","type":"t","recipients":["u1"],"title":"Hi"}`)
 	s.drain()
-	testsignal.Eventually(t, "the unreachable push to be deferred", 10*time.Second, func() bool {
-		st, _ := s.stateOf(dev.Token)
-		return st == push.StateDeferred
-	})
+	s.waitForState("the unreachable push to be deferred", dev.Token, push.StateDeferred)
 	if _, why := s.stateOf(dev.Token); !strings.Contains(why, "unreachable") {
 		t.Errorf("deferred because %q", why)
 	}
@@ -332,10 +330,7 @@ func TestAnUnreachablePushServiceIsTriedOnceMoreAfterAPauseThenFailed(t *testing
 	}
 	clk.Advance(21 * time.Second)
 	s.drain()
-	testsignal.Eventually(t, "the second try to end failed", 10*time.Second, func() bool {
-		st, _ := s.stateOf(dev.Token)
-		return st == push.StateFailed
-	})
+	s.waitForState("the second try to end failed", dev.Token, push.StateFailed)
 	if _, why := s.stateOf(dev.Token); !strings.Contains(why, "unreachable again") {
 		t.Errorf("failed because %q", why)
 	}
@@ -355,16 +350,10 @@ func TestAPushSentAgainAfterA429IsNotThrottledByItsOwnFirstTry(t *testing.T) {
 	dev := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
 	s.emit(`{"idempotency_key":"t1","type":"t","category":"c","recipients":["u1"],"title":"Hi"}`)
 	s.drain()
-	testsignal.Eventually(t, "the 429 to defer the push", 10*time.Second, func() bool {
-		st, _ := s.stateOf(dev.Token)
-		return st == push.StateDeferred
-	})
+	s.waitForState("the 429 to defer the push", dev.Token, push.StateDeferred)
 	clk.Advance(61 * time.Second)
 	s.drain()
-	testsignal.Eventually(t, "the push sent again to be delivered", 10*time.Second, func() bool {
-		st, _ := s.stateOf(dev.Token)
-		return st == push.StateDelivered || st == push.StateThrottled
-	})
+	s.waitForState("the push sent again to be delivered", dev.Token, push.StateDelivered, push.StateThrottled)
 	if st, why := s.stateOf(dev.Token); st != push.StateDelivered {
 		t.Errorf("the push sent again after Retry-After ended %s (%s), want delivered: one notification is one push under the throttle", st, why)
 	}
@@ -384,10 +373,7 @@ func TestAPushSentAgainAfterA429WaitsOutQuietHoursThatBeganMeanwhile(t *testing.
 	dev := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
 	s.emit(`{"idempotency_key":"q1","type":"t","category":"c","recipients":["u1"],"title":"Hi"}`)
 	s.drain()
-	testsignal.Eventually(t, "the 429 to defer the push", 10*time.Second, func() bool {
-		st, _ := s.stateOf(dev.Token)
-		return st == push.StateDeferred
-	})
+	s.waitForState("the 429 to defer the push", dev.Token, push.StateDeferred)
 	// Quiet from the next minute, for ten minutes: they begin during the
 	// 429's minute.
 	start := clk.Now().Truncate(time.Minute).Add(time.Minute)
@@ -408,10 +394,7 @@ func TestAPushSentAgainAfterA429WaitsOutQuietHoursThatBeganMeanwhile(t *testing.
 	}
 	clk.Advance(10 * time.Minute) // past their end
 	s.drain()
-	testsignal.Eventually(t, "the push to be delivered once quiet hours end", 10*time.Second, func() bool {
-		st, _ := s.stateOf(dev.Token)
-		return st == push.StateDelivered
-	})
+	s.waitForState("the push to be delivered once quiet hours end", dev.Token, push.StateDelivered)
 	if n := len(svc.got()); n != 2 {
 		t.Errorf("%d requests, want 2", n)
 	}
@@ -470,10 +453,7 @@ func TestAPushEndpointOnAPrivateAddressFailsAtOnce(t *testing.T) {
 	dev := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
 	s.emit(`{"idempotency_key":"p1","type":"t","recipients":["u1"],"title":"Hi"}`)
 	s.drain()
-	testsignal.Eventually(t, "the push to end", 10*time.Second, func() bool {
-		st, _ := s.stateOf(dev.Token)
-		return st == push.StateFailed || st == push.StateDeferred
-	})
+	s.waitForState("the push to end", dev.Token, push.StateFailed, push.StateDeferred)
 	if st, why := s.stateOf(dev.Token); st != push.StateFailed || !strings.Contains(why, "refused") {
 		t.Errorf("a push to a private address: %s %q, want failed at once (it is refused at every try)", st, why)
 	}

@@ -468,7 +468,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 			if !dispatchedBefore { // no skipped row beside earlier dispatches
 				p.rows = append(p.rows, dispatchRow{n: q, state: StateSkipped, err: &skipped})
 			}
-		case q.decided && !q.critical() && p.quietAgain(q, quiet[q.user], now):
+		case q.decided && !q.critical() && p.deferInQuiet(q, quiet[q.user], now):
 			// Decided, then given back (a stop, a 429's Retry-After, a busy
 			// push service), and come again in quiet hours that began
 			// meanwhile: held until they end, still decided.

@@ -60,13 +60,12 @@ func (p *plan) decide(q *queued, sends []dispatchRow, quiet QuietHours, now time
 		}
 	}
 	bypassed := false
-	if end, ok := quiet.Until(now); ok {
-		if !q.critical() {
-			p.deferrals = append(p.deferrals, deferral{q: q, end: end})
-			p.counts[PolicyDeferred]++
+	if !q.critical() {
+		if p.deferInQuiet(q, quiet, now) {
 			return
 		}
-		bypassed = true
+	} else {
+		_, bypassed = quiet.Until(now) // critical passes quiet hours
 	}
 	if quietFailed {
 		p.counts[PolicyFailOpen]++
@@ -82,10 +81,10 @@ func (p *plan) decide(q *queued, sends []dispatchRow, quiet QuietHours, now time
 	p.countSent(q, bypassed)
 }
 
-// quietAgain defers a push whose policies were decided before it was given
-// back, when quiet hours hold it now; the throttle, the digest and the
-// seen hold are not decided again.
-func (p *plan) quietAgain(q *queued, quiet QuietHours, now time.Time) bool {
+// deferInQuiet defers a push to the end of the quiet hours that hold it
+// now, if they do. A push decided before it was given back goes through
+// this alone: its throttle, digest and seen hold are not decided again.
+func (p *plan) deferInQuiet(q *queued, quiet QuietHours, now time.Time) bool {
 	end, ok := quiet.Until(now)
 	if !ok {
 		return false

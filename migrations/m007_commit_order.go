@@ -61,18 +61,10 @@ func m007Up(ctx context.Context, db *sql.DB) error {
 	}
 	for _, part := range parts {
 		idx := part + "_user_commit_order"
-		// A build cut short leaves an invalid index: drop it and build again.
-		var valid sql.NullBool
-		if err := db.QueryRowContext(ctx, `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1`, idx).Scan(&valid); err != nil && err != sql.ErrNoRows {
+		if err := withLockTimeout(ctx, db, func(conn *sql.Conn) error {
+			return buildIndexConcurrently(ctx, conn, idx, `ON `+quote(part)+` (user_id, tx, id)`)
+		}); err != nil {
 			return err
-		}
-		if valid.Valid && !valid.Bool {
-			if _, err := db.ExecContext(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+quote(idx)); err != nil {
-				return fmt.Errorf("drop the invalid index %s: %w", idx, err)
-			}
-		}
-		if _, err := db.ExecContext(ctx, `CREATE INDEX CONCURRENTLY IF NOT EXISTS `+quote(idx)+` ON `+quote(part)+` (user_id, tx, id)`); err != nil {
-			return fmt.Errorf("build %s: %w", idx, err)
 		}
 		var attached bool
 		if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = $1::regclass AND inhparent = $2::regclass)`, idx, m007Index).Scan(&attached); err != nil {

@@ -25,8 +25,8 @@ import (
 var files embed.FS
 
 // goMigrations are the migrations written in Go, where plain SQL cannot do
-// the work (an index built concurrently, partition by partition).
-var goMigrations = []*goose.Migration{m007}
+// the work (an index built concurrently, which cannot run in a transaction).
+var goMigrations = []*goose.Migration{m007, m015}
 
 // Status is one migration's state.
 type Status struct {

@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -82,5 +83,61 @@ func TestTheCommitOrderIndexCoversEveryPartitionAndIsValid(t *testing.T) {
 	}
 	if n := pgtest.Count(t, pool, `SELECT count(*) FROM information_schema.columns WHERE table_name = 'read_marks' AND column_name = 'snapshot'`); n != 1 {
 		t.Errorf("read_marks.snapshot columns: %d, want 1", n)
+	}
+}
+
+// Migration 15 leaves the webhook outbox's due deliveries indexed per
+// endpoint, valid, and the single due index gone.
+func TestTheWebhookDueIndexIsPerEndpoint(t *testing.T) {
+	pool := pgtest.Connect(t, pgtest.DB(t))
+	var valid bool
+	var def string
+	err := pool.QueryRow(context.Background(), `SELECT i.indisvalid, pg_get_indexdef(i.indexrelid)
+		FROM pg_index i WHERE i.indexrelid = 'webhook_deliveries_due_per_endpoint'::regclass`).Scan(&valid, &def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !valid || !strings.Contains(def, "(endpoint_id, next_attempt_at) WHERE (state = 'pending'::text)") {
+		t.Errorf("index valid %v, %s; want a valid index on (endpoint_id, next_attempt_at) of pending rows", valid, def)
+	}
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM pg_class WHERE relname = 'webhook_deliveries_due'`); n != 0 {
+		t.Errorf("the single due index is still there")
+	}
+}
+
+// Migration 15's build behind a transaction held open fails at its
+// lock_timeout with an error that says what to do, instead of waiting for
+// the transaction; run again once it ended, it drops the invalid index the
+// cut build left and builds it.
+func TestTheWebhookDueIndexBuildBehindAnOpenTransactionFailsThenCompletes(t *testing.T) {
+	url := pgtest.DB(t)
+	pool := pgtest.Connect(t, url)
+	ctx := context.Background()
+	for _, q := range []string{
+		`DROP INDEX webhook_deliveries_due_per_endpoint`,
+		`CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE state = 'pending'`,
+		`DELETE FROM goose_db_version WHERE version_id = 15`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A writer to the outbox, as an ingest transaction held open is.
+	end := pgtest.HoldOpen(t, url, `UPDATE webhook_deliveries SET attempts = attempts WHERE false`)
+	_, err := migrations.Up(ctx, url, nil)
+	if err == nil || !strings.Contains(err.Error(), "lock timeout") || !strings.Contains(err.Error(), "run migrate up again") {
+		t.Fatalf("up behind an open transaction: %v; want a lock timeout saying to run it again", err)
+	}
+	end()
+	applied, err := migrations.Up(ctx, url, nil)
+	if err != nil || len(applied) != 1 || applied[0] != 15 {
+		t.Fatalf("up again applied %v, %v; want migration 15", applied, err)
+	}
+	var valid bool
+	if err := pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'webhook_deliveries_due_per_endpoint'::regclass`).Scan(&valid); err != nil || !valid {
+		t.Errorf("index valid %v, %v; want valid", valid, err)
+	}
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM pg_class WHERE relname IN ('webhook_deliveries_due', 'webhook_deliveries_due_per_endpoint_ccnew')`); n != 0 {
+		t.Errorf("%d leftover indexes", n)
 	}
 }

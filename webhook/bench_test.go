@@ -76,16 +76,18 @@ func mustExec(b *testing.B, pool *pgxpool.Pool, sql string, args ...any) {
 
 // BenchmarkDeliver is the deliverer's throughput from the outbox to
 // receivers on loopback that answer 204 at once: b.N deliveries of a 1 KiB
-// body, spread over 1 or 8 endpoints, with the defaults (32 attempts in
-// flight, 4 per endpoint). Each delivery is a lease, a signed POST and a
+// body, spread over 1 or 8 endpoints, each its own receiver, with the
+// defaults (32 attempts in flight, 16 per endpoint). Each delivery is a lease, a signed POST and a
 // transaction recording it.
 func BenchmarkDeliver(b *testing.B) {
 	for _, endpoints := range []int{1, 8} {
 		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
 			pool := pgtest.Connect(b, pgtest.DB(b))
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-			defer srv.Close()
 			for i := range endpoints {
+				// A receiver each, as endpoints are: the client keeps
+				// connections alive per host.
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+				defer srv.Close()
 				mustExec(b, pool, `INSERT INTO webhook_endpoints (id, url, events, secret) VALUES ($1, $2, '{notification.created}', $3)`,
 					fmt.Sprintf("ep_%d", i), srv.URL, webhook.NewSecret())
 			}
@@ -96,6 +98,13 @@ func BenchmarkDeliver(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			commits := func() (n int64) {
+				if err := pool.QueryRow(context.Background(), `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n); err != nil {
+					b.Fatal(err)
+				}
+				return n
+			}
+			before := commits()
 			b.ResetTimer()
 			d.Start(context.Background())
 			for {
@@ -113,6 +122,51 @@ func BenchmarkDeliver(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deliveries/s")
+			time.Sleep(600 * time.Millisecond) // the statistics collector's flush
+			b.ReportMetric(float64(commits()-before)/float64(b.N), "commits/delivery")
+		})
+	}
+}
+
+// BenchmarkPassBehindAFullEndpoint is one deliverer pass while an endpoint
+// whose receiver holds its answers is at its cap with a backlog of due
+// deliveries, and another endpoint, enabled, has nothing due: what every
+// pass costs Postgres while one receiver is down and the others are idle.
+func BenchmarkPassBehindAFullEndpoint(b *testing.B) {
+	for _, backlog := range []int{10_000, 250_000} {
+		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) {
+			pool := pgtest.Connect(b, pgtest.DB(b))
+			full, idle := newReceiver(b), newReceiver(b)
+			release := full.hold(b)
+			mustExec(b, pool, `INSERT INTO webhook_endpoints (id, url, events, secret) VALUES ('ep_full', $1, '{notification.created}', $2), ('ep_idle', $3, '{notification.created}', $4)`,
+				full.URL, webhook.NewSecret(), idle.URL, webhook.NewSecret())
+			mustExec(b, pool, `INSERT INTO webhook_deliveries (endpoint_id, type, payload, created_at, next_attempt_at)
+				SELECT 'ep_full', 'notification.created', '{"type": "notification.created", "data": {}}', now() - interval '1 hour', now() - interval '1 hour' + g * interval '1 ms'
+				FROM generate_series(1, $1) g`, backlog)
+			mustExec(b, pool, `VACUUM ANALYZE webhook_deliveries`)
+			d, err := webhook.NewDeliverer(webhook.DelivererConfig{DB: pool, AllowPrivate: true, Timeout: time.Hour})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if _, err := d.Pass(ctx); err != nil { // the full endpoint's share, held
+				b.Fatal(err)
+			}
+			for full.requested() < webhook.DefaultPerEndpoint {
+				time.Sleep(time.Millisecond)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := d.Pass(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if n := full.requested(); n != webhook.DefaultPerEndpoint {
+				b.Fatalf("the full endpoint got %d requests, want its cap of %d", n, webhook.DefaultPerEndpoint)
+			}
+			release()
+			d.Wait()
 		})
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -170,119 +169,89 @@ type lease struct {
 func (d *Deliverer) Pass(ctx context.Context) (more bool, err error) {
 	d.mu.Lock()
 	room := d.cfg.Concurrency - d.total
-	inFlight := maps.Clone(d.inFlight)
-	d.mu.Unlock()
-	taken := 0
-	var skip []string // nil: the first look takes the oldest due rows, whoever's
-	for room > 0 {
-		busy, counts := make([]string, 0, len(inFlight)), make([]int32, 0, len(inFlight))
-		for ep, n := range inFlight {
-			busy, counts = append(busy, ep), append(counts, int32(n))
-		}
-		leases, considered, enabled, err := d.lease(ctx, room, busy, counts, skip)
-		if err != nil {
-			return taken > 0, err
-		}
-		d.start(leases)
-		for _, l := range leases {
-			inFlight[l.endpoint]++
-		}
-		taken += len(leases)
-		// Room left though the candidates were cut off at their limit: the
-		// oldest due rows are endpoints' at their cap, or disabled ones'
-		// not yet ended, and may hide other endpoints' rows. Look again,
-		// once, leaving those endpoints out, if any other is enabled.
-		full := make([]string, 0, len(inFlight)) // not nil: id <> ALL (NULL) is never true
-		for ep, n := range inFlight {
-			if n >= d.cfg.PerEndpoint {
-				full = append(full, ep)
-			}
-		}
-		if skip != nil || len(leases) == room || considered < room*candidatesPerRoom || enabled <= len(full) {
-			break
-		}
-		room -= len(leases)
-		skip = full
+	busy, counts := make([]string, 0, len(d.inFlight)), make([]int32, 0, len(d.inFlight))
+	for ep, n := range d.inFlight {
+		busy, counts = append(busy, ep), append(counts, int32(n))
 	}
+	d.mu.Unlock()
+	if room <= 0 {
+		return false, nil
+	}
+	leases, err := d.lease(ctx, room, busy, counts)
+	if err != nil {
+		return false, err
+	}
+	d.start(leases)
 	// Any taken: look again at once, for rows that came due meanwhile. None:
 	// wait for a kick or the interval.
-	return taken > 0, nil
+	return len(leases) > 0, nil
 }
 
-// lease takes up to room due deliveries of enabled endpoints, at most
-// PerEndpoint in flight per endpoint counting those already in flight (busy,
-// counts), none of the endpoints in skip; it reports how many due rows it
-// considered (at most room*candidatesPerRoom) and how many endpoints are
-// enabled.
-func (d *Deliverer) lease(ctx context.Context, room int, busy []string, counts []int32, skip []string) (leases []lease, considered, enabled int, err error) {
+// lease takes up to room due deliveries, the oldest due first, of enabled
+// endpoints, at most PerEndpoint in flight per endpoint counting those
+// already in flight (busy, counts).
+func (d *Deliverer) lease(ctx context.Context, room int, busy []string, counts []int32) (leases []lease, err error) {
 	now := d.cfg.Clock.Now()
 	// The lease: next_attempt_at moves past the attempt's end, so another
 	// replica takes it only if this one dies before recording it.
 	leaseFor := d.cfg.Timeout + 30*time.Second
-	// The first look scans the due index in order and stops at the limit.
-	// A second (skip set) filters the endpoints in that scan, not after it,
-	// so that the skipped ones' backlog cannot be all the candidates; it
-	// may read every due row to do so, which is why it is only a second.
-	args := []any{now, room, leaseFor, busy, counts, d.cfg.PerEndpoint, candidatesPerRoom}
-	skipFilter := ""
-	if skip != nil {
-		skipFilter = `AND endpoint_id = ANY (ARRAY(SELECT id FROM webhook_endpoints WHERE enabled AND id <> ALL ($8::text[])))`
-		args = append(args, skip)
-	}
-	rows, err := d.cfg.DB.Query(ctx, `WITH candidates AS (
-			SELECT id, endpoint_id, next_attempt_at FROM webhook_deliveries
-			WHERE state = 'pending' AND next_attempt_at <= greatest(now(), $1)
-				`+skipFilter+`
-			ORDER BY next_attempt_at LIMIT $2::int * $7::int FOR UPDATE SKIP LOCKED
-		), busy AS (
+	// Each enabled endpoint below its cap offers its oldest due rows, read
+	// from its own end of the due index (at most MaxEndpoints probes): an
+	// endpoint at its cap is not read at all, however long its backlog, nor
+	// are disabled endpoints' rows, which Maintain ends. Each offers up to
+	// PerEndpoint or room, whichever is less, a constant the planner can
+	// count on (a limit computed per endpoint would be estimated at a tenth
+	// of the table, and JIT-compiled); its share past those in flight is cut
+	// after. Only the chosen rows are locked, each skipped if another
+	// replica's lease holds it (and read again if it committed: a row it
+	// leased is no longer due).
+	rows, err := d.cfg.DB.Query(ctx, `WITH busy AS (
 			SELECT * FROM unnest($4::text[], $5::int[]) AS b(endpoint_id, n)
+		), candidates AS (
+			SELECT c.id, c.endpoint_id, c.next_attempt_at, coalesce(b.n, 0) AS busy FROM webhook_endpoints e
+				LEFT JOIN busy b ON b.endpoint_id = e.id
+				CROSS JOIN LATERAL (
+					SELECT w.id, w.endpoint_id, w.next_attempt_at FROM webhook_deliveries w
+					WHERE w.endpoint_id = e.id AND w.state = 'pending' AND w.next_attempt_at <= greatest(now(), $1)
+					ORDER BY w.next_attempt_at LIMIT least($6::int, $2::int)
+				) c
+			WHERE e.enabled AND coalesce(b.n, 0) < $6
 		), chosen AS (
-			SELECT c.id FROM (SELECT id, endpoint_id, next_attempt_at,
-					row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at, id) AS n FROM candidates) c
-				LEFT JOIN busy b USING (endpoint_id)
-			WHERE c.n + coalesce(b.n, 0) <= $6
-			ORDER BY c.next_attempt_at LIMIT $2
-		), leased AS (
-			UPDATE webhook_deliveries w SET next_attempt_at = greatest(now(), $1) + $3::interval, attempts = w.attempts + 1
-			FROM chosen c, webhook_endpoints e
-			WHERE w.id = c.id AND e.id = w.endpoint_id AND e.enabled
-			RETURNING w.id::text, w.endpoint_id, w.type, w.payload::text, coalesce(w.replayed_at, w.created_at) AS retry_from, w.attempts,
-				e.url, e.secret, CASE WHEN e.previous_secret_until > $1 THEN e.previous_secret END AS previous
+			SELECT w.id FROM webhook_deliveries w
+			WHERE w.id IN (SELECT id FROM (SELECT id, next_attempt_at,
+						busy + row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at, id) AS nth FROM candidates) r
+					WHERE nth <= $6
+					ORDER BY next_attempt_at, id LIMIT $2)
+				AND w.state = 'pending' AND w.next_attempt_at <= greatest(now(), $1)
+			FOR UPDATE SKIP LOCKED
 		)
-		-- One row even when nothing was leased, for the counts.
-		SELECT (SELECT count(*) FROM candidates), (SELECT count(*) FROM webhook_endpoints WHERE enabled),
-			l.id, l.endpoint_id, l.type, l.payload, l.retry_from, l.attempts, l.url, l.secret, l.previous
-		FROM (SELECT) one LEFT JOIN leased l ON true`,
-		args...)
+		UPDATE webhook_deliveries w SET next_attempt_at = greatest(now(), $1) + $3::interval, attempts = w.attempts + 1
+		FROM chosen c, webhook_endpoints e
+		WHERE w.id = c.id AND e.id = w.endpoint_id AND e.enabled
+		RETURNING w.id::text, w.endpoint_id, w.type, w.payload::text, coalesce(w.replayed_at, w.created_at), w.attempts,
+			e.url, e.secret, CASE WHEN e.previous_secret_until > $1 THEN e.previous_secret END`,
+		now, room, leaseFor, busy, counts, d.cfg.PerEndpoint)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var l lease
-		var id, endpoint, typ, url, body, secret, previous *string
-		var retryFrom *time.Time
-		var attempt *int
-		if err := rows.Scan(&considered, &enabled, &id, &endpoint, &typ, &body, &retryFrom, &attempt, &url, &secret, &previous); err != nil {
-			return nil, 0, 0, err
+		var body string
+		var previous *string
+		var secret string
+		if err := rows.Scan(&l.id, &l.endpoint, &l.typ, &body, &l.retryFrom, &l.attempt, &l.url, &secret, &previous); err != nil {
+			return nil, err
 		}
-		if id == nil {
-			continue // nothing leased
-		}
-		l.id, l.endpoint, l.typ, l.url, l.retryFrom, l.attempt = *id, *endpoint, *typ, *url, *retryFrom, *attempt
-		l.body = []byte(*body)
-		l.secrets = []string{*secret}
+		l.body = []byte(body)
+		l.secrets = []string{secret}
 		if previous != nil {
 			l.secrets = append(l.secrets, *previous)
 		}
 		leases = append(leases, l)
 	}
-	return leases, considered, enabled, rows.Err()
+	return leases, rows.Err()
 }
-
-// candidatesPerRoom is how many due rows a lease considers per free slot,
-// so that endpoints at their share leave enough for the others.
-const candidatesPerRoom = 4
 
 // start counts the leases in flight and starts their attempts.
 func (d *Deliverer) start(leases []lease) {

@@ -46,7 +46,7 @@ type receiver struct {
 	requests int
 }
 
-func newReceiver(t *testing.T) *receiver {
+func newReceiver(t testing.TB) *receiver {
 	r := &receiver{}
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
@@ -91,7 +91,7 @@ func (r *receiver) set(status int, stall time.Duration) {
 // hold makes the receiver's answers to requests from now on wait until
 // release (or the test's end): an attempt in flight for as long as a test
 // needs it. A later hold holds the requests after it, released apart.
-func (r *receiver) hold(t *testing.T) (release func()) {
+func (r *receiver) hold(t testing.TB) (release func()) {
 	r.mu.Lock()
 	gate := make(chan struct{})
 	r.gate = gate

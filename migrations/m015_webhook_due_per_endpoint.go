@@ -1,0 +1,49 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/pressly/goose/v3"
+)
+
+// Migration 15 indexes the webhook outbox's due deliveries per endpoint,
+// (endpoint_id, next_attempt_at) over pending rows, in place of one index of
+// every endpoint's (next_attempt_at). A deliverer's pass takes each enabled
+// endpoint's oldest due rows up to its share, one probe per endpoint: an
+// endpoint at its cap with a backlog (its receiver down) costs a pass nothing,
+// where with one index a pass stepped over the whole backlog to find the
+// other endpoints' rows (34 ms of Postgres at 250,000 rows, at every pass).
+// Both builds are CONCURRENTLY, so ingest, whose triggers write the outbox,
+// never waits for them; every lock waits at most lockTimeout.
+var m015 = goose.NewGoMigration(15, &goose.GoFunc{RunDB: m015Up}, &goose.GoFunc{RunDB: m015Down})
+
+const (
+	m015Index = "webhook_deliveries_due_per_endpoint"
+	m015Old   = "webhook_deliveries_due"
+)
+
+func m015Up(ctx context.Context, db *sql.DB) error {
+	return withLockTimeout(ctx, db, func(conn *sql.Conn) error {
+		if err := buildIndexConcurrently(ctx, conn, m015Index, `ON webhook_deliveries (endpoint_id, next_attempt_at) WHERE state = 'pending'`); err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+quote(m015Old)); err != nil {
+			return fmt.Errorf("drop %s: %w", m015Old, err)
+		}
+		return nil
+	})
+}
+
+func m015Down(ctx context.Context, db *sql.DB) error {
+	return withLockTimeout(ctx, db, func(conn *sql.Conn) error {
+		if err := buildIndexConcurrently(ctx, conn, m015Old, `ON webhook_deliveries (next_attempt_at) WHERE state = 'pending'`); err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+quote(m015Index)); err != nil {
+			return fmt.Errorf("drop %s: %w", m015Index, err)
+		}
+		return nil
+	})
+}

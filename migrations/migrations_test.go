@@ -87,7 +87,8 @@ func TestTheCommitOrderIndexCoversEveryPartitionAndIsValid(t *testing.T) {
 }
 
 // Migration 15 leaves the webhook outbox's due deliveries indexed per
-// endpoint, valid, and the single due index gone.
+// endpoint, valid, and the single due index gone (beside the new one, the
+// planner takes it for an endpoint's probe and reads the whole backlog).
 func TestTheWebhookDueIndexIsPerEndpoint(t *testing.T) {
 	pool := pgtest.Connect(t, pgtest.DB(t))
 	var valid bool
@@ -137,7 +138,7 @@ func TestTheWebhookDueIndexBuildBehindAnOpenTransactionFailsThenCompletes(t *tes
 	if err := pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'webhook_deliveries_due_per_endpoint'::regclass`).Scan(&valid); err != nil || !valid {
 		t.Errorf("index valid %v, %v; want valid", valid, err)
 	}
-	if n := pgtest.Count(t, pool, `SELECT count(*) FROM pg_class WHERE relname IN ('webhook_deliveries_due', 'webhook_deliveries_due_per_endpoint_ccnew')`); n != 0 {
-		t.Errorf("%d leftover indexes", n)
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM pg_class WHERE relname LIKE 'webhook_deliveries_due%'`); n != 1 {
+		t.Errorf("%d indexes named webhook_deliveries_due…, want the per-endpoint one alone", n)
 	}
 }

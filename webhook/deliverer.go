@@ -198,13 +198,12 @@ func (d *Deliverer) lease(ctx context.Context, room int, busy []string, counts [
 	// Each enabled endpoint below its cap offers its oldest due rows, read
 	// from its own end of the due index (at most MaxEndpoints probes): an
 	// endpoint at its cap is not read at all, however long its backlog, nor
-	// are disabled endpoints' rows, which Maintain ends. Each offers up to
-	// PerEndpoint or room, whichever is less, a constant the planner can
-	// count on (a limit computed per endpoint would be estimated at a tenth
-	// of the table, and JIT-compiled); its share past those in flight is cut
-	// after. Only the chosen rows are locked, each skipped if another
-	// replica's lease holds it (and read again if it committed: a row it
-	// leased is no longer due).
+	// are disabled endpoints' rows, which Maintain ends. Rows another
+	// replica's lease holds are skipped and the next ones read. Each offers
+	// (and locks, until the statement ends) up to PerEndpoint or room,
+	// whichever is less, a constant the planner can count on (a limit
+	// computed per endpoint would be estimated at a tenth of the table, and
+	// JIT-compiled); its share past those in flight is cut after.
 	rows, err := d.cfg.DB.Query(ctx, `WITH busy AS (
 			SELECT * FROM unnest($4::text[], $5::int[]) AS b(endpoint_id, n)
 		), candidates AS (
@@ -214,16 +213,14 @@ func (d *Deliverer) lease(ctx context.Context, room int, busy []string, counts [
 					SELECT w.id, w.endpoint_id, w.next_attempt_at FROM webhook_deliveries w
 					WHERE w.endpoint_id = e.id AND w.state = 'pending' AND w.next_attempt_at <= greatest(now(), $1)
 					ORDER BY w.next_attempt_at LIMIT least($6::int, $2::int)
+					FOR UPDATE OF w SKIP LOCKED
 				) c
 			WHERE e.enabled AND coalesce(b.n, 0) < $6
 		), chosen AS (
-			SELECT w.id FROM webhook_deliveries w
-			WHERE w.id IN (SELECT id FROM (SELECT id, next_attempt_at,
-						busy + row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at, id) AS nth FROM candidates) r
-					WHERE nth <= $6
-					ORDER BY next_attempt_at, id LIMIT $2)
-				AND w.state = 'pending' AND w.next_attempt_at <= greatest(now(), $1)
-			FOR UPDATE SKIP LOCKED
+			SELECT id FROM (SELECT id, next_attempt_at,
+					busy + row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at, id) AS nth FROM candidates) r
+			WHERE nth <= $6
+			ORDER BY next_attempt_at, id LIMIT $2
 		)
 		UPDATE webhook_deliveries w SET next_attempt_at = greatest(now(), $1) + $3::interval, attempts = w.attempts + 1
 		FROM chosen c, webhook_endpoints e

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -541,4 +542,79 @@ func (e *env) flushUntil(what string, n int) {
 		}
 		return e.count(`SELECT count(*) FROM webhook_attempts`) == n
 	})
+}
+
+// Due rows another session holds locked (another replica's lease in
+// flight) are stepped over: the pass leases the endpoint's next ones.
+func TestAPassStepsOverDueRowsLockedElsewhere(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{})
+	r := newReceiver(t)
+	release := r.hold(t)
+	defer e.d.Wait()
+	defer release() // before Wait, which waits for the held attempts
+	ep := e.endpoint(r.URL, webhook.NotificationCreated)
+	e.exec(`INSERT INTO webhook_deliveries (endpoint_id, type, payload, next_attempt_at)
+		SELECT $1, 'notification.created', '{}', now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, 1000) g`, ep.ID)
+	end := pgtest.HoldOpen(t, e.url, `SELECT 1 FROM webhook_deliveries WHERE id IN (
+		SELECT id FROM webhook_deliveries ORDER BY next_attempt_at LIMIT 16) FOR UPDATE`)
+	defer end()
+	more, err := e.d.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !more {
+		t.Error("the pass leased nothing past the 16 locked rows")
+	}
+	testsignal.Eventually(t, "the endpoint's share of 16 to be sent", 10*time.Second, func() bool { return r.requested() == webhook.DefaultPerEndpoint })
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE attempts > 0 AND id IN (
+		SELECT id FROM webhook_deliveries ORDER BY next_attempt_at LIMIT 16)`); n != 0 {
+		t.Errorf("%d of the locked rows were leased", n)
+	}
+}
+
+// Replicas passing at the same moment share the due rows: together they
+// lease as many as they have room for, none twice.
+func TestReplicasPassingTogetherLeaseTheirRoomAndNothingTwice(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{})
+	r := newReceiver(t)
+	release := r.hold(t)
+	var eps []string
+	for range 4 {
+		eps = append(eps, e.endpoint(r.URL, webhook.NotificationCreated).ID)
+	}
+	for _, ep := range eps {
+		e.exec(`INSERT INTO webhook_deliveries (endpoint_id, type, payload, next_attempt_at)
+			SELECT $1, 'notification.created', '{}', now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, 5000) g`, ep)
+	}
+	const replicas = 6
+	ds := make([]*webhook.Deliverer, replicas)
+	for i := range ds {
+		ds[i] = e.replica(webhook.DelivererConfig{})
+	}
+	defer func() {
+		release()
+		for _, d := range ds {
+			d.Wait()
+		}
+	}()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, d := range ds {
+		wg.Go(func() {
+			<-start
+			if _, err := d.Pass(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	// 4 endpoints of 16 per replica: each replica's room of 32 is filled.
+	want := replicas * webhook.DefaultConcurrency
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE attempts > 0`); n != want {
+		t.Errorf("%d replicas passing at once leased %d rows, want their room of %d", replicas, n, want)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE attempts > 1`); n != 0 {
+		t.Errorf("%d rows leased twice", n)
+	}
 }

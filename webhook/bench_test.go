@@ -161,3 +161,24 @@ func BenchmarkPassBehindAFullEndpoint(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMaintainBehindABacklog is one maintenance step (retention, the
+// disabled endpoints' sweep, the gauges) while an enabled endpoint has a
+// backlog of pending deliveries and no endpoint is disabled.
+func BenchmarkMaintainBehindABacklog(b *testing.B) {
+	pool := pgtest.Connect(b, pgtest.DB(b))
+	mustExec(b, pool, `INSERT INTO webhook_endpoints (id, url, events, secret) VALUES ('ep_down', 'http://127.0.0.1:9/', '{notification.created}', $1)`, webhook.NewSecret())
+	mustExec(b, pool, `INSERT INTO webhook_deliveries (endpoint_id, type, payload, next_attempt_at)
+		SELECT 'ep_down', 'notification.created', '{"type": "notification.created", "data": {}}', now() + g * interval '1 ms'
+		FROM generate_series(1, 250000) g`)
+	mustExec(b, pool, `VACUUM ANALYZE webhook_deliveries`)
+	d, err := webhook.NewDeliverer(webhook.DelivererConfig{DB: pool, AllowPrivate: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := d.Maintain(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -142,3 +142,33 @@ func TestTheWebhookDueIndexBuildBehindAnOpenTransactionFailsThenCompletes(t *tes
 		t.Errorf("%d indexes named webhook_deliveries_due…, want the per-endpoint one alone", n)
 	}
 }
+
+// Migration 15 taken back restores the single due index, and applied again
+// replaces it.
+func TestMigration15DownAndUpAgain(t *testing.T) {
+	url := pgtest.DB(t)
+	pool := pgtest.Connect(t, url)
+	ctx := context.Background()
+	indexes := func() (single, perEndpoint int) {
+		t.Helper()
+		count := func(name string) int {
+			return pgtest.Count(t, pool, `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1 AND i.indisvalid`, name)
+		}
+		return count("webhook_deliveries_due"), count("webhook_deliveries_due_per_endpoint")
+	}
+	if single, per := indexes(); single != 0 || per != 1 {
+		t.Fatalf("after up: %d single, %d per-endpoint indexes; want the per-endpoint one alone", single, per)
+	}
+	if err := migrations.DownTo(ctx, url, 14); err != nil {
+		t.Fatal(err)
+	}
+	if single, per := indexes(); single != 1 || per != 0 {
+		t.Errorf("after down to 14: %d single, %d per-endpoint indexes; want the single one alone", single, per)
+	}
+	if applied, err := migrations.Up(ctx, url, nil); err != nil || len(applied) != 1 {
+		t.Fatalf("up again applied %v, %v; want migration 15", applied, err)
+	}
+	if single, per := indexes(); single != 0 || per != 1 {
+		t.Errorf("after up again: %d single, %d per-endpoint indexes; want the per-endpoint one alone", single, per)
+	}
+}

@@ -47,3 +47,17 @@ func buildIndexConcurrently(ctx context.Context, conn *sql.Conn, name, definitio
 	}
 	return nil
 }
+
+// replaceIndex builds index name with definition, then drops index old,
+// both concurrently, under lockTimeout.
+func replaceIndex(ctx context.Context, db *sql.DB, name, definition, old string) error {
+	return withLockTimeout(ctx, db, func(conn *sql.Conn) error {
+		if err := buildIndexConcurrently(ctx, conn, name, definition); err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+quote(old)); err != nil {
+			return fmt.Errorf("drop %s: %w", old, err)
+		}
+		return nil
+	})
+}

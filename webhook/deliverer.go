@@ -683,6 +683,18 @@ func (d *Deliverer) maintain(ctx context.Context) {
 	})
 }
 
+// endpointsOf is a recursive query's eps(id): the endpoint ids of table's
+// rows t that match where, found by skipping along an index led by
+// endpoint_id, one probe per endpoint, not by reading the rows. Its last row
+// is NULL.
+func endpointsOf(table, where string) string {
+	return `eps(id) AS (
+		(SELECT endpoint_id FROM ` + table + ` t WHERE ` + where + ` ORDER BY endpoint_id LIMIT 1)
+		UNION ALL
+		SELECT (SELECT endpoint_id FROM ` + table + ` t WHERE ` + where + ` AND t.endpoint_id > eps.id ORDER BY endpoint_id LIMIT 1)
+		FROM eps WHERE eps.id IS NOT NULL)`
+}
+
 // retentionBatch caps the rows one maintenance statement deletes or ends.
 const retentionBatch = 5000
 
@@ -708,11 +720,7 @@ func (d *Deliverer) Maintain(ctx context.Context) (more bool, err error) {
 	// Its id is found by skipping along the endpoint indexes, one probe per
 	// endpoint, not by reading the tables.
 	for _, table := range []string{"webhook_deliveries", "webhook_attempts"} {
-		tag, err = d.cfg.DB.Exec(ctx, `WITH RECURSIVE eps(id) AS (
-				(SELECT endpoint_id FROM `+table+` ORDER BY endpoint_id LIMIT 1)
-				UNION ALL
-				SELECT (SELECT endpoint_id FROM `+table+` t WHERE t.endpoint_id > eps.id ORDER BY endpoint_id LIMIT 1)
-				FROM eps WHERE eps.id IS NOT NULL),
+		tag, err = d.cfg.DB.Exec(ctx, `WITH RECURSIVE `+endpointsOf(table, "true")+`,
 			gone AS (SELECT id FROM eps WHERE id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.id = eps.id))
 			DELETE FROM `+table+` WHERE id IN (SELECT id FROM `+table+` WHERE endpoint_id IN (SELECT id FROM gone) LIMIT $1)`, retentionBatch)
 		if err != nil {
@@ -725,11 +733,7 @@ func (d *Deliverer) Maintain(ctx context.Context) (more bool, err error) {
 	// deleted (it read the endpoint before that committed). The endpoints
 	// with pending rows are found by skipping along the due index, one probe
 	// each, so that with none to end this reads no backlog.
-	tag, err = d.cfg.DB.Exec(ctx, `WITH RECURSIVE eps(id) AS (
-				(SELECT endpoint_id FROM webhook_deliveries WHERE state = 'pending' ORDER BY endpoint_id LIMIT 1)
-				UNION ALL
-				SELECT (SELECT endpoint_id FROM webhook_deliveries t WHERE t.state = 'pending' AND t.endpoint_id > eps.id ORDER BY endpoint_id LIMIT 1)
-				FROM eps WHERE eps.id IS NOT NULL),
+	tag, err = d.cfg.DB.Exec(ctx, `WITH RECURSIVE `+endpointsOf("webhook_deliveries", "t.state = 'pending'")+`,
 			off AS (SELECT id FROM eps WHERE id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.id = eps.id AND e.enabled))
 		UPDATE webhook_deliveries w SET state = 'failed', ended_at = $1,
 			last_error = coalesce(w.last_error || '; ', '') || 'endpoint disabled'

@@ -87,6 +87,21 @@ func (h *harness) handshake(protocols, origin string) []byte {
 	return raw.Bytes()
 }
 
+// openStream opens a stream for user and reads its ready frame; the socket
+// closes with the test.
+func (h *harness) openStream(t *testing.T, user string) *wsclient.Conn {
+	t.Helper()
+	c, err := wsclient.Dial(context.Background(), h.url, h.iss.Token(user), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if m, err := c.Next(10 * time.Second); err != nil || m.Type != "ready" {
+		t.Fatalf("first frame %v, %v; want ready", m, err)
+	}
+	return c
+}
+
 func (h *harness) metric(name string) string {
 	h.t.Helper()
 	r := h.request(http.MethodGet, "/metrics", "", "")
@@ -176,14 +191,7 @@ func TestStreamOriginsAreChecked(t *testing.T) {
 func TestTooManySocketsIsAnsweredWithRetryAfterAlone(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, options{live: true, maxSocketsPerUser: 1, userRate: "20/s"})
-	c, err := wsclient.Dial(context.Background(), h.url, h.iss.Token("u1"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if m, err := c.Next(10 * time.Second); err != nil || m.Type != "ready" {
-		t.Fatalf("first frame %v, %v; want ready", m, err)
-	}
+	h.openStream(t, "u1")
 	raw := h.handshake("spoolcast.bearer.v1, "+h.iss.Token("u1"), "")
 	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil)
 	if err != nil {
@@ -202,14 +210,7 @@ func TestTooManySocketsIsAnsweredWithRetryAfterAlone(t *testing.T) {
 func TestAStreamFrameCarriesTheFeedsItem(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, options{live: true})
-	c, err := wsclient.Dial(context.Background(), h.url, h.iss.Token("u1"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if m, err := c.Next(10 * time.Second); err != nil || m.Type != "ready" {
-		t.Fatalf("first frame %v, %v; want ready", m, err)
-	}
+	c := h.openStream(t, "u1")
 	h.seed("u1", 1)
 	m, err := c.Next(10 * time.Second)
 	if err != nil || m.Type != "notification" {

@@ -84,23 +84,19 @@ func (s *Spool) MarkForwarded(ctx context.Context, seqs []int64) error {
 	}
 	now := s.cfg.Clock.Now().UnixNano()
 	return s.write(ctx, func(ctx context.Context, tx execer) error {
-		if s.cfg.RefeedWindow > 0 {
-			n, size, err := sumForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ? WHERE forwarded_at IS NULL AND seq IN (%s) RETURNING size", []any{now}, seqs)
-			if err != nil {
-				return err
-			}
-			if err := (totalsDelta{pendingRows: -n, pendingBytes: -size, keptRows: n, keptBytes: size}).apply(ctx, tx); err != nil {
-				return err
-			}
-			return s.trimRefeed(ctx, tx)
-		}
-		// size is the payload's length while the payload is held.
-		n, size, err := sumForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ?, size = 0 WHERE forwarded_at IS NULL AND seq IN (%s) RETURNING (SELECT length(payload) FROM payloads p WHERE p.seq = events.seq)", []any{now}, seqs)
+		n, size, err := sumForSeqs(ctx, tx, "UPDATE events SET forwarded_at = ? WHERE forwarded_at IS NULL AND seq IN (%s) RETURNING size", []any{now}, seqs)
 		if err != nil {
 			return err
 		}
-		if err := (totalsDelta{pendingRows: -n, pendingBytes: -size, keptRows: n}).apply(ctx, tx); err != nil {
+		d := totalsDelta{pendingRows: -n, pendingBytes: -size, keptRows: n}
+		if s.cfg.RefeedWindow > 0 {
+			d.keptBytes = size // the payloads stay for the window
+		}
+		if err := d.apply(ctx, tx); err != nil {
 			return err
+		}
+		if s.cfg.RefeedWindow > 0 {
+			return s.trimRefeed(ctx, tx)
 		}
 		return execForSeqs(ctx, tx, "DELETE FROM payloads WHERE seq IN (%s)", nil, seqs)
 	})

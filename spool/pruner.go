@@ -74,7 +74,9 @@ func (s *Spool) pruneWhere(ctx context.Context, dead bool, cutoff time.Time) (in
 		var got []recentKey
 		err := s.write(ctx, func(ctx context.Context, tx execer) error {
 			got = got[:0]
-			rows, err := tx.QueryContext(ctx, `SELECT seq, producer, key, size FROM events
+			// A row's payload bytes count only while the payload is held
+			// (size stays the event's bytes once its payload is dropped).
+			rows, err := tx.QueryContext(ctx, `SELECT seq, producer, key, iif(EXISTS (SELECT 1 FROM payloads p WHERE p.seq = events.seq), size, 0) FROM events
 				WHERE forwarded_at IS NOT NULL AND forwarded_at < ? AND `+cond+` LIMIT ?`, cutoff.UnixNano(), chunk)
 			if err != nil {
 				return fmt.Errorf("prune: %w", err)

@@ -28,9 +28,6 @@ func dropKept(ctx context.Context, tx execer, seqs []int64, bytes int64) error {
 	if err := execForSeqs(ctx, tx, "DELETE FROM payloads WHERE seq IN (%s)", nil, seqs); err != nil {
 		return fmt.Errorf("drop refeed payloads: %w", err)
 	}
-	if err := execForSeqs(ctx, tx, "UPDATE events SET size = 0 WHERE seq IN (%s)", nil, seqs); err != nil {
-		return fmt.Errorf("drop refeed payloads: %w", err)
-	}
 	return totalsDelta{keptBytes: -bytes}.apply(ctx, tx)
 }
 

@@ -102,6 +102,55 @@ func TestRefeedPayloadsStayUnderTheirBound(t *testing.T) {
 	}
 }
 
+// The refeed bytes count exactly the payloads still held, through every way
+// a kept payload leaves: trimmed past the byte bound, dropped past the
+// window, and pruned with its key (held still, when the key TTL is the
+// shorter), so the bound keeps holding what it says.
+func TestRefeedBytesCountOnlyThePayloadsStillHeld(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name                 string
+		window, ttl, dropped time.Duration
+	}{
+		{"payloads dropped past the window, then keys pruned", 10 * time.Minute, time.Hour, 0},
+		{"keys pruned while their payloads are held", time.Hour, 10 * time.Minute, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			s := openSpool(t, spool.Config{Clock: clk, PruneInterval: 1000 * time.Hour, RefeedWindow: c.window, KeyTTL: c.ttl, RefeedMaxBytes: 100})
+			ctx := context.Background()
+			forwardAll(t, s, "k", 20) // 20 payloads of 10 bytes, the newest 10 within the bound
+			if st, _ := s.Stats(ctx); st.RefeedBytes != 100 || st.KeptKeys != 20 {
+				t.Fatalf("after forwarding: refeed bytes %d, kept keys %d; want the newest 10 payloads (100 bytes) of 20 keys", st.RefeedBytes, st.KeptKeys)
+			}
+			clk.Advance(min(c.window, c.ttl) + time.Minute)
+			if _, err := s.Prune(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st, _ := s.Stats(ctx)
+			if c.ttl < c.window && (st.RefeedBytes != 0 || st.KeptKeys != 0) {
+				t.Fatalf("keys pruned with their payloads: refeed bytes %d, kept keys %d; want 0 and 0", st.RefeedBytes, st.KeptKeys)
+			}
+			if c.ttl > c.window && (st.RefeedBytes != 0 || st.KeptKeys != 20) {
+				t.Fatalf("payloads past the window: refeed bytes %d, kept keys %d; want 0 and the 20 keys", st.RefeedBytes, st.KeptKeys)
+			}
+			clk.Advance(max(c.window, c.ttl))
+			if _, err := s.Prune(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if st, _ := s.Stats(ctx); st.RefeedBytes != 0 || st.KeptKeys != 0 {
+				t.Errorf("after both retentions: refeed bytes %d, kept keys %d; want 0 and 0", st.RefeedBytes, st.KeptKeys)
+			}
+			// The bound holds for what comes next as it did at first.
+			forwardAll(t, s, "m", 20)
+			if st, _ := s.Stats(ctx); st.RefeedBytes != 100 {
+				t.Errorf("forwarding again: refeed bytes %d; want 100", st.RefeedBytes)
+			}
+		})
+	}
+}
+
 // The history of the Postgres a spool forwards to survives a restart.
 func TestTheRecordedPostgresHistorySurvivesAReopen(t *testing.T) {
 	t.Parallel()

@@ -13,20 +13,22 @@
 --   pending  forwarded_at IS NULL: waits for Postgres;
 --   kept     forwarded_at set, dead_reason NULL: in Postgres; the key, its
 --            request hash and receipt time are kept, to answer retries until
---            the key TTL, and the payload for the refeed window (size > 0
---            while it is held), to forward again if Postgres fails over to a
---            standby that had not received it;
+--            the key TTL, and the payload for the refeed window, to forward
+--            again if Postgres fails over to a standby that had not received
+--            it;
 --   dead     forwarded_at and dead_reason set: Postgres refused it for good, or
 --            found its key claimed by another request; kept for an operator.
 -- Payloads live in a table of their own, held for pending and dead rows and,
 -- for the refeed window, kept ones: a kept row past it stays small, and the
--- pages its payload took are freed whole.
+-- pages its payload took are freed whole. A payload is held while payloads
+-- has its row; dropping it leaves the events row as it is (no second write
+-- of every forwarded row).
 CREATE TABLE IF NOT EXISTS events (
     seq          INTEGER PRIMARY KEY,
     producer     TEXT    NOT NULL,
     key          TEXT    NOT NULL,
     request_hash BLOB    NOT NULL,
-    size         INTEGER NOT NULL,           -- payload bytes while the payload is held, else 0
+    size         INTEGER NOT NULL,           -- payload bytes; unchanged when the payload is dropped (spools written before 2026-12 set it to 0 then)
     fanout       INTEGER NOT NULL DEFAULT 1, -- rows the event becomes downstream (its recipients)
     received_at  INTEGER NOT NULL,           -- unix nanoseconds
     forwarded_at INTEGER,                    -- unix nanoseconds: forwarded, or set aside as dead

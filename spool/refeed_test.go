@@ -151,6 +151,22 @@ func TestRefeedBytesCountOnlyThePayloadsStillHeld(t *testing.T) {
 	}
 }
 
+// An upgrade counts the refeed bytes again from the rows: only kept rows
+// that still hold their payload count, whatever their size says.
+func TestAnUpgradeCountsOnlyThePayloadsStillHeld(t *testing.T) {
+	t.Parallel()
+	path := olderSpool(t, "testdata/v3/schema.sql",
+		`INSERT INTO totals (id, pending_rows, pending_bytes, kept_rows, dead_rows, dead_bytes, kept_bytes) VALUES (1, 0, 0, 0, 0, 0, 0)`,
+		`INSERT INTO events (seq, producer, key, request_hash, size, received_at, forwarded_at) VALUES (1, 'billing', 'held', 'h', 7, 1, 2)`,
+		`INSERT INTO payloads VALUES (1, '{"a":1}')`,
+		`INSERT INTO events (seq, producer, key, request_hash, size, received_at, forwarded_at) VALUES (2, 'billing', 'dropped', 'h', 9, 1, 2)`,
+		`PRAGMA user_version = 3`)
+	s := openSpool(t, spool.Config{Path: path, RefeedWindow: time.Hour})
+	if st, err := s.Stats(context.Background()); err != nil || st.RefeedBytes != 7 || st.KeptKeys != 2 {
+		t.Errorf("stats after the upgrade = %+v, %v; want 7 refeed bytes (the payload held) of 2 kept keys", st, err)
+	}
+}
+
 // The history of the Postgres a spool forwards to survives a restart.
 func TestTheRecordedPostgresHistorySurvivesAReopen(t *testing.T) {
 	t.Parallel()

@@ -115,7 +115,9 @@ func migrate(ctx context.Context, conn *sql.Conn) error {
 			        count(*) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NULL),
 			        count(*) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL),
 			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NOT NULL), 0),
-			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NULL), 0)
+			        -- a kept row's size outlives its payload: count the payloads held
+			        coalesce(sum(size) FILTER (WHERE forwarded_at IS NOT NULL AND dead_reason IS NULL
+			                                   AND EXISTS (SELECT 1 FROM payloads p WHERE p.seq = events.seq)), 0)
 			 FROM events`,
 			`INSERT OR IGNORE INTO meta (name, value) VALUES ('spool_id', lower(hex(randomblob(16))))`,
 			fmt.Sprintf("PRAGMA user_version = %d", schemaVersion),

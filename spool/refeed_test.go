@@ -109,11 +109,11 @@ func TestRefeedPayloadsStayUnderTheirBound(t *testing.T) {
 func TestRefeedBytesCountOnlyThePayloadsStillHeld(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name                 string
-		window, ttl, dropped time.Duration
+		name        string
+		window, ttl time.Duration
 	}{
-		{"payloads dropped past the window, then keys pruned", 10 * time.Minute, time.Hour, 0},
-		{"keys pruned while their payloads are held", time.Hour, 10 * time.Minute, 0},
+		{"payloads dropped past the window, then keys pruned", 10 * time.Minute, time.Hour},
+		{"keys pruned while their payloads are held", time.Hour, 10 * time.Minute},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -87,7 +87,7 @@ func TestRefeedPayloadsStayUnderTheirBound(t *testing.T) {
 	t.Parallel()
 	s := openSpool(t, spool.Config{RefeedWindow: time.Hour, RefeedMaxBytes: 100})
 	ctx := context.Background()
-	forwardAll(t, s, "k", 20) // 20 payloads of 12 bytes
+	forwardAll(t, s, "k", 20) // 20 payloads of 10 bytes
 	st, _ := s.Stats(ctx)
 	if st.RefeedBytes > 100 || st.RefeedBytes == 0 {
 		t.Fatalf("refeed bytes = %d; want at most the bound of 100", st.RefeedBytes)

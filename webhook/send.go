@@ -1,0 +1,103 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// result is what one attempt came to.
+type result struct {
+	outcome    string
+	status     int
+	err        string
+	retryAfter time.Duration
+	took       time.Duration
+}
+
+// send makes one attempt: a POST of the body with the three Standard
+// Webhooks headers, signed at the attempt's own time.
+func (d *Deliverer) send(ctx context.Context, l lease) result {
+	start := time.Now()
+	ts := d.cfg.Clock.Now().Unix()
+	sig, err := Sign(l.secrets, l.id, ts, l.body)
+	if err != nil {
+		return result{outcome: OutcomeClient, err: err.Error()}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.url, bytes.NewReader(l.body))
+	if err != nil {
+		return result{outcome: OutcomeNetwork, err: err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "spoolcast-webhooks/1")
+	req.Header.Set("webhook-id", l.id)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := d.cfg.Client.Do(req)
+	took := time.Since(start)
+	if err != nil {
+		r := result{outcome: OutcomeNetwork, err: err.Error(), took: took}
+		switch {
+		case errors.Is(err, ErrPrivateTarget):
+			r.outcome = OutcomeRefused
+		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+			r.outcome, r.err = OutcomeTimeout, fmt.Sprintf("no answer within %s", d.cfg.Timeout)
+		}
+		return r
+	}
+	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, bodyExcerpt))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
+	resp.Body.Close()
+	r := result{status: resp.StatusCode, took: took}
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		r.outcome = OutcomeDelivered
+		return r
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		r.outcome = OutcomeRedirect
+		r.err = fmt.Sprintf("%d redirect to %q not followed", resp.StatusCode, resp.Header.Get("Location"))
+		return r
+	case resp.StatusCode < 500:
+		r.outcome = OutcomeClient
+	default:
+		r.outcome = OutcomeServer
+	}
+	r.err = fmt.Sprintf("%d %s", resp.StatusCode, loggable(bytes.TrimSpace(excerpt)))
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		r.retryAfter = retryAfter(resp.Header.Get("Retry-After"), d.cfg.Clock.Now())
+	}
+	return r
+}
+
+// loggable is a receiver's answer as text Postgres takes: a NUL or invalid
+// UTF-8 (a binary body, or one cut mid-character) would fail the whole
+// recording transaction, every outcome in it.
+func loggable(b []byte) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(string(b), "\x00", ""), "\uFFFD")
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// retryAfter reads a Retry-After header, seconds or an HTTP date; 0 when
+// absent or unreadable. It is capped at maxRetryAfter.
+func retryAfter(h string, now time.Time) time.Duration {
+	if h == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(h, 10, 64); err == nil && secs > 0 {
+		d = time.Duration(min(secs, int64(maxRetryAfter/time.Second))) * time.Second
+	} else if t, err := http.ParseTime(h); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
+}

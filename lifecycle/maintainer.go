@@ -117,6 +117,9 @@ type Report struct {
 	LockTimeouts []DDLLockTimeout `json:"lock_timeouts"`
 	// KeysExpired counts the claimed keys deleted past the key window.
 	KeysExpired int64 `json:"keys_expired"`
+	// CancelledExpired counts the rows of cancelled scheduled events deleted
+	// (see expireCancelled).
+	CancelledExpired int64 `json:"cancelled_expired"`
 	// ReadEventsExpired counts the read-state changes deleted past ReadEventsKept.
 	ReadEventsExpired int64 `json:"read_events_expired"`
 	// Partitions describes the partitions present after the pass.
@@ -245,6 +248,11 @@ func (p *pass) run(ctx context.Context) error {
 	}
 	if p.rep.KeysExpired, err = expireKeys(ctx, cfg.DB, now.Add(-cfg.KeyWindow)); err != nil {
 		return err
+	}
+	if cfg.Retention > 0 {
+		if p.rep.CancelledExpired, err = expireCancelled(ctx, cfg.DB, now.Add(-max(cfg.KeyWindow, cfg.Retention))); err != nil {
+			return err
+		}
 	}
 	if p.rep.ReadEventsExpired, err = expireReadEvents(ctx, cfg.DB, now.Add(-ReadEventsKept)); err != nil {
 		return err
@@ -504,6 +512,28 @@ func expireKeys(ctx context.Context, db DB, cutoff time.Time) (int64, error) {
 				ORDER BY claimed_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, cutoff, keyBatch)
 		if err != nil {
 			return total, fmt.Errorf("maintenance: expire keys: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < keyBatch {
+			return total, nil
+		}
+	}
+}
+
+// expireCancelled deletes the rows of cancelled scheduled events whose send
+// time and scheduling both lie before cutoff, keyBatch at a time. They are
+// kept while their keys are (a repeated cancellation answers the first's
+// time) and while the delivery log keeps their cancelled rows (it shows
+// their title and category), so the cutoff is the later of the two; with
+// retention off, like the notifications, they are kept.
+func expireCancelled(ctx context.Context, db DB, cutoff time.Time) (int64, error) {
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, `DELETE FROM scheduled_notifications WHERE id IN (
+				SELECT id FROM scheduled_notifications WHERE cancelled_at IS NOT NULL AND send_at < $1 AND scheduled_at < $1
+				ORDER BY send_at LIMIT $2)`, cutoff, keyBatch)
+		if err != nil {
+			return total, fmt.Errorf("maintenance: expire cancelled scheduled events: %w", err)
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < keyBatch {

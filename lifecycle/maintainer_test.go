@@ -168,3 +168,35 @@ func contains(xs []string, s string) bool {
 	}
 	return false
 }
+
+// A cancelled scheduled event's rows are kept while the delivery log keeps
+// its cancelled rows (retention, here 90 days), then deleted; rows still
+// waiting for their send_at are never touched.
+func TestAPassDeletesCancelledScheduledRowsOnlyPastRetention(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	now := time.Now()
+	for _, key := range []string{"cancelled", "waiting"} {
+		ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":%q,"type":"t","recipients":["a","b"],"title":"Later","send_at":%q}`,
+			key, now.Add(time.Hour).UTC().Format(time.RFC3339Nano)), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "p", Event: ev}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := ingest.Cancel(ctx, pool, "p", "cancelled", now); err != nil || r.Stopped != 2 {
+		t.Fatalf("cancel: %+v, %v", r, err)
+	}
+	if rep := pass(t, pool, now.AddDate(0, 0, 30)); rep.CancelledExpired != 0 {
+		t.Errorf("a pass 30 days on deleted %d cancelled rows; want none inside retention", rep.CancelledExpired)
+	}
+	if rep := pass(t, pool, now.AddDate(0, 0, 100)); rep.CancelledExpired != 2 {
+		t.Errorf("a pass 100 days on deleted %d cancelled rows; want 2", rep.CancelledExpired)
+	}
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM scheduled_notifications WHERE idempotency_key = 'waiting'`); n != 2 {
+		t.Errorf("%d rows of the event still waiting; want 2, untouched", n)
+	}
+}

@@ -105,8 +105,8 @@ func TestTheWebhookDueIndexBuildBehindAnOpenTransactionFailsThenCompletes(t *tes
 	}
 	end()
 	applied, err := migrations.Up(ctx, url, nil)
-	if err != nil || len(applied) != 1 || applied[0] != 15 {
-		t.Fatalf("up again applied %v, %v; want migration 15", applied, err)
+	if err != nil || len(applied) == 0 || applied[0] != 15 {
+		t.Fatalf("up again applied %v, %v; want migration 15 first", applied, err)
 	}
 	var valid bool
 	if err := pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'webhook_deliveries_due_per_endpoint'::regclass`).Scan(&valid); err != nil || !valid {
@@ -148,10 +148,64 @@ func TestMigration15DownAndUpAgain(t *testing.T) {
 	if single, per := indexes(); single != 1 || per != 0 {
 		t.Errorf("after down to 14: %d single, %d per-endpoint indexes; want the single one alone", single, per)
 	}
-	if applied, err := migrations.Up(ctx, url, nil); err != nil || len(applied) != 1 {
-		t.Fatalf("up again applied %v, %v; want migration 15", applied, err)
+	if applied, err := migrations.Up(ctx, url, nil); err != nil || len(applied) == 0 || applied[0] != 15 {
+		t.Fatalf("up again applied %v, %v; want migration 15 first", applied, err)
 	}
 	if single, per := indexes(); single != 0 || per != 1 {
 		t.Errorf("after up again: %d single, %d per-endpoint indexes; want the per-endpoint one alone", single, per)
 	}
+}
+
+// Migration 17 indexes the scheduled rows the firer can still fire (not
+// cancelled), and the cancelled ones for maintenance, in place of the index
+// of every row; taken back it restores that index, and applied again
+// replaces it.
+func TestMigration17DownAndUpAgain(t *testing.T) {
+	url := pgtest.DB(t)
+	pool := pgtest.Connect(t, url)
+	ctx := context.Background()
+	defs := func() map[string]string {
+		t.Helper()
+		rows, err := pool.Query(ctx, `SELECT c.relname::text, pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+			WHERE i.indrelid = 'scheduled_notifications'::regclass AND i.indisvalid AND c.relname LIKE 'scheduled_notifications\_%' AND c.relname <> 'scheduled_notifications_pkey'
+			  AND c.relname <> 'scheduled_notifications_event'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		m := map[string]string{}
+		for rows.Next() {
+			var name, def string
+			if err := rows.Scan(&name, &def); err != nil {
+				t.Fatal(err)
+			}
+			m[name] = def[strings.Index(def, " USING "):]
+		}
+		return m
+	}
+	want := map[string]string{
+		"scheduled_notifications_pending":   " USING btree (send_at, id) WHERE (cancelled_at IS NULL)",
+		"scheduled_notifications_cancelled": " USING btree (send_at) WHERE (cancelled_at IS NOT NULL)",
+	}
+	check := func(when string, want map[string]string) {
+		t.Helper()
+		got := defs()
+		if len(got) != len(want) {
+			t.Errorf("%s: indexes %v; want %v", when, got, want)
+		}
+		for name, def := range want {
+			if got[name] != def {
+				t.Errorf("%s: %s is %q; want %q", when, name, got[name], def)
+			}
+		}
+	}
+	check("after up", want)
+	if err := migrations.DownTo(ctx, url, 16); err != nil {
+		t.Fatal(err)
+	}
+	check("after down to 16", map[string]string{"scheduled_notifications_due": " USING btree (send_at, id)"})
+	if applied, err := migrations.Up(ctx, url, nil); err != nil || len(applied) != 1 || applied[0] != 17 {
+		t.Fatalf("up again applied %v, %v; want migration 17", applied, err)
+	}
+	check("after up again", want)
 }

@@ -26,7 +26,7 @@ var ErrBadCursor = errors.New("malformed cursor")
 // Delivery is one dispatch as the delivery log shows it.
 type Delivery struct {
 	ID             string     `json:"id"`
-	NotificationID string     `json:"notification_id"`
+	NotificationID *string    `json:"notification_id"` // null when cancelled: it never existed
 	Title          string     `json:"title"`
 	Category       string     `json:"category"`
 	UserID         string     `json:"user_id"`
@@ -83,10 +83,14 @@ func Deliveries(ctx context.Context, db DeliveryReader, q DeliveryQuery) (Delive
 	if limit == 0 {
 		limit = DefaultDeliveriesLimit
 	}
-	sql := `SELECT d.id, d.created_at, d.notification_id, d.notification_created_at, coalesce(n.title, ''), coalesce(n.category, ''),
+	// A cancelled dispatch's title and category are its scheduled row's,
+	// kept as long as the log keeps it.
+	sql := `SELECT d.id, d.created_at, d.notification_id, d.notification_created_at,
+			coalesce(n.title, s.title, ''), coalesce(n.category, s.category, ''),
 			d.user_id, d.token, d.state, d.error, d.ticket_id, d.sent_at, d.updated_at
 		FROM push_dispatches d
-		LEFT JOIN notifications n ON n.id = d.notification_id AND n.created_at = d.notification_created_at
+		LEFT JOIN notifications n ON d.state <> 'cancelled' AND n.id = d.notification_id AND n.created_at = d.notification_created_at
+		LEFT JOIN scheduled_notifications s ON d.state = 'cancelled' AND s.id = d.notification_id
 		WHERE true`
 	args := []any{limit + 1}
 	if q.UserID != "" {
@@ -115,7 +119,10 @@ func Deliveries(ctx context.Context, db DeliveryReader, q DeliveryQuery) (Delive
 		var ncreated time.Time
 		err := r.Scan(&d.seq, &d.CreatedAt, &nid, &ncreated, &d.Title, &d.Category, &d.UserID, &d.Token, &d.State, &d.Error, &d.TicketID, &d.SentAt, &d.UpdatedAt)
 		d.ID = encodeCursor(d.CreatedAt, d.seq)
-		d.NotificationID = feed.ID{CreatedAt: ncreated, Seq: nid}.String()
+		if d.State != StateCancelled {
+			id := feed.ID{CreatedAt: ncreated, Seq: nid}.String()
+			d.NotificationID = &id
+		}
 		if d.Token != nil {
 			masked := MaskToken(*d.Token)
 			d.Token = &masked

@@ -15,6 +15,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 	"github.com/spoolcast/spoolcast/internal/weekly"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // DB is what the firer needs of Postgres: a pgxpool.Pool.
@@ -35,7 +36,9 @@ type Config struct {
 	Wake <-chan struct{}
 	// Interval is how often due work is looked for. Default 1s.
 	Interval time.Duration
-	// BatchSize caps the rows one statement moves. Default 2000.
+	// BatchSize is how many of the first due rows one statement looks at:
+	// it moves every row of their events, so up to an event's recipients
+	// (1,000) more than this. Default 2000.
 	BatchSize int
 	// Clock says what is due. Default the wall clock.
 	Clock clock.Clock
@@ -111,29 +114,45 @@ func (f *Firer) Pass(ctx context.Context) (scheduled, digests int, err error) {
 // pass is one Pass; more means a batch was full and more may be due.
 func (f *Firer) pass(ctx context.Context) (more bool, err error) {
 	s, d, err := f.Pass(ctx)
-	return s == f.cfg.BatchSize || d == f.cfg.BatchSize, err
+	return s >= f.cfg.BatchSize || d == f.cfg.BatchSize, err
 }
 
 // fireScheduled moves the scheduled notifications due at now into the feed
-// and the push queue, cancelled ones out of the way, in one statement: the
-// notification exists, with its push work, exactly when its scheduled row
-// is gone. created_at is Postgres's time of the move, so it appears at the
-// top of the feed as if ingested then, and its transaction id puts it in
-// the live stream's commit order like any other.
+// and the push queue, in one statement: the notification exists, with its
+// push work, exactly when its scheduled row is gone. It moves whole events:
+// the events of the first due rows (up to the batch), each only if its lock
+// (ingest.EventLockClass) is free, and then every row of each, so an event is
+// never split across statements, passes or replicas, nor between the firer
+// and a cancellation (which takes the same lock, and marks every row). A row
+// a cancellation marked after this statement's snapshot is skipped by the
+// delete's re-check of cancelled_at. created_at is Postgres's time of the
+// move, so it appears at the top of the feed as if ingested then, and its
+// transaction id puts it in the live stream's commit order like any other.
 func (f *Firer) fireScheduled(ctx context.Context, now time.Time) (int, error) {
 	var moved, created int
 	var lateness float64
 	run := func() error {
-		return f.cfg.DB.QueryRow(ctx, `WITH due AS (
-				DELETE FROM scheduled_notifications WHERE id IN (
-					SELECT id FROM scheduled_notifications WHERE send_at <= greatest(now(), $1)
-					ORDER BY send_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
-				RETURNING *
+		return f.cfg.DB.QueryRow(ctx, `WITH events AS MATERIALIZED (
+				SELECT DISTINCT producer, idempotency_key FROM (
+					SELECT producer, idempotency_key FROM scheduled_notifications
+					WHERE send_at <= greatest(now(), $1) AND cancelled_at IS NULL
+					ORDER BY send_at, id LIMIT $2) first_due
+			),
+			-- Materialized, so that each lock is tried once per event, and
+			-- held to the end of the statement's transaction.
+			locked AS MATERIALIZED (
+				SELECT producer, idempotency_key FROM events
+				WHERE pg_try_advisory_xact_lock($3, `+ingest.EventLockKey+`)
+			),
+			due AS (
+				DELETE FROM scheduled_notifications s USING locked l
+				WHERE s.producer = l.producer AND s.idempotency_key = l.idempotency_key AND s.cancelled_at IS NULL
+				RETURNING s.*
 			),
 			inserted AS (
 				INSERT INTO notifications (id, user_id, received_at, type, category, title, body, data, producer, idempotency_key, notification_key, run_id)
 				SELECT id, user_id, received_at, type, category, title, body, data, producer, idempotency_key, notification_key, run_id
-				FROM due WHERE cancelled_at IS NULL
+				FROM due
 				ORDER BY send_at, id
 				RETURNING id, created_at, user_id, category
 			),
@@ -143,8 +162,8 @@ func (f *Firer) fireScheduled(ctx context.Context, now time.Time) (int, error) {
 				FROM inserted n JOIN due d ON d.id = n.id
 			)
 			SELECT (SELECT count(*) FROM due), (SELECT count(*) FROM inserted),
-			       coalesce((SELECT extract(epoch FROM greatest(now(), $1) - min(send_at)) FROM due WHERE cancelled_at IS NULL), 0)`,
-			now, f.cfg.BatchSize).Scan(&moved, &created, &lateness)
+			       coalesce((SELECT extract(epoch FROM greatest(now(), $1) - min(send_at)) FROM due), 0)`,
+			now, f.cfg.BatchSize, ingest.EventLockClass).Scan(&moved, &created, &lateness)
 	}
 	err := run()
 	if weekly.NoPartition(err) {

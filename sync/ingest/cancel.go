@@ -44,32 +44,60 @@ type CancelResult struct {
 	Cancelled time.Time // when the event was first cancelled
 }
 
+// EventLockClass is the first key of the per-event advisory lock that a
+// cancellation and the firer take, hashtext of the event's key the second:
+// one lock decides for the whole event, so it is fired whole or cancelled
+// whole, never split between the two. The two-key space does not overlap
+// the one-key space of maintenance's lock; two events whose keys hash alike
+// merely wait for (or are skipped by) each other.
+const EventLockClass = 0x65766e74 // "evnt"
+
+// EventLockKey is the second key of an event's lock, as SQL computes it
+// from a scheduled row's producer and key.
+const EventLockKey = `hashtext('event:' || octet_length(producer) || ':' || producer || ':' || idempotency_key)`
+
 // Cancel stops the scheduled notifications of the producer's event key
-// before their send_at, in one statement: they are marked cancelled (the
-// firer drops them when due) and each gets a cancelled row in the delivery
-// log. A firer that holds a row moving it into the feed makes the
-// cancellation wait for it, and then find it sent.
+// before their send_at, all of them or none: in one transaction it takes the
+// event's lock (waiting for a firer that holds it), then marks every row
+// cancelled and gives each a cancelled row in the delivery log. The firer
+// fires only the rows of events whose lock it took, all in one statement, so
+// a cancellation that waited finds the event sent, and a firer that comes
+// after it finds every row cancelled. Cancelled rows stay as long as the
+// event's keys, so a repeat answers the first cancellation's time. db must
+// begin transactions (a pool or a connection).
 func Cancel(ctx context.Context, db DB, producer, key string, at time.Time) (CancelResult, error) {
+	txdb, ok := db.(interface {
+		Begin(ctx context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return CancelResult{}, fmt.Errorf("cancel %q: the database given cannot begin a transaction", key)
+	}
 	at = at.Truncate(time.Microsecond) // as Postgres keeps it, so a repeat answers the same time
-	var stopped, earlier, before int
+	var stopped, earlier int
 	var first *time.Time
 	var claimed bool
 	run := func() error {
-		return db.QueryRow(ctx, `WITH c AS (
-			UPDATE scheduled_notifications SET cancelled_at = $3
-			WHERE producer = $1 AND idempotency_key = $2 AND cancelled_at IS NULL
-			RETURNING id, send_at, user_id
-		),
-		logged AS (
-			INSERT INTO push_dispatches (notification_id, notification_created_at, user_id, state, error)
-			SELECT id, send_at, user_id, 'cancelled', 'cancelled before its send_at' FROM c
-		)
-		SELECT (SELECT count(*) FROM c),
-		       (SELECT count(*) FROM scheduled_notifications WHERE producer = $1 AND idempotency_key = $2 AND cancelled_at IS NOT NULL),
-		       (SELECT count(*) FROM scheduled_notifications WHERE producer = $1 AND idempotency_key = $2),
-		       (SELECT min(cancelled_at) FROM scheduled_notifications WHERE producer = $1 AND idempotency_key = $2),
-		       EXISTS (SELECT 1 FROM idempotency_keys WHERE key = $4)`,
-			pgx.QueryExecModeCacheDescribe, producer, key, at, eventKey(producer, key)).Scan(&stopped, &earlier, &before, &first, &claimed)
+		return pgx.BeginFunc(ctx, txdb, func(tx pgx.Tx) error {
+			// After the lock, the next statement's snapshot sees whatever a
+			// firer or another cancellation holding it committed.
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, EventLockClass, eventKey(producer, key)); err != nil {
+				return fmt.Errorf("lock the event: %w", err)
+			}
+			return tx.QueryRow(ctx, `WITH c AS (
+				UPDATE scheduled_notifications SET cancelled_at = $3
+				WHERE producer = $1 AND idempotency_key = $2 AND cancelled_at IS NULL
+				RETURNING id, send_at, user_id
+			),
+			logged AS (
+				INSERT INTO push_dispatches (notification_id, notification_created_at, user_id, state, error)
+				SELECT id, send_at, user_id, 'cancelled', 'cancelled before its send_at' FROM c
+			)
+			SELECT (SELECT count(*) FROM c),
+			       (SELECT count(*) FROM scheduled_notifications WHERE producer = $1 AND idempotency_key = $2 AND cancelled_at IS NOT NULL),
+			       (SELECT min(cancelled_at) FROM scheduled_notifications WHERE producer = $1 AND idempotency_key = $2),
+			       EXISTS (SELECT 1 FROM idempotency_keys WHERE key = $4)`,
+				pgx.QueryExecModeCacheDescribe, producer, key, at, eventKey(producer, key)).Scan(&stopped, &earlier, &first, &claimed)
+		})
 	}
 	err := run()
 	if weekly.NoPartition(err) {
@@ -84,16 +112,14 @@ func Cancel(ctx context.Context, db DB, producer, key string, at time.Time) (Can
 	case stopped > 0:
 		return CancelResult{Outcome: Cancelled, Stopped: stopped, Cancelled: at}, nil
 	case earlier > 0:
-		// The statement's snapshot saw it cancelled before; first is from
-		// that snapshot too.
 		r := CancelResult{Outcome: Cancelled}
 		if first != nil {
 			r.Cancelled = *first
 		}
 		return r, nil
-	case before > 0 || claimed:
-		// Rows seen but not updated were fired meanwhile; a claimed key
-		// without rows was sent already.
+	case claimed:
+		// A claimed key without rows left to stop: the event was sent (it
+		// had no send_at, or it fired).
 		return CancelResult{Outcome: CancelTooLate}, nil
 	default:
 		return CancelResult{Outcome: CancelUnknown}, nil

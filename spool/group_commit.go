@@ -137,7 +137,7 @@ func (s *Spool) commit(batch []*op) {
 // BEGIN IMMEDIATE on the writer's own connection, so the statements prepared
 // once at Open run inside it.
 func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added int, err error) {
-	nextSeq, pending, recent := s.nextSeq, s.pending, s.recent.len()
+	nextSeq, pending := s.nextSeq, s.pending
 	defer func() {
 		if err != nil {
 			if _, rbErr := s.wconn.ExecContext(ctx, "ROLLBACK"); rbErr != nil {
@@ -148,7 +148,7 @@ func (s *Spool) runBatch(ctx context.Context, batch []*op, errs []error) (added 
 				s.log.Debug("rollback after a failed batch", "err", rbErr)
 			} else {
 				s.nextSeq, s.pending = nextSeq, pending
-				s.recent.truncate(recent)
+				s.recent.dropFrom(nextSeq)
 			}
 		}
 		s.committed.Store(s.nextSeq - 1)

@@ -92,11 +92,13 @@ func (r *recentKeys) len() int {
 	return len(r.bySeq)
 }
 
-// truncate forgets the claims added after the first n: a batch that was
-// rolled back.
-func (r *recentKeys) truncate(n int) {
+// dropFrom forgets the claims with a seq at or above seq: those of a batch
+// that was rolled back. They are found by seq, not by a length taken when
+// the batch began: a merge may have forgotten older claims meanwhile.
+func (r *recentKeys) dropFrom(seq int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	n, _ := slices.BinarySearchFunc(r.bySeq, seq, func(k recentKey, s int64) int { return cmp.Compare(k.seq, s) })
 	for _, k := range r.bySeq[n:] {
 		id := recentID(k.producer, k.key)
 		if r.byKey[id] == k.seq {

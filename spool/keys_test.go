@@ -281,6 +281,103 @@ func TestAFailingClaimFailsItsRepeatsAndNotItsBatch(t *testing.T) {
 	t.Logf("%d claims of the poisoned key failed", failed.Load())
 }
 
+// A batch that rolls back forgets exactly the claims it added, even when a
+// merge of the keys committed before it ran meanwhile and shortened the
+// writer's memory: the writer neither cuts that memory at a length taken
+// before the merge (a panic when the merge forgot more keys than the batch
+// claimed) nor keeps rolled-back claims whose seqs it hands out again.
+func TestARolledBackBatchForgetsItsOwnClaimsWhateverAMergeDidMeanwhile(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		committed int // keys committed before the batch, which the merge forgets
+	}{
+		{"when the merge forgot more keys than the batch claimed", 100},
+		{"when the merge forgot fewer keys than the batch claimed", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "spool.db")
+			// The fake clock keeps the merger's minute from passing: only the
+			// injected write merges.
+			cfg := spool.Config{Path: path, Clock: newClock()}
+			s := openSpoolNoCleanup(t, cfg)
+			ctx := context.Background()
+			for i := range tc.committed {
+				if got := claimOutcome(t, s, entry(fmt.Sprintf("old-%d", i), "h")); got != event.Accepted {
+					t.Fatalf("old-%d = %v, want accepted", i, got)
+				}
+			}
+
+			// One batch: five new claims, then a write that merges and fails.
+			release, err := s.HoldWriter(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const claims = 5
+			claimErrs := make(chan error, claims)
+			for i := range claims {
+				go func() {
+					_, err := s.Claim(ctx, entry(fmt.Sprintf("new-%d", i), "h"))
+					claimErrs <- err
+				}()
+			}
+			testsignal.Eventually(t, "the claims to queue", 10*time.Second, func() bool { return s.QueuedWrites() == claims })
+			failed := make(chan error, 1)
+			go func() { failed <- s.MergeThenFail(ctx) }()
+			testsignal.Eventually(t, "the failing write to queue", 10*time.Second, func() bool { return s.QueuedWrites() == claims+1 })
+			release()
+			if err := <-failed; !errors.Is(err, spool.ErrDiskFull) {
+				t.Fatalf("the failing write: %v, want ErrDiskFull", err)
+			}
+			for range claims {
+				if err := <-claimErrs; !errors.Is(err, spool.ErrDiskFull) {
+					t.Errorf("a claim of the rolled-back batch: %v, want ErrDiskFull", err)
+				}
+			}
+
+			// Claimed again, each key is new, and the writer remembers only these.
+			for i := range claims {
+				if got := claimOutcome(t, s, entry(fmt.Sprintf("new-%d", i), "h")); got != event.Accepted {
+					t.Errorf("new-%d claimed again = %v, want accepted", i, got)
+				}
+			}
+			st, err := s.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.UnmergedKeys != claims || st.Pending != int64(tc.committed+claims) {
+				t.Errorf("stats = %d unmerged keys, %d pending; want %d and %d", st.UnmergedKeys, st.Pending, claims, tc.committed+claims)
+			}
+			if err := s.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			// Reopened, every key is known, and each row has a seq of its own.
+			s = openSpool(t, cfg)
+			for i := range tc.committed {
+				if got := claimOutcome(t, s, entry(fmt.Sprintf("old-%d", i), "h")); got != event.Duplicate {
+					t.Errorf("old-%d after reopening = %v, want duplicate", i, got)
+				}
+			}
+			for i := range claims {
+				if got := claimOutcome(t, s, entry(fmt.Sprintf("new-%d", i), "h")); got != event.Duplicate {
+					t.Errorf("new-%d after reopening = %v, want duplicate", i, got)
+				}
+			}
+			rows, err := s.List(ctx, spool.AllRows, 0)
+			if err != nil || len(rows) != tc.committed+claims {
+				t.Fatalf("spool holds %d rows (%v), want %d", len(rows), err, tc.committed+claims)
+			}
+			for i := 1; i < len(rows); i++ {
+				if rows[i].Seq <= rows[i-1].Seq {
+					t.Errorf("row %d has seq %d after %d", i, rows[i].Seq, rows[i-1].Seq)
+				}
+			}
+		})
+	}
+}
+
 // A key index that cannot be written holds new keys back only once the
 // writer holds its limit of them in memory: then new keys get ErrKeysBehind
 // and readiness says so, known keys are still answered, and once the file

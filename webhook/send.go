@@ -62,16 +62,17 @@ func (d *Deliverer) send(ctx context.Context, l lease) result {
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
 		r.outcome = OutcomeRedirect
 		r.err = fmt.Sprintf("%d redirect to %q not followed", resp.StatusCode, resp.Header.Get("Location"))
-		return r
 	case resp.StatusCode < 500:
 		r.outcome = OutcomeClient
+		r.err = fmt.Sprintf("%d %s", resp.StatusCode, loggable(bytes.TrimSpace(excerpt)))
 	default:
 		r.outcome = OutcomeServer
+		r.err = fmt.Sprintf("%d %s", resp.StatusCode, loggable(bytes.TrimSpace(excerpt)))
 	}
-	r.err = fmt.Sprintf("%d %s", resp.StatusCode, loggable(bytes.TrimSpace(excerpt)))
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		r.retryAfter = retryAfter(resp.Header.Get("Retry-After"), d.cfg.Clock.Now())
-	}
+	// Whatever failed answer carries it: Standard Webhooks names 503 only as
+	// an example, RFC 9110 gives it a meaning on 3xx too, and a receiver
+	// behind a gateway may add it to a 502.
+	r.retryAfter = retryAfter(resp.Header.Get("Retry-After"), d.cfg.Clock.Now())
 	return r
 }
 

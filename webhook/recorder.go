@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -226,7 +227,12 @@ func (d *Deliverer) record(ctx context.Context, batch []attempted) error {
 			return err
 		}
 	}
+	// A 410 disables its endpoint even beside a success in the batch: the
+	// receiver said it wants no more, whatever it answered a moment before.
 	var disabling, reasons []string
+	for _, ep := range slices.Sorted(maps.Keys(gone)) {
+		disabling, reasons = append(disabling, ep), append(reasons, "the receiver answered 410 Gone")
+	}
 	now := d.cfg.Clock.Now()
 	if len(down) > 0 {
 		rows, err := tx.Query(ctx, `UPDATE webhook_endpoints e SET failing_since = coalesce(e.failing_since, u.since)
@@ -242,10 +248,7 @@ func (d *Deliverer) record(ctx context.Context, batch []attempted) error {
 				rows.Close()
 				return err
 			}
-			switch {
-			case gone[ep]:
-				disabling, reasons = append(disabling, ep), append(reasons, "the receiver answered 410 Gone")
-			case now.Sub(since) >= d.cfg.DisableAfter:
+			if !gone[ep] && now.Sub(since) >= d.cfg.DisableAfter {
 				disabling = append(disabling, ep)
 				reasons = append(reasons, fmt.Sprintf("every attempt failed since %s; last: %s", since.UTC().Format(time.RFC3339), lastErr[ep]))
 			}

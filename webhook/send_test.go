@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,5 +37,40 @@ func TestARetryAfterOnAnyFailedAnswerHoldsTheNextAttempt(t *testing.T) {
 				t.Errorf("a %d with Retry-After: 7200 is due again after %s, want 2h", status, wait)
 			}
 		})
+	}
+}
+
+// A 410 Gone disables its endpoint even when another attempt recorded with
+// it succeeded: the receiver said it wants no more, whatever it answered a
+// moment before (a receiver being retired behind a load balancer answers
+// both at once).
+func TestGoneDisablesEvenBesideASuccess(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{})
+	r := newReceiver(t)
+	var mu sync.Mutex
+	answered := 0
+	r.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		answered++
+		first := answered == 1
+		mu.Unlock()
+		if first {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.WriteHeader(http.StatusGone)
+	})
+	ep := e.endpoint(r.URL, webhook.NotificationCreated)
+	e.ingest("k", "alice", "bob") // two deliveries, recorded together
+	e.pass()
+	if n := e.count(`SELECT count(*) FROM webhook_attempts`); n != 2 {
+		t.Fatalf("%d attempts recorded, want both in one pass", n)
+	}
+	got, err := e.store.Get(context.Background(), ep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Enabled || got.DisabledReason == nil || !strings.Contains(*got.DisabledReason, "410") {
+		t.Errorf("after a 204 and a 410: enabled %v, reason %v; want disabled for the 410", got.Enabled, got.DisabledReason)
 	}
 }

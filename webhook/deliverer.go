@@ -75,6 +75,9 @@ type Deliverer struct {
 	total    int
 	sends    sync.WaitGroup
 	freed    chan struct{} // a send ended: room for more
+	// heldUntil: endpoints that answered they are overloaded, sent nothing
+	// more by this replica until then.
+	heldUntil map[string]time.Time
 
 	recMu      sync.Mutex
 	toRecord   []attempted   // attempts ended, not yet recorded
@@ -112,7 +115,7 @@ func NewDeliverer(cfg DelivererConfig) (*Deliverer, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Deliverer{cfg: cfg, log: cfg.Logger.With("component", "webhook"), failLog: lograte.New(10 * time.Second),
-		inFlight: map[string]int{}, freed: make(chan struct{}, 1), recordKick: make(chan struct{}, 1),
+		inFlight: map[string]int{}, heldUntil: map[string]time.Time{}, freed: make(chan struct{}, 1), recordKick: make(chan struct{}, 1),
 		maintainKick: make(chan struct{}, 1)}, nil
 }
 
@@ -159,11 +162,23 @@ type lease struct {
 // attempts; more is true when it took any (more may be due). Tests call it
 // directly, then Wait.
 func (d *Deliverer) Pass(ctx context.Context) (more bool, err error) {
+	now := d.cfg.Clock.Now()
 	d.mu.Lock()
 	room := d.cfg.Concurrency - d.total
+	for ep, until := range d.heldUntil {
+		if !now.Before(until) {
+			delete(d.heldUntil, ep)
+		}
+	}
 	busy, counts := make([]string, 0, len(d.inFlight)), make([]int32, 0, len(d.inFlight))
 	for ep, n := range d.inFlight {
-		busy, counts = append(busy, ep), append(counts, int32(n))
+		if _, held := d.heldUntil[ep]; !held {
+			busy, counts = append(busy, ep), append(counts, int32(n))
+		}
+	}
+	// A held endpoint counts as full, so the lease reads none of its rows.
+	for ep := range d.heldUntil {
+		busy, counts = append(busy, ep), append(counts, int32(d.cfg.PerEndpoint))
 	}
 	d.mu.Unlock()
 	if room <= 0 {
@@ -283,6 +298,14 @@ func (d *Deliverer) attempt(l lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Timeout)
 	res := d.send(ctx, l)
 	cancel()
+	if res.hold > 0 { // before its slot is freed, so no pass sends in between
+		until := d.cfg.Clock.Now().Add(res.hold)
+		d.mu.Lock()
+		if until.After(d.heldUntil[l.endpoint]) {
+			d.heldUntil[l.endpoint] = until
+		}
+		d.mu.Unlock()
+	}
 	d.cfg.Metrics.attempts.WithLabelValues(res.outcome).Inc()
 	d.cfg.Metrics.duration.Observe(res.took.Seconds())
 	d.queueRecord(attempted{l: l, r: res, at: d.cfg.Clock.Now()})

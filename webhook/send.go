@@ -18,6 +18,7 @@ type result struct {
 	status     int
 	err        string
 	retryAfter time.Duration
+	hold       time.Duration // the endpoint is sent nothing more for this long
 	took       time.Duration
 }
 
@@ -73,6 +74,14 @@ func (d *Deliverer) send(ctx context.Context, l lease) result {
 	// an example, RFC 9110 gives it a meaning on 3xx too, and a receiver
 	// behind a gateway may add it to a 502.
 	r.retryAfter = retryAfter(resp.Header.Get("Retry-After"), d.cfg.Clock.Now())
+	// An overloaded receiver (its rate limit, or a gateway saying the server
+	// behind it is busy) gets nothing more until its Retry-After, or
+	// minRetry: Standard Webhooks asks senders to throttle the endpoint, not
+	// only to put off the one delivery.
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		r.hold = max(r.retryAfter, minRetry)
+	}
 	return r
 }
 

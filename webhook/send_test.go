@@ -74,3 +74,63 @@ func TestGoneDisablesEvenBesideASuccess(t *testing.T) {
 		t.Errorf("after a 204 and a 410: enabled %v, reason %v; want disabled for the 410", got.Enabled, got.DisabledReason)
 	}
 }
+
+// passOnce runs one pass and waits for its attempts.
+func (e *env) passOnce() {
+	e.t.Helper()
+	if _, err := e.d.Pass(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.d.Wait()
+}
+
+// A receiver that says it is overloaded (429, or a gateway's 502, 503, 504)
+// gets no more requests from this replica until its Retry-After, or a few
+// seconds without one, as Standard Webhooks asks ("throttle additional
+// requests"); every other endpoint is sent to meanwhile.
+func TestAnOverloadedReceiverIsSentNothingMoreUntilItsRetryAfter(t *testing.T) {
+	for _, c := range []struct {
+		status     int
+		retryAfter string
+		hold       time.Duration
+	}{
+		{http.StatusTooManyRequests, "60", time.Minute},
+		{http.StatusServiceUnavailable, "60", time.Minute},
+		{http.StatusBadGateway, "", 5 * time.Second},
+		{http.StatusGatewayTimeout, "", 5 * time.Second},
+	} {
+		t.Run(fmt.Sprint(c.status), func(t *testing.T) {
+			e := newEnv(t, webhook.DelivererConfig{Concurrency: 8, PerEndpoint: 2})
+			busy, other := newReceiver(t), newReceiver(t)
+			busy.set(c.status, 0)
+			if c.retryAfter != "" {
+				busy.mu.Lock()
+				busy.headers = http.Header{"Retry-After": {c.retryAfter}}
+				busy.mu.Unlock()
+			}
+			e.endpoint(busy.URL, webhook.NotificationCreated)
+			e.endpoint(other.URL, webhook.NotificationCreated)
+			for i := range 3 {
+				e.ingest(fmt.Sprintf("k%d", i), "alice", "bob") // 6 deliveries to each
+			}
+			e.passOnce()
+			if n := busy.requested(); n != 2 {
+				t.Fatalf("the first pass sent the busy receiver %d, want its share of 2", n)
+			}
+			e.passOnce()
+			e.clk.Advance(c.hold - time.Second)
+			e.passOnce()
+			if n := busy.requested(); n != 2 {
+				t.Errorf("the busy receiver got %d requests before its hold of %s ended, want still 2", n, c.hold)
+			}
+			if n := len(other.deliveries()); n != 6 {
+				t.Errorf("the other receiver got %d of its 6 meanwhile", n)
+			}
+			e.clk.Advance(time.Second)
+			e.passOnce()
+			if n := busy.requested(); n != 4 {
+				t.Errorf("the busy receiver got %d requests after its hold, want 2 more", n)
+			}
+		})
+	}
+}

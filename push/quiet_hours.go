@@ -78,27 +78,90 @@ func minuteOfDay(s string) (int, error) {
 func formatMinute(m int) string { return fmt.Sprintf("%02d:%02d", m/60, m%60) }
 
 // Until reports whether now is inside the quiet hours and, if so, when they
-// end: the next time the user's clock shows End. Across a DST change the end
-// is the wall-clock time in the zone, so it moves with the clocks.
+// end. A night's window runs between real instants: from the first at which
+// the user's clock shows Start or later to the first at which it shows End
+// or later. So across a DST change a time the clocks skip begins or ends
+// the window when they jump past it, and a time they show twice does so at
+// its first showing (the repeated minutes are inside only if that night's
+// window holds them). The end is always after now, never a day late, and
+// quiet hours do not hold a push again at the end they gave: a window that
+// begins where another ends continues it.
 func (q QuietHours) Until(now time.Time) (time.Time, bool) {
 	if q.loc == nil {
 		return time.Time{}, false
 	}
-	local := now.In(q.loc)
-	m := local.Hour()*60 + local.Minute()
-	inside := m >= q.start && m < q.end
-	if q.start > q.end { // crosses midnight
-		inside = m >= q.start || m < q.end
-	}
-	if !inside {
+	end, ok := q.windowAt(now)
+	if !ok {
 		return time.Time{}, false
 	}
-	y, mo, d := local.Date()
-	end := time.Date(y, mo, d, q.end/60, q.end%60, 0, 0, q.loc)
-	if !end.After(now) {
-		end = time.Date(y, mo, d+1, q.end/60, q.end%60, 0, 0, q.loc)
+	// Two windows meet only when the clocks skip the minutes between them;
+	// a few turns are more than any zone's rules make.
+	for range 3 {
+		next, ok := q.windowAt(end)
+		if !ok {
+			break
+		}
+		end = next
 	}
 	return end, true
+}
+
+// windowAt returns the end of a day's window that holds t, the latest if
+// two do (a window near 24 hours on a night the clocks go back).
+func (q QuietHours) windowAt(t time.Time) (end time.Time, ok bool) {
+	y, mo, d := t.In(q.loc).Date()
+	for day := d - 1; day <= d+1; day++ { // a clock set back may show the day before again
+		endDay := day
+		if q.end < q.start {
+			endDay++
+		}
+		s, e := firstShowing(q.loc, y, mo, day, q.start), firstShowing(q.loc, y, mo, endDay, q.end)
+		if !t.Before(s) && t.Before(e) && e.After(end) {
+			end, ok = e, true
+		}
+	}
+	return end, ok
+}
+
+// firstShowing is the first instant at which loc's clock, on the date, shows
+// minute (of the day) or later: when it shows it, at its first showing if it
+// shows it twice, or when the clock jumps past it if it skips it.
+// time.Date leaves the last two unspecified: it gave an hour early, or a
+// time already past, for skipped ends, and either showing of repeated ones.
+func firstShowing(loc *time.Location, y int, mo time.Month, d, minute int) time.Time {
+	wall := time.Date(y, mo, d, minute/60, minute%60, 0, 0, time.UTC)
+	near := time.Date(y, mo, d, minute/60, minute%60, 0, 0, loc)
+	start, end := near.ZoneBounds()
+	if reading(near, loc).Equal(wall) && (start.IsZero() || near.Sub(start) > 3*time.Hour) {
+		return near // hours from the last change, which no shift spans: shown once
+	}
+	// The instant shows wall under one of the offsets of near's zone period
+	// or the periods beside it, or is one of the changes that bound it.
+	candidates := []time.Time{start, end}
+	for _, at := range []time.Time{near, start.Add(-time.Nanosecond), end} {
+		if at.IsZero() || at.Equal(start.Add(-time.Nanosecond)) && start.IsZero() {
+			continue
+		}
+		_, off := at.In(loc).Zone()
+		candidates = append(candidates, wall.Add(-time.Duration(off)*time.Second))
+	}
+	var first time.Time
+	for _, c := range candidates {
+		reaches := !c.IsZero() && !reading(c, loc).Before(wall) && reading(c.Add(-time.Nanosecond), loc).Before(wall)
+		if reaches && (first.IsZero() || c.Before(first)) {
+			first = c
+		}
+	}
+	if first.IsZero() {
+		return near // not reached: every zone's clock shows or jumps past each minute
+	}
+	return first.In(loc)
+}
+
+// reading is what loc's clock shows at t, as a time in UTC (for comparing readings).
+func reading(t time.Time, loc *time.Location) time.Time {
+	l := t.In(loc)
+	return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), l.Nanosecond(), time.UTC)
 }
 
 // quietHours returns the quiet hours of those of users that have them.

@@ -65,7 +65,7 @@ func (p *plan) decide(q *queued, sends []dispatchRow, quiet QuietHours, now time
 			return
 		}
 	} else {
-		_, bypassed = quiet.Until(now) // critical passes quiet hours
+		_, bypassed = quiet.Until(later(now, q.dueAt)) // critical passes quiet hours
 	}
 	if quietFailed {
 		p.counts[PolicyFailOpen]++
@@ -85,7 +85,10 @@ func (p *plan) decide(q *queued, sends []dispatchRow, quiet QuietHours, now time
 // now, if they do. A push decided before it was given back goes through
 // this alone: its throttle, digest and seen hold are not decided again.
 func (p *plan) deferInQuiet(q *queued, quiet QuietHours, now time.Time) bool {
-	end, ok := quiet.Until(now)
+	// Judged when it came due at the earliest: one deferred to an end comes
+	// due by the later of Postgres's clock and a replica's, and at that end
+	// quiet hours do not hold it again, whatever this replica's clock says.
+	end, ok := quiet.Until(later(now, q.dueAt))
 	if !ok {
 		return false
 	}
@@ -95,6 +98,13 @@ func (p *plan) deferInQuiet(q *queued, quiet QuietHours, now time.Time) bool {
 	p.deferrals = append(p.deferrals, deferral{q: q, end: end})
 	p.counts[PolicyDeferred]++
 	return true
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func (p *plan) countSent(q *queued, bypassed bool) {

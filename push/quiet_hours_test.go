@@ -186,3 +186,32 @@ func TestAPushInQuietHoursEndingInASkippedHourIsDeferredOnceAndSentAtTheJump(t *
 		t.Errorf("policy deferred = %v, want 1", c)
 	}
 }
+
+// A push deferred to the end of quiet hours comes due by Postgres's clock
+// (or another replica's) while this replica's clock is a little behind: it
+// is judged at the end it was deferred to, and sent, not deferred again.
+func TestAPushDueAtTheEndOfItsQuietHoursIsSentByAReplicaWhoseClockIsBehind(t *testing.T) {
+	t.Parallel()
+	wall := time.Now().UTC()
+	clk := clock.NewFake(wall.Add(-2 * time.Minute))
+	s := newStackOn(t, clk)
+	s.dispatcher = s.newDispatcher(s.pool, s.prefs)
+	s.register("u1", "ExponentPushToken[a]")
+	end := wall.Truncate(time.Minute) // after the replica's clock, not after Postgres's
+	quiet := quietHoursIn(t, "UTC", clk.Now().Add(-time.Hour).Format("15:04"), end.Format("15:04"))
+	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{QuietHours: push.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
+		t.Fatal(err)
+	}
+	s.ingest("k1", "c", "u1")
+	// As a pass on a replica whose clock was right deferred it: due at the end.
+	if _, err := s.pool.Exec(context.Background(), `UPDATE push_queue SET due_at = $1`, end); err != nil {
+		t.Fatal(err)
+	}
+	s.drain()
+	if n := len(s.fake.Messages()); n != 1 {
+		t.Errorf("Expo got %d pushes, want 1", n)
+	}
+	if n := pgtest.Count(t, s.pool, `SELECT count(*) FROM push_dispatches WHERE state = 'deferred'`); n != 0 {
+		t.Errorf("deferred again %d times at the end it was deferred to", n)
+	}
+}

@@ -103,11 +103,18 @@ func (c Config) Validate() error {
 // Forwarder moves spooled events into Postgres: at least once from the spool's
 // side, exactly once in effect thanks to Ingest's claim. Its workers take
 // consecutive batches from a shared cursor, so several batches are in flight
-// at once; a worker retries its own batch until every row has landed (or been
-// set aside as dead), so nothing behind the cursor is left behind. When no
-// batch is in flight, workers read from the top again, which also picks up
-// rows whose acknowledgement failed or that an operator requeued. A spooled
-// cancellation is applied only after the events spooled before it (cancels.go).
+// at once. When no batch is in flight, workers read from the top again, which
+// also picks up rows whose acknowledgement failed or that an operator
+// requeued. A spooled cancellation is applied only after the events spooled
+// before it (cancels.go).
+//
+// The spool leaves oldest first, also after a failure: a notification's
+// created_at is when its batch reached Postgres, so a batch that lands after
+// a newer one sits above it in the feed. A failed attempt gives its batch
+// back and holds every newer batch: until a batch taken from the top lands
+// whole, one batch at a time is in flight, the oldest pending, taken no
+// sooner than the backoff allows. Only a batch already in flight when
+// another failed can land ahead of it.
 type Forwarder struct {
 	cfg       Config
 	log       *slog.Logger
@@ -129,6 +136,14 @@ type Forwarder struct {
 	inflight int                 // batches handed out and not yet acknowledged
 	refused  map[int64]time.Time // rows refused for good, not yet set aside: when first refused
 	streak   int                 // whole-batch refusals in a row with nothing landing
+	// After a failed attempt, until a batch taken from the top lands whole:
+	// how many attempts failed, since when, when the next may be taken,
+	// and the statement size a statement that ran too long left (0: whole
+	// batches).
+	failures int
+	failedAt time.Time
+	retryAt  time.Time
+	chunk    int
 	// A take held back a cancellation for the batches in flight ahead of
 	// it: the release that leaves none in flight kicks a worker.
 	cancelWaits bool
@@ -252,14 +267,23 @@ func (f *Forwarder) limit() spool.BatchLimit {
 // never overlap; waiting for the turn honours ctx. A cancellation goes out
 // only in a batch taken alone, from the top (see cancels.go): otherwise the
 // batch ends before it, and a batch it would begin waits.
-func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
+//
+// After a failure, take hands out nothing while a batch is in flight or
+// before the backoff ends, and then reads from the top: that batch is the
+// probe, whose landing ends the failure.
+func (f *Forwarder) take(ctx context.Context) (batch []spool.Record, probe bool, err error) {
 	select {
 	case f.take1 <- struct{}{}:
 		defer func() { <-f.take1 }()
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 	f.mu.Lock()
+	if f.heldBack() {
+		f.mu.Unlock()
+		return nil, false, nil
+	}
+	probe = f.failures > 0
 	after := f.cursor
 	// Only takes add batches in flight, and they run one at a time: alone
 	// stays true until this one hands out its batch.
@@ -268,9 +292,9 @@ func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
 		after = 0
 	}
 	f.mu.Unlock()
-	batch, err := f.cfg.Spool.NextBatch(ctx, after, f.limit())
+	batch, err = f.cfg.Spool.NextBatch(ctx, after, f.limit())
 	if err != nil || len(batch) == 0 {
-		return nil, err
+		return nil, false, err
 	}
 	var held int64
 	if i := slices.IndexFunc(batch, isCancel); i >= 0 && !alone {
@@ -287,14 +311,25 @@ func (f *Forwarder) take(ctx context.Context) ([]spool.Record, error) {
 		}
 		f.mu.Unlock()
 		f.testSignals.held.Signal(held)
-		return nil, nil
+		return nil, false, nil
+	}
+	if !probe && f.failures > 0 {
+		// A batch in flight failed while this one was read: it goes first.
+		f.mu.Unlock()
+		return nil, false, nil
 	}
 	f.cursor = batch[len(batch)-1].Seq
 	f.inflight++
 	f.mu.Unlock()
 	// More may be waiting: wake an idle worker to look.
 	f.kickIdle()
-	return batch, nil
+	return batch, probe, nil
+}
+
+// heldBack reports that a failure holds takes back: a batch is in flight
+// (the one to go first), or the backoff has not ended. f.mu is held.
+func (f *Forwarder) heldBack() bool {
+	return f.failures > 0 && (f.inflight > 0 || f.clock.Now().Before(f.retryAt))
 }
 
 // kickIdle wakes an idle worker, if one is not already being woken.
@@ -325,7 +360,9 @@ func (f *Forwarder) release(acks *batchAcks) {
 	done := func() {
 		f.mu.Lock()
 		f.inflight--
-		wake := f.inflight == 0 && f.cancelWaits
+		// A cancellation, or the batch a failure gave back, waits for none
+		// to be in flight.
+		wake := f.inflight == 0 && (f.cancelWaits || f.failures > 0)
 		if wake {
 			f.cancelWaits = false
 		}
@@ -349,51 +386,95 @@ func (f *Forwarder) release(acks *batchAcks) {
 func (f *Forwarder) work(ctx context.Context) {
 	schedule := startstop.Schedule{Interval: f.cfg.PollInterval, Wake: f.cfg.Spool.Wake(), Kick: f.kick, Clock: f.clock}
 	startstop.Every(ctx, schedule, func(ctx context.Context) bool {
-		batch, err := f.take(ctx)
+		batch, probe, err := f.take(ctx)
 		switch {
 		case err != nil:
 			return f.failed(ctx, err, 1) // waited out its backoff: try again at once
 		case len(batch) == 0:
 			return false
 		default:
-			f.own(ctx, batch)
+			f.own(ctx, batch, probe)
 			return true
 		}
 	})
 }
 
-// own keeps a batch until every row has landed or been set aside: it retries
-// with backoff, leaving out the rows already handled. A batch Postgres refuses
-// whole is given back instead; the wait before the next try grows with each
-// such refusal until something lands, so a refusal that repeats backs off to
-// MaxBackoff rather than restarting its search every MinBackoff.
-func (f *Forwarder) own(ctx context.Context, batch []spool.Record) {
+// own sends a batch once: what lands is acknowledged, what is left goes back
+// to the spool. A failure holds every newer batch back until the oldest rows
+// pending, read again from the top, have landed (see Forwarder); the worker
+// waits out the backoff, which grows with each failed attempt until then. A
+// batch Postgres refuses whole is given back without holding the others,
+// whose landing shows its rows at fault; the wait before its next try grows
+// with each such refusal until something lands, so a refusal that repeats
+// backs off to MaxBackoff rather than restarting its search every MinBackoff.
+func (f *Forwarder) own(ctx context.Context, batch []spool.Record, probe bool) {
 	var acks batchAcks
-	defer f.release(&acks)
+	f.mu.Lock()
 	chunk := len(batch)
-	for failures := 1; ; failures++ {
-		handled, err := f.forward(f.ioCtx, batch, &acks, &chunk)
-		batch = without(batch, handled)
-		if err == nil && len(batch) == 0 {
-			if failures > 1 {
-				f.log.Info("forwarding recovered", "after_failures", failures-1)
-			}
-			return
+	if f.chunk > 0 {
+		chunk = min(chunk, f.chunk)
+	}
+	f.mu.Unlock()
+	handled, err := f.forward(f.ioCtx, batch, &acks, &chunk)
+	batch = without(batch, handled)
+	if err == nil && len(batch) == 0 {
+		f.release(&acks)
+		if probe {
+			f.recovered()
 		}
-		if err == nil {
-			err = errors.New("rows left unsent")
-		}
-		if errors.Is(err, errRefusedEverything) {
-			f.mu.Lock()
-			f.streak++
-			streak := f.streak
-			f.mu.Unlock()
-			f.failed(ctx, err, streak)
-			return // read again, with what came after it, once no batch is in flight
-		}
-		if !f.failed(ctx, err, failures) {
-			return // stopping: what is left stays pending for the final flush
-		}
+		return
+	}
+	if err == nil {
+		err = errors.New("rows left unsent")
+	}
+	if errors.Is(err, errRefusedEverything) {
+		f.mu.Lock()
+		f.streak++
+		streak := f.streak
+		f.mu.Unlock()
+		f.failed(ctx, err, streak)
+		f.release(&acks) // read again, with what came after it, once no batch is in flight
+		return
+	}
+	// Recorded before the batch is released, so that no newer batch is taken
+	// in between.
+	smaller := 0
+	if errors.Is(err, errTooSlow) {
+		smaller = chunk
+	}
+	wait, failures := f.holdBack(smaller)
+	f.release(&acks)
+	f.backOff(ctx, err, failures, wait) // stopping: what is left stays pending for the final flush
+}
+
+// holdBack records a failed attempt, and chunk, the smaller statement size
+// it calls for when a statement ran too long (0: no change), and returns the
+// backoff before the next.
+func (f *Forwarder) holdBack(chunk int) (wait time.Duration, failures int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.clock.Now()
+	if f.failures == 0 {
+		f.failedAt = now
+	}
+	f.failures++
+	if chunk > 0 {
+		f.chunk = chunk
+	}
+	wait = startstop.Backoff(f.failures, f.cfg.MinBackoff, f.cfg.MaxBackoff)
+	f.retryAt = now.Add(wait)
+	return wait, f.failures
+}
+
+// recovered ends a failure: the batch taken from the top after it landed
+// whole. Logged once however many workers and attempts the failure held.
+func (f *Forwarder) recovered() {
+	f.mu.Lock()
+	failures, since := f.failures, f.failedAt
+	f.failures, f.chunk = 0, 0
+	f.mu.Unlock()
+	if failures > 0 {
+		f.log.Info("forwarding recovered", "after_failures", failures, "failing_for", clock.Since(f.clock, since).Round(time.Millisecond))
 	}
 }
 
@@ -413,6 +494,12 @@ func without(batch []spool.Record, handled map[int64]bool) []spool.Record {
 // failed counts and logs a failure and waits out its backoff; false when the
 // forwarder is stopping.
 func (f *Forwarder) failed(ctx context.Context, err error, failures int) bool {
+	return f.backOff(ctx, err, failures, startstop.Backoff(failures, f.cfg.MinBackoff, f.cfg.MaxBackoff))
+}
+
+// backOff counts and logs a failure and waits for wait; false when the
+// forwarder is stopping.
+func (f *Forwarder) backOff(ctx context.Context, err error, failures int, wait time.Duration) bool {
 	if ctx.Err() != nil {
 		return false
 	}
@@ -420,7 +507,6 @@ func (f *Forwarder) failed(ctx context.Context, err error, failures int) bool {
 	// A failure may be a failover: the next commit reads Postgres's history
 	// at once, whenever the last read was.
 	f.historyAt.Store(0)
-	wait := startstop.Backoff(failures, f.cfg.MinBackoff, f.cfg.MaxBackoff)
 	f.failLog.Do(func(suppressed int64) {
 		f.log.Warn("forwarding failed; events stay in the spool and will be retried",
 			"err", err, "attempt", failures, "retry_in", wait.Round(time.Millisecond), "suppressed", suppressed)

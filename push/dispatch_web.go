@@ -96,11 +96,14 @@ func shortenTo(s string, n int) string {
 
 // sendWeb starts the sends of web dispatches without waiting: at most
 // WebConcurrency requests run at once in this process and twice as many
-// may be started or waiting; one push service origin may take three
-// quarters of each, so that one that stalls leaves a quarter to the others.
-// A dispatch past a bound is given back to the queue, due again after
-// webBusyRetry: a slow push service holds neither the pass nor the phones.
-// Each send records its own outcome.
+// may be started or waiting. A push service origin may take three quarters
+// of each, so that one that stalls leaves a quarter to the others; a user
+// an eighth, since origins are chosen by users (a browser's endpoint names
+// any https origin): one whose twenty subscriptions stall on origins they
+// control holds no more of the sends than that. A dispatch past a bound is
+// given back to the queue, due again after webBusyRetry: a slow push
+// service holds neither the pass nor the phones. Each send records its own
+// outcome.
 func (d *Dispatcher) sendWeb(ctx context.Context, items []created) {
 	if len(items) == 0 {
 		return
@@ -136,22 +139,15 @@ func (d *Dispatcher) sendWeb(ctx context.Context, items []created) {
 			break
 		}
 		sub := subs[c.token]
-		origin := d.takeWebOrigin(pushOrigin(sub.Endpoint))
+		origin, user := d.takeWebShares(pushOrigin(sub.Endpoint), c.n.user)
 		if origin == nil {
-			busy = append(busy, c)
-			continue
-		}
-		select {
-		case d.webWaiting <- struct{}{}:
-		default:
-			d.leaveWebOrigin(origin)
 			busy = append(busy, c)
 			continue
 		}
 		d.webSends.Add(1)
 		go func() {
-			defer func() { <-d.webWaiting; d.leaveWebOrigin(origin); d.webSends.Done() }()
-			d.sendOneWeb(ctx, c, sub, origin.slots)
+			defer func() { d.leaveWebShares(origin, user); d.webSends.Done() }()
+			d.sendOneWeb(ctx, c, sub, user.slots, origin.slots)
 		}()
 	}
 	if len(busy) > 0 {
@@ -164,14 +160,6 @@ func (d *Dispatcher) sendWeb(ctx context.Context, items []created) {
 // sends were at a bound waits in the queue.
 const webBusyRetry = time.Second
 
-// originSends are one push service origin's sends in this process: count
-// started or waiting, slots in flight.
-type originSends struct {
-	name  string
-	count int
-	slots chan struct{}
-}
-
 // pushOrigin is the origin (scheme and host) of a push endpoint; "" for none.
 func pushOrigin(endpoint string) string {
 	u, err := url.Parse(endpoint)
@@ -181,29 +169,32 @@ func pushOrigin(endpoint string) string {
 	return u.Scheme + "://" + strings.ToLower(u.Host)
 }
 
-// takeWebOrigin counts one more send to the origin named, unless it has its
-// share of the sends started or waiting (nil then).
-func (d *Dispatcher) takeWebOrigin(name string) *originSends {
-	d.webMu.Lock()
-	defer d.webMu.Unlock()
-	o := d.webByOrigin[name]
+// takeWebShares counts one more send started or waiting for the origin, the
+// user and the process, unless one of them is at its bound (nils then).
+func (d *Dispatcher) takeWebShares(origin, user string) (*share, *share) {
+	o := d.webOrigins.take(origin)
 	if o == nil {
-		o = &originSends{name: name, slots: make(chan struct{}, max(1, d.cfg.WebConcurrency*3/4))}
-		d.webByOrigin[name] = o
+		return nil, nil
 	}
-	if o.count >= max(1, cap(d.webWaiting)*3/4) {
-		return nil
+	u := d.webUsers.take(user)
+	if u == nil {
+		d.webOrigins.leave(o)
+		return nil, nil
 	}
-	o.count++
-	return o
+	select {
+	case d.webWaiting <- struct{}{}:
+		return o, u
+	default:
+		d.webUsers.leave(u)
+		d.webOrigins.leave(o)
+		return nil, nil
+	}
 }
 
-func (d *Dispatcher) leaveWebOrigin(o *originSends) {
-	d.webMu.Lock()
-	defer d.webMu.Unlock()
-	if o.count--; o.count == 0 {
-		delete(d.webByOrigin, o.name)
-	}
+func (d *Dispatcher) leaveWebShares(origin, user *share) {
+	<-d.webWaiting
+	d.webUsers.leave(user)
+	d.webOrigins.leave(origin)
 }
 
 // giveBack returns dispatches that were never sent to the queue, due again
@@ -214,11 +205,11 @@ func (d *Dispatcher) giveBack(ctx context.Context, items []created, notBefore ti
 	}
 }
 
-// sendOneWeb sends one web dispatch when its origin's slot and then one of
-// the process's frees, and records it.
-func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subscription, originSlots chan struct{}) {
+// sendOneWeb sends one web dispatch when a slot of its user's, then of its
+// origin's, then of the process's frees, and records it.
+func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subscription, userSlots, originSlots chan struct{}) {
 	bg := context.WithoutCancel(ctx)
-	for _, slots := range []chan struct{}{originSlots, d.webSlots} {
+	for _, slots := range []chan struct{}{userSlots, originSlots, d.webSlots} {
 		select {
 		case slots <- struct{}{}:
 			defer func() { <-slots }()

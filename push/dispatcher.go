@@ -115,12 +115,11 @@ type Dispatcher struct {
 	abortSends context.CancelFunc
 
 	// Web Push sends run beside the passes: webSlots are the requests in
-	// flight, webWaiting those started or waiting for a slot, webByOrigin
-	// those per push service origin, webSends all of them, which Stop
-	// waits for (see sendWeb for the bounds).
+	// flight, webWaiting those started or waiting for a slot, webOrigins
+	// and webUsers their shares per push service origin and per user,
+	// webSends all of them, which Stop waits for (see sendWeb for the bounds).
 	webSlots, webWaiting chan struct{}
-	webMu                sync.Mutex
-	webByOrigin          map[string]*originSends
+	webOrigins, webUsers *shares
 	webSends             sync.WaitGroup
 }
 
@@ -164,7 +163,8 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	}
 	return &Dispatcher{cfg: cfg, log: cfg.Logger.With("component", "dispatcher"), failLog: lograte.New(10 * time.Second), kick: make(chan struct{}, cfg.Workers),
 		inflight: map[uint64]struct{}{},
-		webSlots: make(chan struct{}, cfg.WebConcurrency), webWaiting: make(chan struct{}, 2*cfg.WebConcurrency), webByOrigin: map[string]*originSends{}}, nil
+		webSlots: make(chan struct{}, cfg.WebConcurrency), webWaiting: make(chan struct{}, 2*cfg.WebConcurrency),
+		webOrigins: newShares(2*cfg.WebConcurrency*3/4, cfg.WebConcurrency*3/4), webUsers: newShares(2*cfg.WebConcurrency/8, cfg.WebConcurrency/8)}, nil
 }
 
 func replicaName() string {

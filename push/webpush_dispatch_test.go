@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -195,6 +196,8 @@ func newPushService(t *testing.T, stall time.Duration, answers ...int) *pushServ
 		p.requests = append(p.requests, r.Header.Clone())
 		code := p.answers[min(len(p.requests), len(p.answers))-1]
 		p.mu.Unlock()
+		// Read whole, so that the server sees the client go away while it stalls.
+		_, _ = io.Copy(io.Discard, r.Body)
 		select {
 		case <-time.After(p.stall):
 		case <-r.Context().Done():
@@ -460,4 +463,51 @@ func TestAPushEndpointOnAPrivateAddressFailsAtOnce(t *testing.T) {
 	if n := len(svc.got()); n != 0 {
 		t.Errorf("the push service on a private address got %d requests", n)
 	}
+}
+
+// One user registers the device cap's 20 subscriptions on two push service
+// origins they control, which take every request and never answer: their
+// sends wait out the timeout, and their user's share of the sends is all
+// they hold. Another user's browser push goes out at once.
+func TestAUsersStalledSubscriptionsHoldNoOtherUsersBrowserPush(t *testing.T) {
+	t.Parallel()
+	s := newWebStack(t, nil) // the default concurrency, a 5 s timeout
+	stalledA := newPushService(t, time.Minute, http.StatusCreated)
+	stalledB := newPushService(t, time.Minute, http.StatusCreated)
+	fast := newPushService(t, 0, http.StatusCreated)
+	for i := range 20 {
+		origin := []*pushService{stalledA, stalledB}[i%2]
+		s.subscribe("u-stall", fakeSubscription(t, fmt.Sprintf("%s/push/%d", origin.URL, i)))
+	}
+	fastDev := s.subscribe("u-fast", fakeSubscription(t, fast.URL+"/push/fast"))
+	for i := range 5 {
+		s.emit(fmt.Sprintf(`{"idempotency_key":"s%d","type":"t","recipients":["u-stall"],"title":"Stalled"}`, i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.dispatcher.Start(ctx)
+	stalled := func() int { return len(stalledA.got()) + len(stalledB.got()) }
+	testsignal.Eventually(t, "the stalled user's sends to be in flight, and some given back as busy", 10*time.Second, func() bool {
+		return stalled() > 0 && s.counter("spoolcast_webpush_busy_total") > 0
+	})
+	start := time.Now()
+	s.emit(`{"idempotency_key":"f1","type":"t","recipients":["u-fast"],"title":"Fast"}`)
+	var took time.Duration
+	testsignal.Eventually(t, "the other user's push to reach its push service", 15*time.Second, func() bool {
+		took = time.Since(start)
+		return len(fast.got()) > 0
+	})
+	s.waitForState("the other user's push to be delivered", fastDev.Token, push.StateDelivered)
+	t.Logf("the other user's push reached its push service in %s; %d requests to the stalled origins in flight or timed out; %v busy give-backs",
+		took.Round(time.Millisecond), stalled(), s.counter("spoolcast_webpush_busy_total"))
+	if took > 2*time.Second {
+		t.Errorf("the other user's push took %s behind one user's stalled subscriptions", took)
+	}
+	if n := len(fast.got()); n != 1 {
+		t.Errorf("the other user's push service got %d requests, want 1", n)
+	}
+	// A stop cuts off the stalled sends and waits for them to be recorded.
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer stopCancel()
+	_ = s.dispatcher.Stop(stopCtx)
 }

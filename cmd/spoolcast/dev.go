@@ -236,6 +236,10 @@ func ensureDevSecret(path string) error {
 
 func printDevToken(keyPath, secretPath, user, service string, admin bool, ttl time.Duration) error {
 	switch {
+	case ttl <= 0:
+		// A token that expired as it was minted is refused by the stack with
+		// a 401 that does not say why.
+		return fmt.Errorf("dev token: --token-ttl %s: must be positive, such as 12h", ttl)
 	case user != "" && service != "":
 		return errors.New("dev token: give --user or --service, not both")
 	case service != "":

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"os"
@@ -106,5 +107,25 @@ func TestDevLeavesARunningStackAndAForeignPostgresAlone(t *testing.T) {
 	}
 	if !postgresAnswers(t, dataDir) {
 		t.Error("dev stopped a Postgres it did not start")
+	}
+}
+
+// A dev token must be valid for some time: a TTL of zero or less would mint
+// a token already expired, which the stack then refuses with a puzzling 401.
+func TestDevTokenRefusesATTLThatIsNotPositive(t *testing.T) {
+	t.Parallel()
+	for _, ttl := range []string{"-1h", "0s"} {
+		for _, who := range [][]string{{"--user", "alice"}, {"--service", "billing"}} {
+			dir := t.TempDir()
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"dev", "token", "--data-dir", dir, "--token-ttl", ttl}, who...)
+			code := run(args, &stdout, &stderr)
+			if code == 0 || !strings.Contains(stderr.String(), "--token-ttl") || !strings.Contains(stderr.String(), "must be positive") {
+				t.Errorf("spoolcast %s: exit %d, stderr %q; want a refusal naming --token-ttl", strings.Join(args, " "), code, stderr.String())
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("spoolcast %s wrote %d files before refusing", strings.Join(args, " "), len(entries))
+			}
+		}
 	}
 }

@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -132,5 +133,40 @@ func TestAnOverloadedReceiverIsSentNothingMoreUntilItsRetryAfter(t *testing.T) {
 				t.Errorf("the busy receiver got %d requests after its hold, want 2 more", n)
 			}
 		})
+	}
+}
+
+// A receiver that took a delivery but answered after the timeout gets it
+// again with the same webhook-id: delivery is at least once, and receivers
+// deduplicate on the id.
+func TestADeliveryWhoseAnswerCameTooLateIsSentAgainWithTheSameID(t *testing.T) {
+	e := newEnv(t, webhook.DelivererConfig{Timeout: 200 * time.Millisecond})
+	r := newReceiver(t)
+	var mu sync.Mutex
+	var ids []string
+	r.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		io.ReadAll(req.Body) // read whole, so the server notices the sender hang up
+		mu.Lock()
+		ids = append(ids, req.Header.Get("webhook-id"))
+		late := len(ids) == 1
+		mu.Unlock()
+		if late { // taken, but the answer comes after the sender gave up
+			<-req.Context().Done()
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	e.endpoint(r.URL, webhook.NotificationCreated)
+	e.ingest("k", "alice")
+	e.pass()
+	e.clk.Advance(time.Minute)
+	e.pass()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ids) != 2 || ids[0] != ids[1] || ids[0] == "" {
+		t.Errorf("the receiver got webhook-ids %q, want one id twice", ids)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered'`); n != 1 {
+		t.Errorf("%d deliveries delivered, want 1", n)
 	}
 }

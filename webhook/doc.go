@@ -9,7 +9,9 @@
 // exists exactly when its change committed. Any replica's Deliverer takes
 // due rows with FOR UPDATE SKIP LOCKED and a lease, sends each at least once
 // with the same webhook-id, retries with exponential backoff and jitter for
-// a bounded time (three days by default), and disables an endpoint that has
-// failed for days. Store is the admin API's view: endpoints, their secrets
-// and rotation, replay and the delivery log.
+// a bounded time (three days by default) or after a receiver's Retry-After,
+// sends nothing more for a while to a receiver that says it is overloaded
+// (429, 502, 503, 504), and disables an endpoint that answers 410 Gone or
+// has failed for days. Store is the admin API's view: endpoints, their
+// secrets and rotation, replay and the delivery log.
 package webhook

@@ -4,7 +4,10 @@ package proctest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -25,40 +28,104 @@ var (
 	buildErr  error
 )
 
-// Binary builds cmd/spoolcast once per test process and returns its path. All
-// test processes share one path: each builds to a temporary name and renames
-// it into place, which is atomic (a running copy keeps its own file), and the
-// Go build cache makes the second build cheap. So runs leave one binary
-// behind, not one per test process.
+// Binary builds cmd/spoolcast once per test process and returns its path.
+// The binary is named by its content, in a folder of this checkout's own
+// under the system's temporary directory: test processes of one checkout
+// that build the same sources share one file, and a process never runs a
+// binary that another checkout, or a build of sources edited meanwhile, put
+// in its place. Each build goes to a temporary name and is renamed into
+// place, which is atomic (a running copy keeps its own file); the Go build
+// cache makes every build after the first cheap. A binary unused for a day
+// is removed by the next build.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		dir := filepath.Join(os.TempDir(), "spoolcast-proctest")
-		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
-			return
-		}
-		tmp, err := os.CreateTemp(dir, "spoolcast-*.tmp")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		tmp.Close()
-		defer os.Remove(tmp.Name())
-		cmd := exec.Command("go", "build", "-o", tmp.Name(), "./cmd/spoolcast")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-			return
-		}
-		binPath = filepath.Join(dir, "spoolcast")
-		buildErr = os.Rename(tmp.Name(), binPath)
+		binPath, buildErr = build(filepath.Join(filepath.Dir(file), "..", ".."))
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return binPath
+}
+
+// binaryMaxIdle is how long a built binary is kept after its last use: far
+// longer than a test process runs.
+const binaryMaxIdle = 24 * time.Hour
+
+// binaryDir is the folder the binaries of the checkout at root are built
+// into: one per checkout, named by a hash of its path.
+func binaryDir(root string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(root)))
+	return filepath.Join(os.TempDir(), "spoolcast-proctest-"+hex.EncodeToString(sum[:8]))
+}
+
+// build builds the checkout at root into binaryDir(root), under a name of
+// its content, and returns the binary's path.
+func build(root string) (string, error) {
+	dir := binaryDir(root)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, "build-*.tmp")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	cmd := exec.Command("go", "build", "-o", tmp.Name(), "./cmd/spoolcast")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	sum, err := fileSum(tmp.Name())
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "spoolcast-"+sum)
+	if _, err := os.Stat(path); err == nil {
+		// Built before, by this process's sources: keep that file, marked used.
+		now := time.Now()
+		err = os.Chtimes(path, now, now)
+	} else {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return "", err
+	}
+	pruneBinaries(dir, path)
+	return path, nil
+}
+
+// fileSum is the first 16 hex digits of the SHA-256 of the file at path.
+func fileSum(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8]), nil
+}
+
+// pruneBinaries removes the binaries and abandoned builds in dir unused for
+// binaryMaxIdle, but never keep.
+func pruneBinaries(dir, keep string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		info, err := e.Info()
+		if err != nil || path == keep || time.Since(info.ModTime()) < binaryMaxIdle {
+			continue
+		}
+		os.Remove(path)
+	}
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment ago.

@@ -291,6 +291,9 @@ func (s *Server) routeAll() {
 	s.handle(http.MethodGet, "/readyz", httpapi.Readyz(2*time.Second, s.ready))
 	s.handle(http.MethodGet, "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}).ServeHTTP)
 	s.handle(http.MethodGet, "/openapi.yaml", s.openapi)
+	// Not an API route (so not in Routes, which OpenAPI describes): the
+	// address opened in a browser, or tried with curl, says where to go.
+	s.router.Handler(http.MethodGet, "/", s.metrics.instrument("GET /", http.HandlerFunc(s.root)))
 	if s.cfg.Inbox {
 		page := inbox.Handler("/inbox").ServeHTTP
 		s.handle(http.MethodGet, "/inbox", page)
@@ -368,6 +371,17 @@ func (s *Server) ready(ctx context.Context) error {
 		return errors.New("the live stream is not serving: its reader has not read Postgres yet, or the replica is shutting down")
 	}
 	return nil
+}
+
+// root sends a browser to the inbox when central serves it; otherwise it
+// answers 404 with where the API is, rather than a bare "no route".
+func (s *Server) root(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Inbox {
+		http.Redirect(w, r, "/inbox", http.StatusFound)
+		return
+	}
+	problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound,
+		"nothing is served at /: central's API is under /v1/ (GET /v1/notifications with a user's bearer token), described at /openapi.yaml; the web inbox is at /inbox when central runs with --inbox"))
 }
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -28,20 +29,57 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// chromium finds Debian's Chromium; without it the test is skipped, unless
-// SPOOLCAST_REQUIRE_CHROMIUM=1 (CI) makes it fail.
+// chromium finds Debian's Chromium. Without it the browser tests fail,
+// saying how to install it: a skip goes unseen in `go test ./...`, and a
+// suite that passes without them claims more than it ran. CI sets
+// SPOOLCAST_REQUIRE_CHROMIUM=1; =0 skips them on purpose.
 func chromium(t *testing.T) string {
 	t.Helper()
+	path, skip, err := findChromium(exec.LookPath, os.Getenv("SPOOLCAST_REQUIRE_CHROMIUM"))
+	if skip != "" {
+		t.Skip(skip)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// findChromium looks for Chromium and says what its absence means: a
+// failure, unless require is "0".
+func findChromium(lookPath func(string) (string, error), require string) (path, skip string, err error) {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
+		if p, err := lookPath(name); err == nil {
+			return p, "", nil
 		}
 	}
-	if os.Getenv("SPOOLCAST_REQUIRE_CHROMIUM") == "1" {
-		t.Fatal("Chromium is required (SPOOLCAST_REQUIRE_CHROMIUM=1) but not installed: apt-get install chromium")
+	if require == "0" {
+		return "", "no Chromium, and SPOOLCAST_REQUIRE_CHROMIUM=0: the browser tests are skipped", nil
 	}
-	t.Skip("no Chromium: apt-get install chromium (scripts/ensure-deps chromium)")
-	return ""
+	return "", "", errors.New("the browser tests need Chromium, which is not installed: scripts/ensure-deps chromium " +
+		"(apt-get install chromium); SPOOLCAST_REQUIRE_CHROMIUM=0 skips them instead")
+}
+
+// Without Chromium the browser tests fail unless skipping them was asked
+// for; CI's SPOOLCAST_REQUIRE_CHROMIUM=1 fails them too.
+func TestAMissingChromiumFailsTheBrowserTestsUnlessSkippingThemIsAsked(t *testing.T) {
+	none := func(string) (string, error) { return "", exec.ErrNotFound }
+	for _, c := range []struct {
+		require  string
+		wantSkip bool
+	}{{"", false}, {"1", false}, {"0", true}} {
+		_, skip, err := findChromium(none, c.require)
+		switch {
+		case c.wantSkip && (skip == "" || err != nil):
+			t.Errorf("SPOOLCAST_REQUIRE_CHROMIUM=%q without Chromium: skip %q, err %v; want a skip", c.require, skip, err)
+		case !c.wantSkip && (skip != "" || err == nil || !strings.Contains(err.Error(), "scripts/ensure-deps chromium")):
+			t.Errorf("SPOOLCAST_REQUIRE_CHROMIUM=%q without Chromium: skip %q, err %v; want a failure saying how to install it", c.require, skip, err)
+		}
+	}
+	found := func(name string) (string, error) { return "/usr/bin/" + name, nil }
+	if path, skip, err := findChromium(found, ""); path != "/usr/bin/chromium" || skip != "" || err != nil {
+		t.Errorf("with Chromium installed: %q, %q, %v", path, skip, err)
+	}
 }
 
 // stack is a relay and a central (with --inbox) on a test database, as

@@ -134,6 +134,19 @@ func (ev Event) CheckSchedule(now time.Time) error {
 	return nil
 }
 
+// CheckShown refuses an event whose notification would show nothing: no
+// title and no body (or only spaces). Every notification is pushed to its
+// recipients' devices, and such a push is an empty banner. A body alone is
+// pushed as it is (Expo shows it under the app's name). Like CheckSchedule
+// it is the ingress's check, not Decode's: an event spooled or forwarded
+// once accepted is not refused later.
+func (ev Event) CheckShown() error {
+	if strings.TrimSpace(ev.Title) == "" && strings.TrimSpace(ev.Body) == "" {
+		return invalid("title", "is required when there is no body: every notification is pushed to its recipients' devices, and a push with neither shows an empty banner")
+	}
+	return nil
+}
+
 // Decode reads one event from body. headerKey is the Idempotency-Key header's
 // value, already unquoted ("" when absent); it fills a missing key in the body and
 // must agree with a present one. The event comes back validated and canonical:

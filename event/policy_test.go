@@ -79,3 +79,40 @@ func TestSendAtIsAtMostThirtyDaysAhead(t *testing.T) {
 		t.Errorf("30 days and a second ahead: %v, want ErrInvalid", err)
 	}
 }
+
+// An event that would push an empty banner (no title, no body) is refused at
+// the ingress, naming title; a body alone is pushed as it is. Decode and
+// Parse take it still: an event spooled before, by an older relay, is
+// forwarded, not refused later.
+func TestAnEventThatWouldShowNothingIsRefusedAtTheIngressOnly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, fields string
+		refused      bool
+	}{
+		{"neither title nor body", ``, true},
+		{"an empty title and body", `,"title":"","body":""`, true},
+		{"a title and body of spaces", `,"title":"  ","body":"\t"`, true},
+		{"data alone", `,"data":{"meeting_id":"m_456"}`, true},
+		{"a title", `,"title":"You were added to Weekly sync"`, false},
+		{"a body alone", `,"body":"Starts Monday 10:00"`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, err := event.Decode([]byte(`{"idempotency_key":"k","type":"t","recipients":["u1"]`+tc.fields+`}`), "")
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if _, err := event.Parse(ev.Canonical()); err != nil {
+				t.Errorf("Parse of the spooled event: %v", err)
+			}
+			err = ev.CheckShown()
+			var evErr *event.Error
+			switch {
+			case tc.refused && (!errors.As(err, &evErr) || evErr.Field != "title" || !errors.Is(err, event.ErrInvalid)):
+				t.Errorf("CheckShown = %v; want an invalid title", err)
+			case !tc.refused && err != nil:
+				t.Errorf("CheckShown = %v; want it taken", err)
+			}
+		})
+	}
+}

@@ -195,6 +195,8 @@ func TestBadInputIsAProblemAndChangesNothing(t *testing.T) {
 		{"an unknown field is 400", `{"idempotency_key":"k","type":"t","recipients":["u"],"priority":1}`, nil, 400, "malformed-event", "priority"},
 		{"two JSON values are 400", event("k2", "t") + `{}`, nil, 400, "malformed-event", ""},
 		{"data that is not an object is 400", `{"idempotency_key":"k","type":"t","recipients":["u"],"data":[1]}`, nil, 400, "invalid-event", "data"},
+		{"an event with neither title nor body is 400", `{"idempotency_key":"k","type":"t","recipients":["u"],"data":{"a":1}}`, nil, 400, "invalid-event", "title"},
+		{"an event whose title and body are spaces is 400", `{"idempotency_key":"k","type":"t","recipients":["u"],"title":" ","body":""}`, nil, 400, "invalid-event", "title"},
 		{"a header key that differs from the body is 400", event("k3", "t"), []string{"Idempotency-Key", "other"}, 400, "invalid-event", "idempotency_key"},
 		{"a broken quoted header key is 400", `{"type":"t","recipients":["u"]}`, []string{"Idempotency-Key", `"open`}, 400, "invalid-event", "Idempotency-Key"},
 		{"a wrong content type is 415", event("k4", "t"), []string{"Content-Type", "text/plain"}, 415, "unsupported-media-type", ""},
@@ -530,5 +532,22 @@ func TestAFullDiskIs503WithItsOwnProblemUntilThereIsRoom(t *testing.T) {
 	}
 	if r := h.post(t, event("after", "t")); r.status != http.StatusAccepted {
 		t.Errorf("post once space is freed = %d %v", r.status, r.body)
+	}
+}
+
+// An event that would push an empty banner is refused before it is spooled,
+// saying why; a body alone is enough to push.
+func TestAnEventThatWouldShowNothingIsRefusedAndABodyAloneIsTaken(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	r := h.post(t, `{"idempotency_key":"silent","type":"t","recipients":["u"]}`)
+	if r.status != http.StatusBadRequest || r.body["field"] != "title" || !strings.Contains(fmt.Sprint(r.body["detail"]), "empty banner") {
+		t.Errorf("an event with neither title nor body = %d %v; want 400 naming title and why", r.status, r.body)
+	}
+	if n := h.rows(t); n != 0 {
+		t.Errorf("the refused event left %d rows in the spool", n)
+	}
+	if r := h.post(t, `{"idempotency_key":"body-only","type":"t","recipients":["u"],"body":"Starts Monday 10:00"}`); r.status != http.StatusAccepted {
+		t.Errorf("an event with a body and no title = %d %v; want 202", r.status, r.body)
 	}
 }

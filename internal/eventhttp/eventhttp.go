@@ -21,7 +21,8 @@ import (
 )
 
 // Decode reads and validates an ingest request: content type, size, the
-// Idempotency-Key header and the event body; now bounds its send_at. A nil
+// Idempotency-Key header and the event body; now bounds its send_at, and an
+// event that would push an empty banner is refused (event.CheckShown). A nil
 // problem means ev is valid and canonical. Central's internal ingress
 // answers with the same rules.
 func Decode(r *http.Request, maxBody int64, now time.Time) (ev event.Event, p *problem.Problem) {
@@ -61,6 +62,9 @@ func Decode(r *http.Request, maxBody int64, now time.Time) (ev event.Event, p *p
 	ev, err = event.Decode(body, headerKey)
 	if err == nil {
 		err = ev.CheckSchedule(now)
+	}
+	if err == nil {
+		err = ev.CheckShown()
 	}
 	if err != nil {
 		var evErr *event.Error

@@ -181,10 +181,18 @@ Read u_123's feed (mint other tokens with: spoolcast dev token --user NAME [--ad
 Watch u_123's inbox in a browser (the token rides in the link's fragment, never sent to a server):
   http://%[4]s/inbox#token=%[7]s
 
-`, r.addr, o.producer, o.spoolPath, c.addr, o.databaseURL, sampleCurl(r.addr), token, cmp.Or(c.opsAddr, c.addr))
+`, r.addr, o.producer, o.spoolPath, c.addr, o.databaseURL, devSampleCurl(r.addr), token, cmp.Or(c.opsAddr, c.addr))
 	timeout := max(o.shutdownTimeout, 5*time.Second)
 	err = r.wait(ctx, timeout)
 	return errors.Join(err, c.shutdown(timeout))
+}
+
+// devSampleCurl is the README tour's first command, byte for byte but the
+// line break, so that a newcomer who runs both posts one event twice (a
+// duplicate), not two bodies under one key (a 422). make check-tour holds
+// them equal.
+func devSampleCurl(addr string) string {
+	return fmt.Sprintf(`curl -si http://%s/v1/events -H 'Content-Type: application/json' -d '{"idempotency_key":"demo:1","type":"demo.hello","recipients":["u_123"],"title":"Hello"}'`, addr)
 }
 
 // startFakeExpo serves a fake Expo on loopback that logs each push it gets,

@@ -21,7 +21,7 @@ func TestAScheduledEventIsCancelledThroughTheInternalIngressWithExactAnswers(t *
 	if r := h.request(http.MethodPost, "/internal/v1/events", emit, scheduled); r.status != http.StatusAccepted {
 		t.Fatalf("scheduled event = %d %s", r.status, r.raw)
 	}
-	if r := h.request(http.MethodPost, "/internal/v1/events", emit, `{"idempotency_key":"now:1","type":"t","recipients":["alice"]}`); r.status != http.StatusAccepted {
+	if r := h.request(http.MethodPost, "/internal/v1/events", emit, `{"idempotency_key":"now:1","type":"t","recipients":["alice"],"title":"t"}`); r.status != http.StatusAccepted {
 		t.Fatalf("immediate event = %d %s", r.status, r.raw)
 	}
 	feed := h.request(http.MethodGet, "/v1/notifications", h.iss.Token("bob"), "")
@@ -45,7 +45,7 @@ func TestAScheduledEventIsCancelledThroughTheInternalIngressWithExactAnswers(t *
 	if r := h.request(http.MethodDelete, "/internal/v1/events/"+strings.Repeat("k", 257), emit, ""); r.status != http.StatusBadRequest {
 		t.Errorf("cancel of an over-long key = %d %s", r.status, r.raw)
 	}
-	slashed := `{"idempotency_key":"team/7","type":"renewal","recipients":["alice"],"send_at":"` + at + `"}`
+	slashed := `{"idempotency_key":"team/7","type":"renewal","recipients":["alice"],"title":"Renews tomorrow","send_at":"` + at + `"}`
 	if r := h.request(http.MethodPost, "/internal/v1/events", emit, slashed); r.status != http.StatusAccepted {
 		t.Fatalf("scheduled event = %d %s", r.status, r.raw)
 	}

@@ -74,7 +74,7 @@ func TestReadinessFailsWhileOnlyAReadOnlyServerAnswersAndPassesOnTheNewPrimary(t
 
 	// What made it ready is a pool on the new primary: writes land there.
 	emit, _ := auth.SignServiceToken(serviceSecret, "billing", []string{"push:emit"}, time.Now(), time.Minute)
-	body := `{"idempotency_key":"after-switch","type":"t","recipients":["alice"]}`
+	body := `{"idempotency_key":"after-switch","type":"t","recipients":["alice"],"title":"t"}`
 	if s := following.request(http.MethodPost, "/internal/v1/events", emit, body).status; s != http.StatusAccepted {
 		t.Errorf("ingest after the switch = %d, want 202", s)
 	}

@@ -610,7 +610,7 @@ func TestAHungPostgresIsA503WithinSeconds(t *testing.T) {
 			return req
 		}, 0},
 		{"the internal ingress", func() *http.Request {
-			req, _ := http.NewRequest(http.MethodPost, h.url+"/internal/v1/events", strings.NewReader(`{"idempotency_key":"hung","type":"t","recipients":["alice"]}`))
+			req, _ := http.NewRequest(http.MethodPost, h.url+"/internal/v1/events", strings.NewReader(`{"idempotency_key":"hung","type":"t","recipients":["alice"],"title":"t"}`))
 			req.Header.Set("Authorization", "Bearer "+emit)
 			req.Header.Set("Content-Type", "application/json")
 			return req
@@ -652,7 +652,7 @@ func TestInternalIngressAnswersAHalfClosedRequest(t *testing.T) {
 	statuses := make(chan int, n)
 	for i := range n {
 		go func() {
-			body := fmt.Sprintf(`{"idempotency_key":"half-%d","type":"t","recipients":["alice"]}`, i)
+			body := fmt.Sprintf(`{"idempotency_key":"half-%d","type":"t","recipients":["alice"],"title":"t"}`, i)
 			conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
 			if err != nil {
 				statuses <- 0

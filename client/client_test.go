@@ -720,14 +720,14 @@ func TestDeliveryPolicyFieldsReachTheRelayAsItReadsThem(t *testing.T) {
 	if again, err := event.Decode(raw, ""); err != nil || again.DigestWindow() != 5*time.Minute || !again.SendTime().Equal(ev.SendAt) {
 		t.Errorf("json.Marshal of the event gives %s, which the relay reads as %+v, %v", raw, again, err)
 	}
-	for _, bad := range []client.Event{
-		{IdempotencyKey: "k", Type: "t", Recipients: []string{"u"}, Priority: "urgent"},
-		{IdempotencyKey: "k", Type: "t", Recipients: []string{"u"}, Digest: &client.Digest{Key: "k", Window: time.Second}},
-		{IdempotencyKey: "k", Type: "t", Recipients: []string{"u"}, Digest: &client.Digest{Window: time.Minute}},
+	for field, bad := range map[string]client.Event{
+		"priority": {IdempotencyKey: "k", Type: "t", Title: "t", Recipients: []string{"u"}, Priority: "urgent"},
+		"digest":   {IdempotencyKey: "k", Type: "t", Title: "t", Recipients: []string{"u"}, Digest: &client.Digest{Key: "k", Window: time.Second}},
+		"title":    {IdempotencyKey: "k", Type: "t", Title: " ", Recipients: []string{"u"}},
 	} {
 		var inv *client.InvalidEventError
-		if _, err := c.Emit(ctx, bad); !errors.As(err, &inv) {
-			t.Errorf("%+v: %v; want an InvalidEventError", bad, err)
+		if _, err := c.Emit(ctx, bad); !errors.As(err, &inv) || !strings.HasPrefix(inv.Field, field) {
+			t.Errorf("%+v: %v; want an InvalidEventError on %s", bad, err, field)
 		}
 	}
 	// The relay refuses a send_at too far ahead: the client leaves that to it.

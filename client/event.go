@@ -145,6 +145,9 @@ func (ev Event) check() error {
 			return err
 		}
 	}
+	if strings.TrimSpace(ev.Title) == "" && strings.TrimSpace(ev.Body) == "" {
+		return localInvalid("title", "is required when there is no body: a push with neither shows an empty banner")
+	}
 	if len(ev.Recipients) == 0 {
 		return localInvalid("recipients", "at least one recipient is required")
 	}

@@ -66,7 +66,7 @@ func ExampleClient_Emit() {
 	_, err = c.Emit(ctx, ev)
 	fmt.Println(errors.Is(err, client.ErrConflict))
 
-	_, err = c.Emit(ctx, client.Event{IdempotencyKey: "meeting_assignment:u_123:m_789", Type: "meeting.assigned"})
+	_, err = c.Emit(ctx, client.Event{IdempotencyKey: "meeting_assignment:u_123:m_789", Type: "meeting.assigned", Title: "You were added to Weekly sync"})
 	var invalid *client.InvalidEventError
 	if errors.As(err, &invalid) {
 		fmt.Println(invalid.Field, invalid.Detail)

@@ -474,13 +474,14 @@ func schemaReady(db migrations.Querier) func(context.Context) error {
 	}
 }
 
-// onlyPublic serves, of central's routes, the public API: /v1/…, the inbox,
-// the OpenAPI document (and the dev stack's extra paths); everything else is
-// on --ops-listen.
+// onlyPublic serves, of central's routes, the public API: / (which sends a
+// newcomer to the inbox, or says where the API is), /v1/…, the inbox, the
+// OpenAPI document (and the dev stack's extra paths); everything else is on
+// --ops-listen.
 func onlyPublic(h http.Handler, extra map[string]http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
-		if strings.HasPrefix(p, "/v1/") || p == "/inbox" || strings.HasPrefix(p, "/inbox/") || p == "/openapi.yaml" || extra[p] != nil {
+		if p == "/" || strings.HasPrefix(p, "/v1/") || p == "/inbox" || strings.HasPrefix(p, "/inbox/") || p == "/openapi.yaml" || extra[p] != nil {
 			h.ServeHTTP(w, r)
 			return
 		}

@@ -65,6 +65,10 @@ func TestOpsListenSeparatesThePublicAPIFromProbesMetricsAndInternal(t *testing.T
 			t.Errorf("%s %s%s = %d %s; want %d", tc.method, tc.base, tc.path, got, body, tc.want)
 		}
 	}
+	// A newcomer at the public address's root is told where things are.
+	if got, body := status(t, http.MethodGet, base+"/", ""); got != http.StatusNotFound || !strings.Contains(body, "/inbox") || !strings.Contains(body, "/v1/notifications") {
+		t.Errorf("GET / on the public address = %d %s; want a 404 naming /v1/notifications and /inbox", got, body)
+	}
 }
 
 // closedWithin reports whether the server closes conn within d.

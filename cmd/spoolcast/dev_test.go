@@ -82,7 +82,7 @@ func TestDevLeavesARunningStackAndAForeignPostgresAlone(t *testing.T) {
 	if second.ExitCode() == 0 || !strings.Contains(second.Output(), "in use by another spoolcast dev") {
 		t.Errorf("second dev: exit %d, output %q; want a refusal naming the first", second.ExitCode(), second.Output())
 	}
-	resp, err := http.Post(first.relay+"/v1/events", "application/json", strings.NewReader(`{"idempotency_key":"still-here","type":"t","recipients":["u"]}`))
+	resp, err := http.Post(first.relay+"/v1/events", "application/json", strings.NewReader(`{"idempotency_key":"still-here","type":"t","recipients":["u"],"title":"t"}`))
 	if err != nil || resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("the first stack after the refused second: %v %v", resp, err)
 	}

@@ -2,10 +2,13 @@
 // receipts. It keeps to Expo's limits — at most 100 messages a send, 1,000
 // ids a receipt request, 4,096 bytes a message — compresses request bodies
 // over 1 KiB, caps its concurrent requests and its messages per second, and
-// retries with backoff, honouring Retry-After: a receipt request after a 429,
-// a 5xx or no answer; a send only when it surely did not reach Expo (a 429, a
-// connection that never opened). Expo has no idempotency key, so a send it
-// may have accepted is never sent again: push is at most once.
+// retries with exponential backoff, honouring Retry-After, what Expo's
+// documentation says to retry: a 429, a 5xx, a network error. A receipt
+// request is retried after any of them; a send only when Expo did not take
+// it: an answer of 429 or 5xx, or a request that never reached it whole (no
+// connection, or one that broke while the request was written). Expo has no
+// idempotency key, so a send written whole whose answer was lost (a timeout,
+// a connection reset) is never sent again: push is at most once.
 //
 // The rule it keeps: a ticket is not an outcome. Send returns tickets; only
 // a receipt says whether a message reached the device.
@@ -105,31 +108,44 @@ type RequestError struct {
 	Status int    // HTTP status; 0 when no answer came
 	Code   string // Expo's error code, e.g. InvalidCredentials
 	Msg    string
-	// Unknown: the request may have been processed. It was written, and then
-	// no usable answer came (a timeout, a broken connection, an answer cut
-	// short or unreadable), or Expo answered 5xx. A send's messages may have
-	// been accepted, so a send that is Unknown is never tried again.
+	// Unknown: the request may have been processed. It was written whole,
+	// and then no usable answer came (a timeout, a broken connection, an
+	// answer cut short or unreadable). A send's messages may have been
+	// accepted, so a send that is Unknown is never tried again.
 	Unknown bool
-	cause   error // the context's error, when it ended the request
+	// Tries is how many requests were made, retries included.
+	Tries int
+	cause error // the context's error, when it ended the request
 }
 
 // Unwrap returns the context's error when it ended the request.
 func (e *RequestError) Unwrap() error { return e.cause }
 
 func (e *RequestError) Error() string {
+	var msg string
 	switch {
 	case e.Status == 0:
-		return "expo: " + e.Msg
+		msg = "expo: " + e.Msg
 	case e.Code != "":
-		return fmt.Sprintf("expo: %d %s: %s", e.Status, e.Code, e.Msg)
+		msg = fmt.Sprintf("expo: %d %s: %s", e.Status, e.Code, e.Msg)
+	default:
+		msg = fmt.Sprintf("expo: %d: %s", e.Status, e.Msg)
 	}
-	return fmt.Sprintf("expo: %d: %s", e.Status, e.Msg)
+	if e.Tries > 1 {
+		msg += fmt.Sprintf(" (after %d tries)", e.Tries)
+	}
+	return msg
 }
 
+// Retryable reports whether a send that failed with e may be sent again:
+// Expo did not take it (it answered 429 or 5xx, or the request never reached
+// it whole).
+func (e *RequestError) Retryable() bool { return e.retryable(false) }
+
 // retryable reports whether a request that failed with e is tried again:
-// no answer, 429 or 5xx, and, for a request that is not idempotent (a send:
-// Expo has no idempotency key, a retry of a send it took delivers twice),
-// only when Expo surely did not take it.
+// no answer, 429 or 5xx (as Expo's documentation asks), and, for a request
+// that is not idempotent (a send: Expo has no idempotency key, a retry of a
+// send it took delivers twice), only when Expo did not take it.
 func (e *RequestError) retryable(idempotent bool) bool {
 	if e.Unknown && !idempotent {
 		return false
@@ -141,9 +157,9 @@ func (e *RequestError) retryable(idempotent bool) bool {
 var ErrMessageTooBig = errors.New("expo: " + MessageTooBig + ": a message is over 4096 bytes")
 
 // ErrNotSent wraps the error of a request that ended, because its context
-// did, before it reached Expo: while it waited for the rate limit, for a
-// connection slot, for a retry, or for the connection to open. Nothing of it
-// was delivered; its messages may be sent again.
+// did, before it reached Expo whole: while it waited for the rate limit, for
+// a connection slot, for a retry, for the connection to open, or while it was
+// written. Nothing of it was delivered; its messages may be sent again.
 var ErrNotSent = errors.New("expo: not sent")
 
 // Config configures a client.
@@ -160,9 +176,10 @@ type Config struct {
 	// benchmarks against a fake). Default DefaultRatePerSecond.
 	RatePerSecond int
 	// Retries is how many times a request that may pass later is tried
-	// again: a send after a 429 or a connection that never opened (only what
-	// surely did not reach Expo), a receipt request also after a 5xx or no
-	// answer. Default 3.
+	// again: a send after a 429, a 5xx or a request never written whole
+	// (only what Expo did not take), a receipt request also after no answer.
+	// A call under RetryFor is tried again for as long as it says instead.
+	// Default 3.
 	Retries int
 	// MinBackoff is the first wait before a retry, doubled each time, unless
 	// Retry-After says otherwise. Default 500ms.
@@ -269,28 +286,53 @@ func Size(m Message) (int, error) {
 	return len(b), err
 }
 
+type retryForKey struct{}
+
+// RetryFor returns a context under which the client's calls keep trying
+// again what may pass later for d from their first try, however many tries
+// that takes, instead of Config.Retries times: a caller's bound on an
+// outcome, such as a push dispatch's lease, that does not cut off a request
+// in flight as a deadline would. A retry starts only if it can end, its wait
+// and the HTTP client's timeout included, within d.
+func RetryFor(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, retryForKey{}, d)
+}
+
 // post sends body to endpoint and decodes the answer into out, retrying what
-// may pass later (see RequestError.retryable; idempotent: a retry of a
-// request Expo took does no harm).
+// may pass later with exponential backoff (see RequestError.retryable;
+// idempotent: a retry of a request Expo took does no harm).
 func (c *Client) post(ctx context.Context, endpoint string, idempotent bool, body, out any) error {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("expo: encode %s: %w", endpoint, err)
 	}
+	budget, bounded := ctx.Value(retryForKey{}).(time.Duration)
+	first := c.cfg.Clock.Now()
 	for attempt := 0; ; attempt++ {
 		wait, err := c.postOnce(ctx, endpoint, raw, out)
 		var re *RequestError
-		if err == nil || !errors.As(err, &re) || !re.retryable(idempotent) || attempt >= c.cfg.Retries {
+		if err == nil || !errors.As(err, &re) {
+			return err
+		}
+		re.Tries = attempt + 1
+		if !re.retryable(idempotent) {
 			return err
 		}
 		if ctx.Err() != nil {
 			return notSent(ctx, re)
 		}
 		if wait == 0 {
-			d := c.cfg.MinBackoff << attempt
+			d := c.cfg.MinBackoff << min(attempt, 30)
 			wait = d/2 + rand.N(d/2+1)
 		}
-		if !startstop.Sleep(ctx, c.cfg.Clock, min(wait, c.cfg.MaxBackoff)) {
+		wait = min(wait, c.cfg.MaxBackoff)
+		switch {
+		case !bounded && attempt >= c.cfg.Retries:
+			return err
+		case bounded && clock.Since(c.cfg.Clock, first)+wait+c.cfg.HTTP.Timeout > budget:
+			return err
+		}
+		if !startstop.Sleep(ctx, c.cfg.Clock, wait) {
 			return notSent(ctx, re)
 		}
 	}
@@ -328,10 +370,11 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 		_ = zw.Close()
 		reqBody = &buf
 	}
-	// Whether a connection was had tells a request that surely did not reach
-	// Expo (a dial that failed) from one that may have.
-	var connected atomic.Bool
-	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}
+	// Whether the request was written whole tells one Expo did not take (no
+	// connection, or one that broke while it was written: Expo reads a
+	// request whole before it acts on it) from one it may have.
+	var written atomic.Bool
+	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) { written.Store(i.Err == nil) }}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, c.cfg.URL+"/"+endpoint, reqBody)
 	if err != nil {
 		return 0, fmt.Errorf("expo: %w", err)
@@ -347,12 +390,12 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 	resp, err := c.cfg.HTTP.Do(req)
 	if err != nil {
 		switch {
-		case connected.Load():
+		case written.Load():
 			return 0, &RequestError{Msg: err.Error(), Unknown: true, cause: ctx.Err()}
 		case ctx.Err() != nil:
 			return 0, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
 		}
-		return 0, &RequestError{Msg: err.Error()} // no connection: it never reached Expo
+		return 0, &RequestError{Msg: err.Error()} // never written whole: Expo did not take it
 	}
 	defer resp.Body.Close()
 	payload, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
@@ -360,8 +403,9 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 		return 0, &RequestError{Status: resp.StatusCode, Msg: "reading the answer: " + err.Error(), Unknown: true, cause: ctx.Err()}
 	}
 	if resp.StatusCode != http.StatusOK {
-		// Expo processes nothing it answers 429 or 4xx; after a 5xx it may have.
-		re := &RequestError{Status: resp.StatusCode, Msg: strings.TrimSpace(string(payload)), Unknown: resp.StatusCode >= 500}
+		// Expo processes nothing it answers 429, 4xx or 5xx: its
+		// documentation asks for 429 and 5xx to be retried with backoff.
+		re := &RequestError{Status: resp.StatusCode, Msg: strings.TrimSpace(string(payload))}
 		var body struct {
 			Errors []struct {
 				Code    string `json:"code"`

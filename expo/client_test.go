@@ -2,8 +2,10 @@ package expo_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -98,29 +100,113 @@ func TestRetriesHonourRetryAfterAndEndAsARequestError(t *testing.T) {
 	fake.Fail(10, http.StatusInternalServerError, "")
 	_, err := c.Send(context.Background(), []expo.Message{{To: "ExponentPushToken[a]"}})
 	var re *expo.RequestError
-	if !errors.As(err, &re) || re.Status != 500 {
-		t.Fatalf("send with Expo failing = %v; want a RequestError 500", err)
+	if !errors.As(err, &re) || re.Status != 500 || re.Unknown || re.Tries != 4 {
+		t.Fatalf("send with Expo failing = %v; want a RequestError 500 after 4 tries, taken by no one", err)
 	}
-	if n := fake.Requests("send"); n != 3+1 {
-		t.Errorf("the fake got %d sends; want 3 (two 429s, then ok) + 1 (a 5xx may have been accepted: not retried)", n)
+	if n := fake.Requests("send"); n != 3+4 {
+		t.Errorf("the fake got %d sends; want 3 (two 429s, then ok) + 4 (a 5xx, retried three times)", n)
+	}
+	if n := fake.Accepted(); n != 1 {
+		t.Errorf("the fake accepted %d messages, want 1", n)
 	}
 }
 
-func TestASendIsRetriedOnlyWhenItSurelyDidNotReachExpo(t *testing.T) {
+// A send under RetryFor keeps trying through an outage of Expo for as long
+// as the caller allows (a dispatch's lease), past Config.Retries, and no
+// longer.
+func TestASendUnderRetryForKeepsTryingThroughAnOutageUntilItsTimeIsUp(t *testing.T) {
 	t.Parallel()
 	msgs := []expo.Message{{To: "ExponentPushToken[a]"}}
-	t.Run("a 5xx is not retried", func(t *testing.T) {
+	cfg := expo.Config{HTTP: &http.Client{Timeout: 100 * time.Millisecond}, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, RatePerSecond: -1}
+	t.Run("through", func(t *testing.T) {
+		t.Parallel()
+		fake := expofake.New()
+		c := newClientWith(t, fake, cfg)
+		fake.Fail(20, http.StatusServiceUnavailable, "")
+		if _, err := c.Send(expo.RetryFor(context.Background(), time.Minute), msgs); err != nil {
+			t.Fatalf("send through twenty 503s = %v", err)
+		}
+		if n, m := fake.Requests("send"), fake.Accepted(); n != 21 || m != 1 {
+			t.Errorf("%d requests and %d messages accepted; want 21 and 1", n, m)
+		}
+	})
+	t.Run("until its time is up", func(t *testing.T) {
+		t.Parallel()
+		fake := expofake.New()
+		c := newClientWith(t, fake, cfg)
+		fake.SetFailing(http.StatusServiceUnavailable, "")
+		start := time.Now()
+		_, err := c.Send(expo.RetryFor(context.Background(), 400*time.Millisecond), msgs)
+		took := time.Since(start)
+		var re *expo.RequestError
+		if !errors.As(err, &re) || re.Status != http.StatusServiceUnavailable || re.Unknown || re.Tries <= 4 {
+			t.Fatalf("send with Expo down = %v; want a RequestError 503 after more than 4 tries", err)
+		}
+		if took > 400*time.Millisecond {
+			t.Errorf("the tries took %s, past the 400ms allowed", took)
+		}
+	})
+}
+
+func TestASendIsRetriedUnlessExpoMayHaveTakenIt(t *testing.T) {
+	t.Parallel()
+	msgs := []expo.Message{{To: "ExponentPushToken[a]"}}
+	t.Run("a 5xx is retried, and the messages are taken once", func(t *testing.T) {
 		t.Parallel()
 		fake := expofake.New()
 		c := newClient(t, fake)
-		fake.Fail(10, http.StatusBadGateway, "")
+		fake.Fail(1, http.StatusBadGateway, "")
+		if _, err := c.Send(context.Background(), msgs); err != nil {
+			t.Errorf("send answered 502, then ok = %v", err)
+		}
+		if n, m := fake.Requests("send"), fake.Accepted(); n != 2 || m != 1 {
+			t.Errorf("%d requests and %d messages accepted; want 2 and 1", n, m)
+		}
+	})
+	t.Run("a send taken whose connection drops before the answer is not retried", func(t *testing.T) {
+		t.Parallel()
+		fake := expofake.New()
+		c := newClient(t, fake)
+		fake.DropAnswers(1)
 		_, err := c.Send(context.Background(), msgs)
 		var re *expo.RequestError
-		if !errors.As(err, &re) || re.Status != http.StatusBadGateway || !re.Unknown {
-			t.Errorf("send answered 502 = %v; want a RequestError 502 whose outcome is unknown", err)
+		if !errors.As(err, &re) || !re.Unknown {
+			t.Errorf("send whose answer was lost = %v; want a RequestError whose outcome is unknown", err)
 		}
-		if n := fake.Requests("send"); n != 1 {
-			t.Errorf("the fake got %d sends; want 1", n)
+		if n, m := fake.Requests("send"), fake.Accepted(); n != 1 || m != 1 {
+			t.Errorf("%d requests and %d messages accepted; want 1 and 1", n, m)
+		}
+	})
+	t.Run("a connection that broke while the request was written is retried", func(t *testing.T) {
+		t.Parallel()
+		fake := expofake.New()
+		var dials atomic.Int32
+		var d net.Dialer
+		transport := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, network, addr)
+			if err == nil && dials.Add(1) == 1 {
+				conn = &breakingConn{Conn: conn}
+			}
+			return conn, err
+		}}
+		c := newClientWith(t, fake, expo.Config{HTTP: &http.Client{Transport: transport}, MinBackoff: time.Millisecond, RatePerSecond: -1})
+		// A request larger than the connection's write buffer, so that it
+		// breaks while it is written (one that fits the buffer is handed
+		// over whole first, and then counts as written: its answer lost).
+		big := make([]expo.Message, expo.MaxMessagesPerSend)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := range big {
+			b := make([]byte, 2000)
+			for j := range b {
+				b[j] = byte(rng.Uint32())
+			}
+			big[i] = expo.Message{To: fmt.Sprintf("ExponentPushToken[%d]", i), Body: base64.StdEncoding.EncodeToString(b)}
+		}
+		if _, err := c.Send(context.Background(), big); err != nil {
+			t.Errorf("send whose first connection broke mid-request = %v; want it retried", err)
+		}
+		if n := fake.Accepted(); n != len(big) {
+			t.Errorf("the fake accepted %d messages, want %d", n, len(big))
 		}
 	})
 	t.Run("an answer later than the client's timeout is not retried", func(t *testing.T) {
@@ -153,8 +239,8 @@ func TestASendIsRetriedOnlyWhenItSurelyDidNotReachExpo(t *testing.T) {
 		}
 		_, err = c.Send(context.Background(), msgs)
 		var re *expo.RequestError
-		if !errors.As(err, &re) || re.Status != 0 || re.Unknown {
-			t.Errorf("send to a closed port = %v; want a RequestError without an answer, surely not sent", err)
+		if !errors.As(err, &re) || re.Status != 0 || re.Unknown || re.Tries != 4 {
+			t.Errorf("send to a closed port = %v; want a RequestError without an answer after 4 tries, surely not sent", err)
 		}
 		if n := attempts.Load(); n != 4 {
 			t.Errorf("%d attempts; want 4 (one try, three retries)", n)
@@ -179,4 +265,14 @@ func TestASendIsRetriedOnlyWhenItSurelyDidNotReachExpo(t *testing.T) {
 			t.Errorf("the fake got %d receipt requests; want 3", n)
 		}
 	})
+}
+
+// breakingConn is a connection that breaks while the first request on it is
+// written: the server gets its first bytes, never the whole request.
+type breakingConn struct{ net.Conn }
+
+func (b *breakingConn) Write(p []byte) (int, error) {
+	n, _ := b.Conn.Write(p[:min(len(p), 10)])
+	_ = b.Conn.Close()
+	return n, errors.New("write: connection reset by peer")
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -148,6 +150,51 @@ func TestASendThatMayHaveBeenAcceptedIsNeverSentAgain(t *testing.T) {
 	d := log.Data[0]
 	if d.State != push.StateFailed || d.Error == nil || !strings.Contains(*d.Error, "outcome unknown") || !strings.Contains(*d.Error, "a retry could deliver twice") {
 		t.Errorf("the dispatch is %s, error %v; want failed, saying the outcome is unknown and why it was not retried", d.State, d.Error)
+	}
+}
+
+// Expo took the send whole and the connection dropped before its answer:
+// the push may be on the phone, so it is not sent again.
+func TestAPushExpoTookAndWhoseConnectionDroppedIsNeverSentAgain(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.register("u1", "ExponentPushToken[a]")
+	s.fake.DropAnswers(1)
+	s.ingest("e1", "general", "u1")
+	s.drain()
+	if n, m := s.fake.Requests("send"), s.fake.Accepted(); n != 1 || m != 1 {
+		t.Errorf("%d sends and %d messages taken; want 1 and 1", n, m)
+	}
+	log, err := push.Deliveries(context.Background(), s.pool, push.DeliveryQuery{UserID: "u1"})
+	if err != nil || len(log.Data) != 1 {
+		t.Fatalf("delivery log = %+v, %v; want the one dispatch", log.Data, err)
+	}
+	if d := log.Data[0]; d.State != push.StateFailed || d.Error == nil || !strings.Contains(*d.Error, "outcome unknown") {
+		t.Errorf("the dispatch is %s, error %v; want failed, outcome unknown", d.State, d.Error)
+	}
+}
+
+// A connection to Expo refused took nothing: the send is tried again.
+func TestAPushWhoseConnectionToExpoWasRefusedIsSentAgain(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	var dials atomic.Int32
+	var d net.Dialer
+	transport := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dials.Add(1) == 1 {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+		}
+		return d.DialContext(ctx, network, addr)
+	}}
+	s.dispatcher = s.newDispatcherWith(s.pool, s.prefs, s.expoClient(expo.Config{HTTP: &http.Client{Transport: transport}, RatePerSecond: -1, MinBackoff: time.Millisecond}))
+	s.register("u1", "ExponentPushToken[a]")
+	s.ingest("e1", "general", "u1")
+	s.drain()
+	if got := s.states(); got[push.StateSent] != 1 {
+		t.Errorf("states = %v; want sent", got)
+	}
+	if n := s.fake.Accepted(); n != 1 {
+		t.Errorf("%d messages taken, want 1", n)
 	}
 }
 

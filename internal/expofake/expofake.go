@@ -2,8 +2,9 @@
 // /getReceipts, gzip request bodies, tickets and receipts — for tests and the
 // local dev stack. It records what it got and can be told to fail the way the
 // real service does: 429 with Retry-After, 500, slow answers (before it reads
-// the request, or after it has accepted the messages), tokens that are no
-// longer registered (in tickets or in receipts), receipts not ready yet.
+// the request, or after it has accepted the messages), answers lost after it
+// accepted the messages, tokens that are no longer registered (in tickets or
+// in receipts), receipts not ready yet.
 package expofake
 
 import (
@@ -36,6 +37,7 @@ type Server struct {
 	delay         time.Duration // before reading a request
 	answerDelay   time.Duration // after processing it, before answering
 	onAnswer      func(endpoint string)
+	dropAnswers   int // requests to process and then drop the connection of, unanswered
 	nextID        int
 }
 
@@ -97,6 +99,12 @@ func (s *Server) SetAnswerDelay(d time.Duration) { s.mu.Lock(); s.answerDelay = 
 // and before its answer is written: what happens while an answer is on its way.
 func (s *Server) SetOnAnswer(f func(endpoint string)) { s.mu.Lock(); s.onAnswer = f; s.mu.Unlock() }
 
+// DropAnswers makes the next n requests that get as far as being processed
+// — a send's messages accepted — end without an answer: the connection is
+// dropped where the answer would be written. The client cannot tell them
+// from requests that were lost.
+func (s *Server) DropAnswers(n int) { s.mu.Lock(); s.dropAnswers = n; s.mu.Unlock() }
+
 // Messages returns the messages accepted so far, in order.
 func (s *Server) Messages() []expo.Message {
 	s.mu.Lock()
@@ -152,7 +160,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if fail.retryAfter != "" {
 			w.Header().Set("Retry-After", fail.retryAfter)
 		}
-		writeJSON(w, fail.status, map[string]any{"errors": []map[string]string{{"code": "TOO_MANY_REQUESTS", "message": http.StatusText(fail.status)}}})
+		writeJSON(w, fail.status, map[string]any{"errors": []map[string]string{{"code": errorCode(fail.status), "message": http.StatusText(fail.status)}}})
 		return
 	}
 	var body io.Reader = r.Body
@@ -173,10 +181,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status, answer = s.receipts(raw)
 	}
 	s.mu.Lock()
-	onAnswer, answerDelay := s.onAnswer, s.answerDelay
+	onAnswer, answerDelay, drop := s.onAnswer, s.answerDelay, s.dropAnswers > 0
+	if drop {
+		s.dropAnswers--
+	}
 	s.mu.Unlock()
 	if onAnswer != nil {
 		onAnswer(endpoint)
+	}
+	if drop {
+		panic(http.ErrAbortHandler) // the server closes the connection, unanswered
 	}
 	if answerDelay > 0 {
 		select {
@@ -186,6 +200,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, status, answer)
+}
+
+// errorCode is the code of a request error Expo answers with status.
+func errorCode(status int) string {
+	if status == http.StatusTooManyRequests {
+		return "TOO_MANY_REQUESTS"
+	}
+	return "INTERNAL_SERVER_ERROR"
 }
 
 func validationError(msg string) any {

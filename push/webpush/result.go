@@ -16,8 +16,8 @@ type Outcome int
 // Outcomes. The zero Outcome is Unknown, so that a Result nobody filled in
 // never reads as delivered, nor as safe to send again.
 const (
-	// Unknown: the request was sent and no answer came (a timeout, a broken
-	// connection). The message may have been delivered.
+	// Unknown: the request was written whole and no answer came (a
+	// timeout, a broken connection). The message may have been delivered.
 	Unknown Outcome = iota
 	// Delivered: the push service took the message (2xx, normally 201).
 	Delivered
@@ -31,12 +31,14 @@ const (
 	// Rejected: any other refusal — 400, a VAPID token refused (401, 403),
 	// a redirect (never followed). Sending it again changes nothing.
 	Rejected
-	// Unavailable: the push service failed (5xx); it may take the message
-	// after RetryAfter, when that is set. Rarely, it had stored it already:
-	// a Topic makes a second send replace the first.
+	// Unavailable: the push service failed (5xx) and did not take the
+	// message (it takes one with a 201); send it again after RetryAfter, or
+	// with backoff. A push service that had stored it after all keeps one
+	// copy of a message with a Topic.
 	Unavailable
-	// NotSent: the request never reached the push service (no connection
-	// could be made, or ctx ended first); it may be sent again.
+	// NotSent: the request never reached the push service whole (no
+	// connection could be made, it broke while the request was written, or
+	// ctx ended first); it may be sent again.
 	NotSent
 	// Invalid: the subscription or the message is unusable (Err says why,
 	// wrapping ErrBadSubscription or ErrBadMessage, or a

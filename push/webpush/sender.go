@@ -90,17 +90,21 @@ func (s *Sender) Send(ctx context.Context, sub Subscription, msg Message) Result
 	if err != nil {
 		return Result{Outcome: Invalid, Err: err}
 	}
-	// Whether a connection was had tells a request that surely did not reach
-	// the push service (a dial that failed) from one that may have.
-	var connected atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
+	// Whether the request was written whole tells one the push service did
+	// not take (no connection, or one that broke while it was written: it
+	// takes a message only once it has it whole) from one it may have. A
+	// request is written once it is in the connection's buffer: one that
+	// breaks as the buffer is flushed counts as written, erring towards
+	// sending once.
+	var written atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) { written.Store(i.Err == nil) }})
 	req, err := s.request(ctx, sub.Endpoint, parsed, msg)
 	if err != nil {
 		return Result{Outcome: Invalid, Err: err}
 	}
 	resp, err := s.client.Do(req)
 	switch {
-	case err != nil && connected.Load():
+	case err != nil && written.Load():
 		return Result{Outcome: Unknown, Err: fmt.Errorf("push: %w (it may have been delivered)", err)}
 	case err != nil:
 		return Result{Outcome: NotSent, Err: fmt.Errorf("push: %w", err)}

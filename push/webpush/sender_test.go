@@ -1,6 +1,7 @@
 package webpush
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdh"
 	"crypto/rand"
@@ -433,4 +434,54 @@ func TestOriginIsTheVAPIDAudience(t *testing.T) {
 			t.Errorf("origin(%s) = %s, want %s", endpoint, got, want)
 		}
 	}
+}
+
+// What became of a request whose connection broke decides whether it may
+// be sent again: one the push service took whole and never answered may
+// have been delivered; one that broke while it was written was not.
+func TestABrokenConnectionIsUnknownOnlyOnceTheRequestWasWrittenWhole(t *testing.T) {
+	t.Parallel()
+	t.Run("taken, and dropped before the answer", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			panic(http.ErrAbortHandler) // the connection is dropped, unanswered
+		})
+		res := newSender(t, newKey(t)).Send(context.Background(), newSubscription(t, rec.URL), Message{Payload: []byte("x")})
+		if res.Outcome != Unknown {
+			t.Errorf("%v (%v), want unknown", res.Outcome, res.Err)
+		}
+	})
+	t.Run("broken while it was written", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t, created)
+		var d net.Dialer
+		client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, network, addr)
+			if err == nil {
+				conn = &breakingConn{Conn: conn}
+			}
+			return conn, err
+		}}}
+		s, err := NewSender(newKey(t), testSubject, client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Larger than the connection's write buffer, so that it breaks while
+		// it is written (a smaller one is handed over whole, then flushed).
+		res := s.Send(context.Background(), newSubscription(t, rec.URL), Message{Payload: bytes.Repeat([]byte("x"), 3900)})
+		if res.Outcome != NotSent {
+			t.Errorf("%v (%v), want not sent", res.Outcome, res.Err)
+		}
+	})
+}
+
+// breakingConn breaks while a request is written: the server gets its first
+// bytes, never the whole request.
+type breakingConn struct{ net.Conn }
+
+func (b *breakingConn) Write(p []byte) (int, error) {
+	n, _ := b.Conn.Write(p[:min(len(p), 10)])
+	_ = b.Conn.Close()
+	return n, errors.New("write: connection reset by peer")
 }

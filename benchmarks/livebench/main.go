@@ -31,35 +31,28 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/gobwas/ws"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/devauth"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
-	"github.com/spoolcast/spoolcast/internal/wsclient"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
@@ -285,282 +278,6 @@ func waves(ctx context.Context, e env, bin string, w waveConfig) error {
 }
 
 func user(i int) string { return "user-" + strconv.Itoa(i) }
-
-// settle is how long the servers are left idle before their memory is read.
-const settle = 10 * time.Second
-
-type memory struct{ rssPerConn, heapPerConn, stackPerConn float64 }
-
-// measureIdle opens one socket per token, waits for each to be ready (its
-// first frame, for central), lets the server settle, and returns the
-// growth of its memory per socket.
-func measureIdle(pid int, base string, tokens []string, ready bool) (memory, []*wsclient.Conn, error) {
-	time.Sleep(2 * time.Second)
-	rss0 := rss(pid)
-	heap0, stack0 := goMemory(base)
-	sockets := make([]*wsclient.Conn, len(tokens))
-	var failed atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
-	for i, token := range tokens {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			c, err := wsclient.Dial(context.Background(), base, token, "")
-			if err == nil && ready {
-				var m wsclient.Message
-				if m, err = c.Next(30 * time.Second); err == nil && m.Type != "ready" {
-					err = fmt.Errorf("first frame %s", m.Raw)
-				}
-			}
-			if err != nil {
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, err)
-				return
-			}
-			sockets[i] = c
-		})
-	}
-	wg.Wait()
-	if n := failed.Load(); n > 0 {
-		return memory{}, sockets, fmt.Errorf("%d sockets failed to open: %v", n, firstErr.Load())
-	}
-	time.Sleep(settle)
-	n := float64(len(tokens))
-	heap1, stack1 := goMemory(base)
-	return memory{
-		rssPerConn:   float64(rss(pid)-rss0) / n,
-		heapPerConn:  float64(heap1-heap0) / n,
-		stackPerConn: float64(stack1-stack0) / n,
-	}, sockets, nil
-}
-
-type latency struct {
-	n, lost            int
-	p50, p90, p99, max time.Duration
-}
-
-// commitTimes times frames from the return of the commit that wrote them.
-// A frame that arrives before its commit's return is noted counts 0.
-type commitTimes struct {
-	mu      sync.Mutex
-	pending map[string]time.Time // title → its commit's return, or its frame's arrival when that came first
-}
-
-func newCommitTimes() *commitTimes { return &commitTimes{pending: map[string]time.Time{}} }
-
-// committed notes that the commit of titles returned at at.
-func (c *commitTimes) committed(titles []string, at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, t := range titles {
-		if _, early := c.pending[t]; early {
-			delete(c.pending, t)
-		} else {
-			c.pending[t] = at
-		}
-	}
-}
-
-// arrived returns the latency of the frame of title, arrived at at.
-func (c *commitTimes) arrived(title string, at time.Time) time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t, ok := c.pending[title]; ok {
-		delete(c.pending, title)
-		return at.Sub(t)
-	}
-	c.pending[title] = at
-	return 0
-}
-
-// measureLatency commits rate notifications per second to random connected
-// users and times each frame from its commit's return to its arrival.
-func measureLatency(ctx context.Context, pool *pgxpool.Pool, sockets []*wsclient.Conn, rate int, duration time.Duration) (latency, error) {
-	var mu sync.Mutex
-	commits := newCommitTimes()
-	var samples []time.Duration
-	var arrivals []time.Time // when each sample's frame arrived, for the per-window breakdown
-	received := make(chan struct{}, 1<<20)
-	var readers sync.WaitGroup
-	stopRead := make(chan struct{})
-	for _, c := range sockets {
-		readers.Go(func() {
-			for {
-				m, err := c.Next(time.Minute)
-				at := time.Now()
-				if err != nil {
-					select {
-					case <-stopRead:
-					default:
-						fmt.Fprintln(os.Stderr, "livebench: socket:", err)
-					}
-					return
-				}
-				if m.Type != "notification" {
-					continue
-				}
-				it, err := m.Item()
-				if err != nil {
-					continue
-				}
-				lat := commits.arrived(it.Title, at)
-				mu.Lock()
-				samples = append(samples, lat)
-				arrivals = append(arrivals, at)
-				mu.Unlock()
-				received <- struct{}{}
-			}
-		})
-	}
-	waker := ingest.NewWaker(pool, 0, nil, slog.New(slog.DiscardHandler))
-	const tick = 10 * time.Millisecond
-	perTick := max(1, rate*int(tick)/int(time.Second))
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
-	end := time.Now().Add(duration)
-	sent := 0
-	var ingests sync.WaitGroup
-	var ingestErr atomic.Value
-	for time.Now().Before(end) {
-		<-ticker.C
-		items := make([]ingest.Item, perTick)
-		titles := make([]string, perTick)
-		for i := range items {
-			titles[i] = "n" + strconv.Itoa(sent)
-			ev, err := event.Decode(fmt.Appendf(nil, `{"idempotency_key":%q,"type":"bench","recipients":[%q],"title":%q,"body":"A notification of ordinary size for the latency run."}`,
-				titles[i], user(rand.N(len(sockets))), titles[i]), "")
-			if err != nil {
-				return latency{}, err
-			}
-			items[i] = ingest.Item{Producer: "livebench", Event: ev}
-			sent++
-		}
-		ingests.Go(func() {
-			if _, err := ingest.Ingest(ctx, pool, items); err != nil {
-				ingestErr.CompareAndSwap(nil, err)
-				return
-			}
-			now := time.Now()
-			waker.Committed()
-			commits.committed(titles, now)
-		})
-	}
-	ingests.Wait()
-	waker.Stop()
-	if err, _ := ingestErr.Load().(error); err != nil {
-		return latency{}, err
-	}
-	got := 0
-	timeout := time.After(30 * time.Second)
-	for got < sent {
-		select {
-		case <-received:
-			got++
-		case <-timeout:
-			close(stopRead)
-			return latency{n: got, lost: sent - got}, nil
-		}
-	}
-	close(stopRead)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(arrivals) > 0 {
-		// Where the tail sits: p99 per 5-second window.
-		first := arrivals[0]
-		windows := map[int][]time.Duration{}
-		for i, at := range arrivals {
-			w := int(at.Sub(first) / (5 * time.Second))
-			windows[w] = append(windows[w], samples[i])
-		}
-		fmt.Print("  p99 per 5 s window:")
-		for w := 0; w < len(windows); w++ {
-			ws := windows[w]
-			slices.Sort(ws)
-			fmt.Printf(" %s", ws[min(len(ws)-1, len(ws)*99/100)].Round(time.Millisecond))
-		}
-		fmt.Println()
-	}
-	slices.Sort(samples)
-	q := func(p float64) time.Duration { return samples[min(len(samples)-1, int(p*float64(len(samples))))] }
-	return latency{n: len(samples), p50: q(.50), p90: q(.90), p99: q(.99), max: samples[len(samples)-1]}, nil
-}
-
-// serveBare is the baseline server: upgrade, then a goroutine per
-// connection blocked reading frames.
-func serveBare(addr string) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {}) // no Go metrics: RSS only
-	mux.HandleFunc("/v1/stream", func(w http.ResponseWriter, r *http.Request) {
-		conn, _, _, err := ws.UpgradeHTTP(r, w)
-		if err != nil {
-			return
-		}
-		go func() {
-			defer conn.Close()
-			for {
-				h, err := ws.ReadHeader(conn)
-				if err != nil {
-					return
-				}
-				if _, err := io.CopyN(io.Discard, conn, h.Length); err != nil {
-					return
-				}
-			}
-		}()
-	})
-	fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, mux))
-	os.Exit(1)
-}
-
-// rss is the process's resident set in bytes.
-func rss(pid int) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
-}
-
-// goMemory reads the heap in use and the goroutine stacks from /metrics.
-func goMemory(base string) (heap, stack int64) {
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		return 0, 0
-	}
-	defer resp.Body.Close()
-	s := bufio.NewScanner(resp.Body)
-	for s.Scan() {
-		line := s.Text()
-		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			heap = int64(f)
-		}
-		if v, ok := strings.CutPrefix(line, "go_memstats_stack_inuse_bytes "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			stack = int64(f)
-		}
-	}
-	return heap, stack
-}
-
-func closeAll(sockets []*wsclient.Conn) {
-	for _, c := range sockets {
-		if c != nil {
-			_ = c.Close()
-		}
-	}
-}
 
 // startCentral starts a central replica from bin on the benchmark's cluster,
 // without push or maintenance, and waits until it is ready; it returns the

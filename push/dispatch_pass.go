@@ -81,6 +81,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 	d.releaseOrphans(stop)
 	token, ended := d.claimToken()
 	defer ended()
+	leased := d.cfg.Clock.Now() // the rows' lease runs from about here
 	claimed, err := d.claim(stop, token)
 	if err != nil && !pgconn.SafeToRetry(err) {
 		// The claim may have committed though its answer was lost: give
@@ -201,7 +202,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 		p.count(d.cfg.Metrics)
 	}
 	written = true
-	d.send(ctx, created)
+	d.send(ctx, created, leased.Add(d.cfg.Lease))
 	return len(claimed), nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
@@ -27,14 +28,25 @@ type outcome struct {
 	err    string
 	gone   bool // Expo says DeviceNotRegistered
 	unsent bool // ctx ended before its request reached Expo: given back
+	later  bool // Expo did not take it, and another pass is retrying: given back for expoRetryPause
 }
+
+// expoRetryPause is how long a push Expo did not take waits in the queue
+// when another pass of this replica is already trying Expo again.
+const expoRetryPause = 5 * time.Second
 
 // send pushes the written dispatches: to Expo in requests of at most 100
 // messages, in parallel (the client caps requests in flight), recording the
-// tickets; to browsers by sendWeb.
+// tickets; to browsers by sendWeb. What a provider did not take (Expo: a 429,
+// a 5xx, a request never written whole) is sent again with backoff, as the
+// provider asks, while that can end by the time the pass's lease does (by),
+// so that its outcome is recorded within it. One pass at a time tries Expo
+// for that long (expoRetrier); another makes the client's few tries and
+// gives back what Expo still did not take, due after expoRetryPause: an
+// outage of Expo holds one worker, and the next passes' browsers go on.
 // A request ctx ended before it reached Expo is given back to the queue; one
 // Expo may have taken without answering is not retried: at most once.
-func (d *Dispatcher) send(ctx context.Context, all []created) {
+func (d *Dispatcher) send(ctx context.Context, all []created, by time.Time) {
 	var items, web []created
 	for _, c := range all {
 		if IsWebToken(c.token) {
@@ -44,8 +56,15 @@ func (d *Dispatcher) send(ctx context.Context, all []created) {
 		}
 	}
 	if len(items) == 0 {
-		d.sendWeb(ctx, web)
+		d.sendWeb(ctx, web, by)
 		return
+	}
+	sendCtx, retrier := ctx, false
+	select {
+	case d.expoRetrier <- struct{}{}:
+		defer func() { <-d.expoRetrier }()
+		sendCtx, retrier = expo.RetryFor(ctx, clock.Until(d.cfg.Clock, by)), true
+	default:
 	}
 	outcomes := make([]outcome, len(items))
 	var wg sync.WaitGroup
@@ -56,7 +75,7 @@ func (d *Dispatcher) send(ctx context.Context, all []created) {
 			for i, c := range items[lo:hi] {
 				msgs[i] = message(c)
 			}
-			tickets, err := d.cfg.Sender.Send(ctx, msgs)
+			tickets, err := d.cfg.Sender.Send(sendCtx, msgs)
 			var re *expo.RequestError
 			for i, c := range items[lo:hi] {
 				o := outcome{c: c}
@@ -65,6 +84,11 @@ func (d *Dispatcher) send(ctx context.Context, all []created) {
 					o.unsent = true
 				case errors.As(err, &re) && re.Unknown:
 					o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %v; not retried, a retry could deliver twice", err)
+					d.cfg.Metrics.sent.WithLabelValues(SentFailed).Inc()
+				case errors.As(err, &re) && re.Retryable() && !retrier:
+					o.later = true
+				case errors.As(err, &re) && re.Retryable():
+					o.state, o.err = StateFailed, fmt.Sprintf("%v; Expo took nothing, and was tried again while a try could end within the dispatch's lease", err)
 					d.cfg.Metrics.sent.WithLabelValues(SentFailed).Inc()
 				case err != nil:
 					o.state, o.err = StateFailed, err.Error()
@@ -82,14 +106,17 @@ func (d *Dispatcher) send(ctx context.Context, all []created) {
 		})
 	}
 	// The browsers' pushes are handed to their own sends while Expo answers.
-	d.sendWeb(ctx, web)
+	d.sendWeb(ctx, web, by)
 	wg.Wait()
 	var answered []outcome
-	var unsent []created
+	var unsent, later []created
 	for _, o := range outcomes {
-		if o.unsent {
+		switch {
+		case o.unsent:
 			unsent = append(unsent, o.c)
-		} else {
+		case o.later:
+			later = append(later, o.c)
+		default:
 			answered = append(answered, o)
 		}
 	}
@@ -102,6 +129,11 @@ func (d *Dispatcher) send(ctx context.Context, all []created) {
 	}
 	if err := d.persist(bg, func(ctx context.Context) error { return d.release(ctx, unsent, time.Time{}) }); err != nil {
 		d.log.Error("give back unsent dispatches; they stay queued and end failed (interrupted)", "err", err)
+	}
+	if err := d.persist(bg, func(ctx context.Context) error {
+		return d.release(ctx, later, d.cfg.Clock.Now().Add(expoRetryPause))
+	}); err != nil {
+		d.log.Error("give back dispatches Expo did not take; they stay queued and end failed (interrupted)", "err", err)
 	}
 }
 

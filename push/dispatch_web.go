@@ -5,6 +5,7 @@ package push
 // sends, never the pass nor the other pushes.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/egress"
+	"github.com/spoolcast/spoolcast/internal/startstop"
 	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
@@ -29,6 +31,13 @@ const (
 // webUnreachableRetry is how long a push to a push service that could not
 // be reached waits before its one more try.
 const webUnreachableRetry = 30 * time.Second
+
+// The backoff between the tries of a push a push service answered 5xx,
+// without Retry-After: doubling from webRetryMin, at most webRetryMax.
+const (
+	webRetryMin = 500 * time.Millisecond
+	webRetryMax = 30 * time.Second
+)
 
 var webOutcomes = func() []string {
 	var out []string
@@ -104,7 +113,7 @@ func shortenTo(s string, n int) string {
 // given back to the queue, due again after webBusyRetry: a slow push
 // service holds neither the pass nor the phones. Each send records its own
 // outcome.
-func (d *Dispatcher) sendWeb(ctx context.Context, items []created) {
+func (d *Dispatcher) sendWeb(ctx context.Context, items []created, by time.Time) {
 	if len(items) == 0 {
 		return
 	}
@@ -147,7 +156,7 @@ func (d *Dispatcher) sendWeb(ctx context.Context, items []created) {
 		d.webSends.Add(1)
 		go func() {
 			defer func() { d.leaveWebShares(origin, user); d.webSends.Done() }()
-			d.sendOneWeb(ctx, c, sub, user.slots, origin.slots)
+			d.sendOneWeb(ctx, c, sub, user.slots, origin.slots, by)
 		}()
 	}
 	if len(busy) > 0 {
@@ -206,30 +215,34 @@ func (d *Dispatcher) giveBack(ctx context.Context, items []created, notBefore ti
 }
 
 // sendOneWeb sends one web dispatch when a slot of its user's, then of its
-// origin's, then of the process's frees, and records it.
-func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subscription, userSlots, originSlots chan struct{}) {
+// origin's, then of the process's frees, and records it. A push service that
+// answers 5xx did not take the message: it is sent again after Retry-After,
+// or with backoff, while the try can end by the lease's end (by), and holds
+// no slot meanwhile.
+func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subscription, userSlots, originSlots chan struct{}, by time.Time) {
 	bg := context.WithoutCancel(ctx)
-	for _, slots := range []chan struct{}{userSlots, originSlots, d.webSlots} {
-		select {
-		case slots <- struct{}{}:
-			defer func() { <-slots }()
-		case <-ctx.Done():
+	o := outcome{c: c}
+	var res webpush.Result
+	tries := 0
+	for {
+		tries++
+		var ok bool
+		if res, ok = d.tryWeb(ctx, c, sub, userSlots, originSlots); !ok {
+			d.giveBack(bg, []created{c}, time.Time{}) // stopping: another replica takes it at once
+			return
+		}
+		if res.Outcome != webpush.Unavailable {
+			break
+		}
+		wait := cmp.Or(res.RetryAfter, startstop.Backoff(tries, webRetryMin, webRetryMax))
+		if d.cfg.Clock.Now().Add(wait + d.cfg.WebTimeout).After(by) {
+			break
+		}
+		if !startstop.Sleep(ctx, d.cfg.Clock, wait) {
 			d.giveBack(bg, []created{c}, time.Time{})
 			return
 		}
 	}
-	o := outcome{c: c}
-	var res webpush.Result
-	if sub.Endpoint == "" {
-		res = webpush.Result{Outcome: webpush.Invalid, Err: fmt.Errorf("the subscription was removed, disabled or signed in as another user since the push was queued")}
-	} else {
-		sctx, cancel := context.WithTimeout(ctx, d.cfg.WebTimeout)
-		start := time.Now()
-		res = d.cfg.WebPush.Send(sctx, sub, d.webMessage(c))
-		cancel()
-		d.cfg.Metrics.webTook.Observe(time.Since(start).Seconds())
-	}
-	d.cfg.Metrics.webSent.WithLabelValues(res.Outcome.String()).Inc()
 	now := d.cfg.Clock.Now()
 	switch res.Outcome {
 	case webpush.Delivered:
@@ -265,7 +278,11 @@ func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subs
 	case webpush.Unknown:
 		o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %v; not retried, a retry could deliver twice", res.Err)
 	case webpush.Unavailable:
-		o.state, o.err = StateFailed, fmt.Sprintf("push service failed (%d %s); not retried, it may have stored the message", res.Status, res.Body)
+		why := fmt.Sprintf("push service failed (%d %s), %d tries", res.Status, res.Body, tries)
+		if res.RetryAfter > 0 && d.deferOnce(bg, c, now.Add(res.RetryAfter), why+", asked to wait past the lease") {
+			return
+		}
+		o.state, o.err = StateFailed, why+"; it took nothing, and was tried again until the dispatch's lease"
 	default: // TooLarge, Rejected, Invalid
 		o.state = StateFailed
 		if res.Err != nil {
@@ -287,6 +304,31 @@ func (d *Dispatcher) sendOneWeb(ctx context.Context, c created, sub webpush.Subs
 			d.log.Warn("disable a gone web subscription", "err", err)
 		}
 	}
+}
+
+// tryWeb makes one request for a web dispatch, holding a slot of its
+// user's, of its origin's and of the process's while it runs; ok is false
+// when ctx ended first.
+func (d *Dispatcher) tryWeb(ctx context.Context, c created, sub webpush.Subscription, userSlots, originSlots chan struct{}) (res webpush.Result, ok bool) {
+	for _, slots := range []chan struct{}{userSlots, originSlots, d.webSlots} {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		case <-ctx.Done():
+			return res, false
+		}
+	}
+	if sub.Endpoint == "" {
+		res = webpush.Result{Outcome: webpush.Invalid, Err: fmt.Errorf("the subscription was removed, disabled or signed in as another user since the push was queued")}
+	} else {
+		sctx, cancel := context.WithTimeout(ctx, d.cfg.WebTimeout)
+		start := time.Now()
+		res = d.cfg.WebPush.Send(sctx, sub, d.webMessage(c))
+		cancel()
+		d.cfg.Metrics.webTook.Observe(time.Since(start).Seconds())
+	}
+	d.cfg.Metrics.webSent.WithLabelValues(res.Outcome.String()).Inc()
+	return res, true
 }
 
 // deferOnce defers a web dispatch the push service never took (so sending

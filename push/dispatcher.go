@@ -114,6 +114,10 @@ type Dispatcher struct {
 	sends      context.Context
 	abortSends context.CancelFunc
 
+	// expoRetrier is held by the one pass that may try Expo again until its
+	// lease nearly ends (see send).
+	expoRetrier chan struct{}
+
 	// Web Push sends run beside the passes: webSlots are the requests in
 	// flight, webWaiting those started or waiting for a slot, webOrigins
 	// and webUsers their shares per push service origin and per user,
@@ -162,7 +166,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Dispatcher{cfg: cfg, log: cfg.Logger.With("component", "dispatcher"), failLog: lograte.New(10 * time.Second), kick: make(chan struct{}, cfg.Workers),
-		inflight: map[uint64]struct{}{},
+		inflight: map[uint64]struct{}{}, expoRetrier: make(chan struct{}, 1),
 		webSlots: make(chan struct{}, cfg.WebConcurrency), webWaiting: make(chan struct{}, 2*cfg.WebConcurrency),
 		webOrigins: newShares(2*cfg.WebConcurrency*3/4, cfg.WebConcurrency*3/4), webUsers: newShares(2*cfg.WebConcurrency/8, cfg.WebConcurrency/8)}, nil
 }

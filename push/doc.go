@@ -1,8 +1,9 @@
-// Package push delivers notifications to users' phones through Expo: the
-// dispatcher drains the push queue that ingest fills, checks preferences,
-// sends one message per enabled device and records each step; the receipt
-// reconciler turns tickets into outcomes. Devices and built-in preferences
-// live here too.
+// Package push delivers notifications to users' phones through Expo and to
+// browsers through Web Push: the dispatcher drains the push queue that
+// ingest fills, checks preferences and the delivery policies, sends one
+// message per enabled device and records each step; the receipt reconciler
+// turns tickets into outcomes. Devices and built-in preferences live here
+// too.
 //
 // The rules it keeps (DESIGN.md 3–7): the feed row exists before any push is
 // tried, and push is best effort; a preference source that fails means send
@@ -10,7 +11,12 @@
 // receipt_error, or queued → failed, and a missing receipt leaves the row
 // sent for the next pass); a dead device is disabled, never deleted, and
 // registering it again turns it back on (and outranks any answer about a send
-// made before). Push is at most once per device: a send Expo may have taken is
-// never sent again, and a dispatcher that stops gives back to the queue only
-// what surely did not reach Expo.
+// made before). Each provider is followed (DESIGN.md 10): what it says it did
+// not take (a 429, a 5xx, a request that never reached it whole) is sent
+// again with backoff within the dispatch's lease; a send it may have taken (a
+// request written whole whose answer was lost) is never sent again, and a
+// dispatcher that stops gives back to the queue only what surely did not
+// reach its provider. No one holds the shared slots (DESIGN.md 11): Web Push
+// sends are bounded per push service origin and per user, and one pass at a
+// time keeps trying a failing Expo.
 package push

@@ -430,6 +430,42 @@ func TestAPushExpoAnswered5xxIsSentAgainAndDeliveredOnce(t *testing.T) {
 	}
 }
 
+// Expo answering 5xx for longer than a dispatch's lease ends it failed,
+// saying Expo took nothing; ingest is unaffected.
+func TestExpoFailingPastTheLeaseEndsDispatchesFailedAndIngestGoesOn(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	client := s.expoClient(expo.Config{HTTP: &http.Client{Timeout: 100 * time.Millisecond}, RatePerSecond: -1, MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	d, err := push.NewDispatcher(push.DispatcherConfig{DB: s.pool, Sender: client, Preferences: s.prefs, Devices: s.devices,
+		Lease: time.Second, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.dispatcher = d
+	s.register("u1", "ExponentPushToken[a]")
+	s.fake.SetFailing(http.StatusInternalServerError, "")
+	start := time.Now()
+	s.ingest("e1", "general", "u1")
+	s.drain()
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the pass took %s with a lease of 1s", took)
+	}
+	log, err := push.Deliveries(context.Background(), s.pool, push.DeliveryQuery{UserID: "u1"})
+	if err != nil || len(log.Data) != 1 {
+		t.Fatalf("delivery log = %+v, %v; want the one dispatch", log.Data, err)
+	}
+	if dl := log.Data[0]; dl.State != push.StateFailed || dl.Error == nil || !strings.Contains(*dl.Error, "expo: 500") || !strings.Contains(*dl.Error, "took nothing") {
+		t.Errorf("the dispatch is %s, error %v; want failed, saying Expo took nothing", dl.State, dl.Error)
+	}
+	if n := s.fake.Requests("send"); n < 3 {
+		t.Errorf("sends = %d; want it tried again within the lease", n)
+	}
+	s.ingest("e2", "general", "u1") // ingest is unaffected
+	if page, _ := feed.NewStore(s.pool, nil).Page(context.Background(), feed.Query{UserID: "u1"}); len(page.Items) != 2 {
+		t.Errorf("feed rows = %d, want 2", len(page.Items))
+	}
+}
+
 func TestAReceiptNotReadyStaysSentForALaterPass(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)

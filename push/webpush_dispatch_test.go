@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -465,6 +467,78 @@ func TestAPushEndpointOnAPrivateAddressFailsAtOnce(t *testing.T) {
 	}
 }
 
+// A push service that answers 5xx did not take the message (it takes one
+// with a 201): it is sent again with backoff, and taken once.
+func TestAWebPushAPushServiceAnswered5xxIsSentAgainAndTakenOnce(t *testing.T) {
+	t.Parallel()
+	s := newWebStack(t, nil)
+	svc := newPushService(t, 0, http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusCreated)
+	dev := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
+	s.emit(`{"idempotency_key":"k1","type":"t","recipients":["u1"],"title":"Hi"}`)
+	s.drain()
+	s.waitForState("the push to be delivered", dev.Token, push.StateDelivered, push.StateFailed)
+	if st, why := s.stateOf(dev.Token); st != push.StateDelivered {
+		t.Errorf("the push answered 500 and 503, then 201, ended %s (%s), want delivered", st, why)
+	}
+	if n := len(svc.got()); n != 3 {
+		t.Errorf("%d requests, want 3: two refused, one taken", n)
+	}
+}
+
+// A push service that took a message whole and dropped the connection
+// before answering may have delivered it: it is not sent again.
+func TestAWebPushWhoseAnswerWasLostAfterItWasWrittenIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	s := newWebStack(t, nil)
+	var requests atomic.Int32
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		panic(http.ErrAbortHandler) // the connection is dropped, unanswered
+	}))
+	t.Cleanup(svc.Close)
+	dev := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
+	s.emit(`{"idempotency_key":"k1","type":"t","recipients":["u1"],"title":"Hi"}`)
+	s.drain()
+	s.waitForState("the push to end", dev.Token, push.StateFailed, push.StateDelivered, push.StateDeferred)
+	if st, why := s.stateOf(dev.Token); st != push.StateFailed || !strings.Contains(why, "outcome unknown") {
+		t.Errorf("the push whose answer was lost is %s (%s), want failed, outcome unknown", st, why)
+	}
+	for range 3 {
+		s.drain()
+	}
+	if n := requests.Load(); n != 1 {
+		t.Errorf("%d requests, want 1", n)
+	}
+}
+
+// A connection refused took nothing: the push is sent again (after a pause,
+// once), and delivered once.
+func TestAWebPushWhoseConnectionWasRefusedIsSentAgain(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	var dials atomic.Int32
+	var d net.Dialer
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dials.Add(1) == 1 {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+		}
+		return d.DialContext(ctx, network, addr)
+	}}}
+	s := newWebStackWith(t, clk, func(c *push.DispatcherConfig) { c.WebPush, _ = newWebSender(t, client) })
+	svc := newPushService(t, 0, http.StatusCreated)
+	dev := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
+	s.emit(`{"idempotency_key":"k1","type":"t","recipients":["u1"],"title":"Hi"}`)
+	s.drain()
+	s.waitForState("the refused push to be deferred", dev.Token, push.StateDeferred)
+	clk.Advance(31 * time.Second)
+	s.drain()
+	s.waitForState("the push sent again to be delivered", dev.Token, push.StateDelivered)
+	if n := len(svc.got()); n != 1 {
+		t.Errorf("%d requests reached the push service, want 1", n)
+	}
+}
+
 // One user registers the device cap's 20 subscriptions on two push service
 // origins they control, which take every request and never answer: their
 // sends wait out the timeout, and their user's share of the sends is all
@@ -508,6 +582,47 @@ func TestAUsersStalledSubscriptionsHoldNoOtherUsersBrowserPush(t *testing.T) {
 	}
 	// A stop cuts off the stalled sends and waits for them to be recorded.
 	stopCtx, stopCancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer stopCancel()
+	_ = s.dispatcher.Stop(stopCtx)
+}
+
+// While Expo answers 5xx, one pass keeps trying it, as Expo asks, for as
+// long as its lease allows; it holds one worker, never all of them: the
+// browsers' pushes of the next notifications go on, and a phone's push
+// Expo did not take waits in the queue meanwhile. Once Expo answers again,
+// every phone gets its push once.
+func TestAnExpoOutageHoldsOneWorkerAndTheBrowsersPushesGoOn(t *testing.T) {
+	t.Parallel()
+	s := newWebStack(t, nil) // two workers
+	fast := newPushService(t, 0, http.StatusCreated)
+	s.register("u1", "ExponentPushToken[u1]")
+	s.register("u2", "ExponentPushToken[u2]")
+	browser2 := s.subscribe("u2", fakeSubscription(t, fast.URL+"/push/u2"))
+	browser3 := s.subscribe("u3", fakeSubscription(t, fast.URL+"/push/u3"))
+	s.fake.SetFailing(http.StatusInternalServerError, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.dispatcher.Start(ctx)
+	s.emit(`{"idempotency_key":"n1","type":"t","recipients":["u1"],"title":"One"}`)
+	testsignal.Eventually(t, "a pass to be trying Expo again", 10*time.Second, func() bool { return s.fake.Requests("send") > 5 })
+	start := time.Now()
+	s.emit(`{"idempotency_key":"n2","type":"t","recipients":["u2"],"title":"Two"}`)
+	s.waitForState("u2's browser push to be delivered", browser2.Token, push.StateDelivered)
+	s.emit(`{"idempotency_key":"n3","type":"t","recipients":["u3"],"title":"Three"}`)
+	s.waitForState("u3's browser push to be delivered", browser3.Token, push.StateDelivered)
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the browsers' pushes took %s while Expo failed", took)
+	}
+	s.fake.SetFailing(0, "")
+	testsignal.Eventually(t, "every phone's push to be taken", 20*time.Second, func() bool { return s.fake.Accepted() >= 2 })
+	seen := map[string]int{}
+	for _, m := range s.fake.Messages() {
+		seen[m.To]++
+	}
+	if seen["ExponentPushToken[u1]"] != 1 || seen["ExponentPushToken[u2]"] != 1 || len(seen) != 2 {
+		t.Errorf("Expo took %v, want each phone's push once", seen)
+	}
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer stopCancel()
 	_ = s.dispatcher.Stop(stopCtx)
 }

@@ -11,7 +11,7 @@
 // with the same webhook-id, retries with exponential backoff and jitter for
 // a bounded time (three days by default) or after a receiver's Retry-After,
 // sends nothing more for a while to a receiver that says it is overloaded
-// (429, 502, 503, 504), and disables an endpoint that answers 410 Gone or
+// (429, or 502, 503, 504 with a Retry-After), and disables an endpoint that answers 410 Gone or
 // has failed for days. Store is the admin API's view: endpoints, their
 // secrets and rotation, replay and the delivery log.
 package webhook

@@ -74,13 +74,18 @@ func (d *Deliverer) send(ctx context.Context, l lease) result {
 	// an example, RFC 9110 gives it a meaning on 3xx too, and a receiver
 	// behind a gateway may add it to a 502.
 	r.retryAfter = retryAfter(resp.Header.Get("Retry-After"), d.cfg.Clock.Now())
-	// An overloaded receiver (its rate limit, or a gateway saying the server
-	// behind it is busy) gets nothing more until its Retry-After, or
-	// minRetry: Standard Webhooks asks senders to throttle the endpoint, not
-	// only to put off the one delivery.
+	// A receiver that says it is overloaded gets nothing more until it said,
+	// as Standard Webhooks asks senders to throttle the endpoint, not only
+	// to put off the one delivery: a 429 (for minRetry without a
+	// Retry-After), or a 502, 503 or 504 that carries a Retry-After. A 5xx
+	// without one puts off its own delivery only: a receiver that fails a
+	// few requests in a hundred (a deploy, a gateway's hiccup) would
+	// otherwise be held most of the time and fall ever further behind.
 	switch resp.StatusCode {
-	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	case http.StatusTooManyRequests:
 		r.hold = max(r.retryAfter, minRetry)
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		r.hold = r.retryAfter
 	}
 	return r
 }

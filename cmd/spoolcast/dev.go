@@ -191,9 +191,7 @@ Watch u_123's inbox in a browser (the token rides in the link's fragment, never 
 // line break, so that a newcomer who runs both posts one event twice (a
 // duplicate), not two bodies under one key (a 422). make check-tour holds
 // them equal.
-func devSampleCurl(addr string) string {
-	return fmt.Sprintf(`curl -si http://%s/v1/events -H 'Content-Type: application/json' -d '{"idempotency_key":"demo:1","type":"demo.hello","recipients":["u_123"],"title":"Hello"}'`, addr)
-}
+func devSampleCurl(addr string) string { return sampleCurl(addr) }
 
 // startFakeExpo serves a fake Expo on loopback that logs each push it gets,
 // so the dev stack shows the whole path without a real device.

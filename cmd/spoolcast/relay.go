@@ -350,8 +350,9 @@ func isLoopback(listen string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// sampleCurl is the README tour's first command (see devSampleCurl).
 func sampleCurl(addr string) string {
-	return fmt.Sprintf(`curl -si http://%s/v1/events -H 'Content-Type: application/json' -d '{"idempotency_key":"demo:1","type":"demo.hello","recipients":["u_123"],"title":"Hello from spoolcast"}'`, addr)
+	return fmt.Sprintf(`curl -si http://%s/v1/events -H 'Content-Type: application/json' -d '{"idempotency_key":"demo:1","type":"demo.hello","recipients":["u_123"],"title":"Hello"}'`, addr)
 }
 
 // withProfiler serves Go's profiler under /debug/pprof/ beside h.

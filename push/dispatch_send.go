@@ -29,11 +29,19 @@ type outcome struct {
 	gone   bool // Expo says DeviceNotRegistered
 	unsent bool // ctx ended before its request reached Expo: given back
 	later  bool // Expo did not take it, and another pass is retrying: given back for expoRetryPause
+	// slower: Expo's ticket says MessageRateExceeded, too many to the
+	// device: sent again once, expoRateExceededWait later.
+	slower bool
 }
 
 // expoRetryPause is how long a push Expo did not take waits in the queue
 // when another pass of this replica is already trying Expo again.
 const expoRetryPause = 5 * time.Second
+
+// expoRateExceededWait is how long a push whose ticket said
+// MessageRateExceeded waits before its one more try: Expo asks for such
+// messages to be retried slowly, with backoff.
+const expoRateExceededWait = time.Minute
 
 // send pushes the written dispatches: to Expo in requests of at most 100
 // messages, in parallel (the client caps requests in flight), recording the
@@ -99,6 +107,7 @@ func (d *Dispatcher) send(ctx context.Context, all []created, by time.Time) {
 				default:
 					o.state, o.err = StateFailed, strings.TrimSpace(tickets[i].Code()+": "+tickets[i].Message)
 					o.gone = tickets[i].Code() == expo.DeviceNotRegistered
+					o.slower = tickets[i].Code() == expo.MessageRateExceeded
 					d.cfg.Metrics.sent.WithLabelValues(SentError).Inc()
 				}
 				outcomes[lo+i] = o
@@ -108,6 +117,7 @@ func (d *Dispatcher) send(ctx context.Context, all []created, by time.Time) {
 	// The browsers' pushes are handed to their own sends while Expo answers.
 	d.sendWeb(ctx, web, by)
 	wg.Wait()
+	bg := context.WithoutCancel(ctx)
 	var answered []outcome
 	var unsent, later []created
 	for _, o := range outcomes {
@@ -116,6 +126,7 @@ func (d *Dispatcher) send(ctx context.Context, all []created, by time.Time) {
 			unsent = append(unsent, o.c)
 		case o.later:
 			later = append(later, o.c)
+		case o.slower && d.deferOnce(bg, o.c, d.cfg.Clock.Now().Add(expoRateExceededWait), "Expo: "+o.err):
 		default:
 			answered = append(answered, o)
 		}
@@ -123,7 +134,6 @@ func (d *Dispatcher) send(ctx context.Context, all []created, by time.Time) {
 	// Even if the process is stopping: the tickets were sent, and what was
 	// not is given back (after the tickets, so that whoever takes it again
 	// sees which devices already have it).
-	bg := context.WithoutCancel(ctx)
 	if err := d.persist(bg, func(ctx context.Context) error { return d.record(ctx, answered) }); err != nil {
 		d.log.Error("record push tickets; the dispatches stay queued and end failed (interrupted)", "err", err)
 	}

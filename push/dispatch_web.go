@@ -331,16 +331,16 @@ func (d *Dispatcher) tryWeb(ctx context.Context, c created, sub webpush.Subscrip
 	return res, true
 }
 
-// deferOnce defers a web dispatch the push service never took (so sending
-// it again cannot deliver twice) to at, saying why, unless it was retaken
-// already or at is past --push-max-age; it reports whether it did.
+// deferOnce defers a dispatch its provider never took (so sending it again
+// cannot deliver twice) to at, saying why, unless it was retaken already or
+// at is past --push-max-age; it reports whether it did.
 func (d *Dispatcher) deferOnce(ctx context.Context, c created, at time.Time, why string) bool {
 	if c.n.retaken || !at.Before(c.n.since().Add(d.cfg.MaxAge)) {
 		return false
 	}
 	why = fmt.Sprintf("%s; sending again at %s", why, at.UTC().Format(time.RFC3339))
 	if err := d.persist(ctx, func(ctx context.Context) error { return d.requeueAt(ctx, c, at, why) }); err != nil {
-		d.log.Error("defer a web dispatch; it stays queued and ends failed (interrupted)", "err", err, "why", why)
+		d.log.Error("defer a dispatch; it stays queued and ends failed (interrupted)", "err", err, "why", why)
 	}
 	return true
 }

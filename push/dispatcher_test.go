@@ -198,6 +198,39 @@ func TestAPushWhoseConnectionToExpoWasRefusedIsSentAgain(t *testing.T) {
 	}
 }
 
+// Expo's ticket MessageRateExceeded says the device was sent too much and
+// asks for the message to be retried slowly: it is deferred, sent again
+// once a minute later, and taken once.
+func TestAPushExpoSaysExceedsItsDevicesRateIsSentAgainAMinuteLater(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	s := newStackOn(t, clk)
+	s.register("u1", "ExponentPushToken[a]", "ExponentPushToken[b]")
+	s.fake.ExceedRate("ExponentPushToken[a]", 1)
+	s.ingest("e1", "general", "u1")
+	s.drain()
+	if got := s.states(); got[push.StateDeferred] != 1 || got[push.StateSent] != 1 {
+		t.Fatalf("states = %v; want a's push deferred and b's sent", got)
+	}
+	clk.Advance(59 * time.Second)
+	s.drain()
+	if n := s.fake.Accepted(); n != 1 {
+		t.Fatalf("%d messages taken before the minute passed, want 1 (b's)", n)
+	}
+	clk.Advance(2 * time.Second)
+	s.drain()
+	got := map[string]int{}
+	for _, m := range s.fake.Messages() {
+		got[m.To]++
+	}
+	if got["ExponentPushToken[a]"] != 1 || got["ExponentPushToken[b]"] != 1 {
+		t.Errorf("Expo took %v, want each device's push once", got)
+	}
+	if st := s.states(); st[push.StateDeferred] != 1 || st[push.StateSent] != 2 {
+		t.Errorf("states = %v; want the deferral and two sent", st)
+	}
+}
+
 // gatedPreferences holds the first lookup until open is closed.
 type gatedPreferences struct {
 	push.Preferences

@@ -4,7 +4,7 @@
 // real service does: 429 with Retry-After, 500, slow answers (before it reads
 // the request, or after it has accepted the messages), answers lost after it
 // accepted the messages, tokens that are no longer registered (in tickets or
-// in receipts), receipts not ready yet.
+// in receipts), devices sent too much (in tickets), receipts not ready yet.
 package expofake
 
 import (
@@ -31,6 +31,7 @@ type Server struct {
 	requests      map[string]int
 	gone          map[string]bool // tokens whose tickets say DeviceNotRegistered
 	goneAtReceipt map[string]bool // tokens whose receipts say DeviceNotRegistered
+	rateExceeded  map[string]int  // tokens whose next tickets say MessageRateExceeded
 	holdReceipts  int
 	failures      []failure
 	failing       *failure      // every request's answer while set
@@ -48,11 +49,19 @@ type failure struct {
 
 // New returns a fake with no faults.
 func New() *Server {
-	return &Server{tickets: map[string]string{}, requests: map[string]int{}, gone: map[string]bool{}, goneAtReceipt: map[string]bool{}}
+	return &Server{tickets: map[string]string{}, requests: map[string]int{}, gone: map[string]bool{}, goneAtReceipt: map[string]bool{}, rateExceeded: map[string]int{}}
 }
 
 // Unregister makes the tickets of token say DeviceNotRegistered.
 func (s *Server) Unregister(token string) { s.mu.Lock(); s.gone[token] = true; s.mu.Unlock() }
+
+// ExceedRate makes the next n tickets of token say MessageRateExceeded: too
+// many messages to that device; nothing is accepted.
+func (s *Server) ExceedRate(token string, n int) {
+	s.mu.Lock()
+	s.rateExceeded[token] = n
+	s.mu.Unlock()
+}
 
 // UnregisterAtReceipt makes token's tickets ok but its receipts say DeviceNotRegistered.
 func (s *Server) UnregisterAtReceipt(token string) {
@@ -224,6 +233,11 @@ func (s *Server) send(raw []byte) (int, any) {
 	for i, m := range msgs {
 		if s.gone[m.To] {
 			tickets[i] = expo.Ticket{Status: "error", Message: fmt.Sprintf("%q is not a registered push notification recipient", m.To), Details: &expo.ErrorDetail{Error: expo.DeviceNotRegistered}}
+			continue
+		}
+		if s.rateExceeded[m.To] > 0 {
+			s.rateExceeded[m.To]--
+			tickets[i] = expo.Ticket{Status: "error", Message: "too many messages to this device", Details: &expo.ErrorDetail{Error: expo.MessageRateExceeded}}
 			continue
 		}
 		s.nextID++

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+
+	"github.com/spoolcast/spoolcast/internal/chaosplant"
 )
 
 // maxClientFrame bounds what a client may send in one frame: clients only
@@ -85,6 +87,9 @@ func (s *socket) queueLiveLocked(f frame) {
 			return
 		}
 		s.last, s.lastAt = f.pos, f.createdAt
+		if chaosplant.Plant(chaosplant.DropFrame) {
+			return // a planted defect (chaos self-check builds only): lost as if sent
+		}
 	}
 	s.enqueueLocked(f)
 }

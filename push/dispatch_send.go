@@ -16,6 +16,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/chaosplant"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 )
@@ -84,6 +85,13 @@ func (d *Dispatcher) send(ctx context.Context, all []created, by time.Time) {
 				msgs[i] = message(c)
 			}
 			tickets, err := d.cfg.Sender.Send(sendCtx, msgs)
+			if chaosplant.Enabled && err == nil {
+				for _, m := range msgs {
+					if chaosplant.Plant(chaosplant.DoublePush) { // a planted defect (chaos self-check builds only)
+						_, _ = d.cfg.Sender.Send(sendCtx, []expo.Message{m})
+					}
+				}
+			}
 			var re *expo.RequestError
 			for i, c := range items[lo:hi] {
 				o := outcome{c: c}

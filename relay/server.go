@@ -24,6 +24,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/chaosplant"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/eventhttp"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
@@ -163,6 +164,10 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 	if p != nil {
 		problem.Write(w, r, *p)
 		return resultInvalid
+	}
+	if chaosplant.Plant(chaosplant.LoseEvent) { // a planted defect (chaos self-check builds only)
+		eventhttp.WriteAnswer(w, r, eventhttp.Answer{Outcome: event.Accepted, IdempotencyKey: ev.IdempotencyKey, ReceivedAt: s.cfg.Clock.Now()})
+		return event.Accepted.String()
 	}
 	canonical := ev.Canonical()
 	// The claim gets its real answer even if the producer hangs up or

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolcast/spoolcast/internal/pgcluster"
 )
 
 // fault is one kind of failure.
@@ -41,13 +43,18 @@ func faults(duration time.Duration) []fault {
 	all := []fault{
 		{"postgres stopped 30s", 35 * time.Second, stopPostgres},
 		{"postgres frozen (SIGSTOP) 10s", 12 * time.Second, freezePostgres},
-		{"failover to the standby", 8 * time.Second, failover},
+		{failoverName, 20 * time.Second, failover},
+		{asyncFailoverName, 12 * time.Second, asyncFailover},
 		{"kill -9 of a central replica", 5 * time.Second, killCentral},
 		{"rolling restart (SIGTERM) of each central replica", 15 * time.Second, rollingRestart},
 		{"a relay's disk full 10s", 12 * time.Second, diskFull},
 		{"expo answers 429", 6 * time.Second, expoStatus(http.StatusTooManyRequests, "1")},
 		{"expo answers 500", 6 * time.Second, expoStatus(http.StatusInternalServerError, "")},
+		{"bursts of expo 5xx", 11 * time.Second, expoBursts},
 		{"expo slower than the client's timeout", 14 * time.Second, expoSlow},
+		{"expo takes sends and loses the answers", 18 * time.Second, expoLosesAnswers},
+		{"SIGTERM of a relay mid-traffic", 5 * time.Second, stopRelay},
+		{"a relay frozen (SIGSTOP) 5s", 6 * time.Second, freezeRelay},
 		{"expo receipts late", 10 * time.Second, receiptsLate},
 		{"preference service down 10s", 10 * time.Second, prefsDown},
 		{"a foreign transaction holds the horizon 15s", 15 * time.Second, holdHorizon},
@@ -110,18 +117,97 @@ func freezePostgres(ctx context.Context, w *world, _ *rand.Rand) (string, error)
 	return fmt.Sprintf("port %d", c.Port()), nil
 }
 
+// The failovers' names: the synchronous one must come first (its standby
+// is the only one in sync; it leaves an asynchronous one behind).
+const (
+	failoverName      = "failover to the synchronous standby"
+	asyncFailoverName = "asynchronous failover that loses commits"
+)
+
+// orderFailovers puts the synchronous failover before the asynchronous one.
+func orderFailovers(fs []fault) {
+	sync, async := -1, -1
+	for i, f := range fs {
+		switch f.name {
+		case failoverName:
+			sync = i
+		case asyncFailoverName:
+			async = i
+		}
+	}
+	if sync >= 0 && async >= 0 && async < sync {
+		fs[sync], fs[async] = fs[async], fs[sync]
+	}
+}
+
 // failover kills the primary, as a host's crash would, and promotes the
-// synchronous standby, as an orchestrator does. It happens once: the run
-// has no second standby.
+// synchronous standby, as an orchestrator does; then it makes a new
+// standby of the new primary on the old primary's port (which the
+// processes' URL names), streaming asynchronously, for the next failover.
 func failover(ctx context.Context, w *world, _ *rand.Rand) (string, error) {
-	if err := w.primary.Kill(); err != nil {
+	old, next := w.primary, w.standby
+	if err := old.Kill(); err != nil {
 		return "", err
 	}
-	if err := w.standby.Promote(context.WithoutCancel(ctx)); err != nil {
+	if err := next.Promote(context.WithoutCancel(ctx)); err != nil {
 		return "", err
 	}
-	w.failedOver.Store(true)
-	return fmt.Sprintf("primary on port %d killed, standby on port %d promoted", w.primary.Port(), w.standby.Port()), nil
+	w.primary, w.standby = next, nil
+	detail := fmt.Sprintf("primary on port %d killed, standby on port %d promoted", old.Port(), next.Port())
+	standby, err := next.Standby(context.WithoutCancel(ctx), pgcluster.StandbyConfig{
+		Dir: filepath.Join(w.dir, "standby-2"), Port: old.Port(), Name: "chaos_standby_2"})
+	if err != nil {
+		return detail, fmt.Errorf("a new standby on port %d: %w", old.Port(), err)
+	}
+	w.clusters = append(w.clusters, standby)
+	w.standby = standby
+	return detail + fmt.Sprintf("; a new asynchronous standby on port %d", old.Port()), nil
+}
+
+// asyncFailover loses commits as a failover to an asynchronous standby
+// does: the primary's WAL senders freeze while traffic commits for 3 s, the
+// primary dies, and the standby, 3 s behind, is promoted. The relays must
+// forward again what they had forwarded in the window (--refeed-window).
+func asyncFailover(ctx context.Context, w *world, _ *rand.Rand) (string, error) {
+	old, next := w.primary, w.standby
+	if next == nil {
+		return "", errors.New("no standby: the synchronous failover comes first")
+	}
+	thaw, err := old.FreezeWALSenders()
+	if err != nil {
+		return "", err
+	}
+	from := time.Now()
+	sleep(ctx, 3*time.Second)
+	err = old.Kill()
+	w.loss.set(from.Add(-time.Second), time.Now())
+	thaw()
+	if err != nil {
+		return "", err
+	}
+	if err := next.Promote(context.WithoutCancel(ctx)); err != nil {
+		return "", err
+	}
+	w.primary, w.standby = next, nil
+	return fmt.Sprintf("WAL senders frozen 3s, primary on port %d killed, standby on port %d promoted", old.Port(), next.Port()), nil
+}
+
+func stopRelay(ctx context.Context, w *world, rng *rand.Rand) (string, error) {
+	p := w.relays[rng.IntN(len(w.relays))]
+	if err := p.signal(syscall.SIGTERM, 30*time.Second); err != nil {
+		return p.name, err
+	}
+	return p.name, p.start(ctx)
+}
+
+func freezeRelay(ctx context.Context, w *world, rng *rand.Rand) (string, error) {
+	p := w.relays[rng.IntN(len(w.relays))]
+	pid := p.pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return p.name, err
+	}
+	sleep(ctx, 5*time.Second)
+	return p.name, syscall.Kill(pid, syscall.SIGCONT)
 }
 
 // diskFull fills a relay's spool volume, holds it full, then frees it.
@@ -158,6 +244,29 @@ func expoStatus(status int, retryAfter string) func(context.Context, *world, *ra
 		w.expo.SetFailing(0, "")
 		return fmt.Sprintf("every request for 5s answered %d", status), nil
 	}
+}
+
+// expoBursts makes Expo answer a few requests 500, 502 or 503 each second
+// for 10 s: Expo's documentation says to retry them.
+func expoBursts(ctx context.Context, w *world, rng *rand.Rand) (string, error) {
+	failed := 0
+	for range 10 {
+		n := 1 + rng.IntN(4)
+		w.expo.Fail(n, []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable}[rng.IntN(3)], "")
+		failed += n
+		sleep(ctx, time.Second)
+	}
+	return fmt.Sprintf("%d requests answered 5xx in bursts", failed), nil
+}
+
+// expoLosesAnswers makes Expo take every send for 5 s and answer after
+// the client gave up: pushes that may have happened, at most once.
+func expoLosesAnswers(ctx context.Context, w *world, _ *rand.Rand) (string, error) {
+	w.expo.SetAnswerDelay(expoClientTimeout + 2*time.Second)
+	sleep(ctx, 5*time.Second)
+	w.expo.SetAnswerDelay(0)
+	sleep(ctx, expoClientTimeout+3*time.Second) // the answers held meanwhile
+	return "every send for 5s taken, answered after the client gave up", nil
 }
 
 func expoSlow(ctx context.Context, w *world, _ *rand.Rand) (string, error) {

@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,9 +21,6 @@ import (
 
 	"github.com/spoolcast/spoolcast/client"
 	"github.com/spoolcast/spoolcast/event"
-	"github.com/spoolcast/spoolcast/feed"
-	"github.com/spoolcast/spoolcast/internal/wsclient"
-	"github.com/spoolcast/spoolcast/live"
 )
 
 // scheduledEvents: producers send some events with a send_at (-scheduled).
@@ -54,6 +50,10 @@ type ledger struct {
 	// the events sent with a send_at.
 	digests   map[string]string
 	scheduled map[string]bool
+	// cancels are the scheduled events producers cancelled; reuses, the
+	// keys they sent again with another body.
+	cancels map[string]*cancellation
+	reuses  map[string]*reuse
 	// bad5xx are answers 5xx other than 503 with Retry-After.
 	bad5xx    []string
 	answers   map[int]int // status → count, over every attempt
@@ -62,7 +62,25 @@ type ledger struct {
 }
 
 func newLedger() *ledger {
-	return &ledger{events: map[string]*sent{}, answers: map[int]int{}, emitErrs: map[string]int{}, digests: map[string]string{}, scheduled: map[string]bool{}}
+	return &ledger{events: map[string]*sent{}, answers: map[int]int{}, emitErrs: map[string]int{}, digests: map[string]string{}, scheduled: map[string]bool{},
+		cancels: map[string]*cancellation{}, reuses: map[string]*reuse{}}
+}
+
+// cancellation is one DELETE of a scheduled event and what it was told:
+// through a relay (202, the outcome unknown to the producer) or central's
+// internal ingress (200 cancelled or 409 already sent).
+type cancellation struct {
+	viaCentral bool
+	status     int       // the last answer; 0 if none came
+	stopped    int       // "notifications" of a 200
+	answeredAt time.Time // when that answer came
+	sendAt     time.Time
+}
+
+// reuse is a key sent again with another body, and its answer.
+type reuse struct {
+	status int // 422 wanted; 0 if none came
+	extra  string
 }
 
 func (l *ledger) answered(status int, retryAfter string, where string) {
@@ -129,6 +147,7 @@ func producer(ctx context.Context, w *world, l *ledger, seed uint64, n int) {
 		}
 		clients[i] = c
 	}
+	var cancels sync.WaitGroup
 	for ctx.Err() == nil {
 		// About 15 events a second per producer: a load the machine's one
 		// Postgres and the pushes' Expo rate (600/s) keep up with, so that
@@ -151,6 +170,11 @@ func producer(ctx context.Context, w *world, l *ledger, seed uint64, n int) {
 			ev.Type = ""
 		case r < 10 && scheduledEvents: // scheduled a few seconds ahead: stored when it fires
 			ev.SendAt = time.Now().Add(time.Duration(2+rng.IntN(18)) * time.Second)
+			if rng.IntN(5) == 0 { // an announcement: the firers and a cancel race over many rows
+				for range 50 + rng.IntN(150) {
+					ev.Recipients = append(ev.Recipients, bulkUser(rng.IntN(bulkUsers)))
+				}
+			}
 		case r < 25: // a chat message, pushed in a digest per room
 			ev.Digest = &client.Digest{Key: fmt.Sprintf("room-%d", rng.IntN(3)), Window: event.MinDigestWindow}
 		}
@@ -175,7 +199,99 @@ func producer(ctx context.Context, w *world, l *ledger, seed uint64, n int) {
 		if rng.IntN(10) == 0 { // a retry by the producer, the same key
 			emit(ctx, clients[rng.IntN(len(clients))], ev, l)
 		}
+		switch {
+		case !ev.SendAt.IsZero() && rng.IntN(3) == 0: // cancelled, often at its send_at
+			delay := time.Until(ev.SendAt)
+			switch r := rng.IntN(4); {
+			case r < 2: // as it fires: the firers' passes come within a second after send_at
+				delay += time.Duration(rng.IntN(1200)-100) * time.Millisecond
+			case r < 3: // before it
+				delay = time.Duration(rng.Float64() * float64(delay))
+			default: // after it
+				delay += time.Duration(rng.IntN(2000)) * time.Millisecond
+			}
+			viaCentral := rng.IntN(2) == 0
+			cancels.Go(func() { cancelLater(ctx, w, l, ev, max(0, delay), relay, viaCentral) })
+		case ev.SendAt.IsZero() && rng.IntN(100) == 0: // the key reused for another event
+			reuseKey(ctx, clients[relay], ev, l, bulkUser(rng.IntN(bulkUsers)))
+		}
 	}
+	cancels.Wait()
+}
+
+// cancelLater cancels ev after delay, through its relay or central's
+// internal ingress, retrying what is to be retried, as a producer would.
+func cancelLater(ctx context.Context, w *world, l *ledger, ev client.Event, delay time.Duration, relay int, viaCentral bool) {
+	sleep(ctx, delay)
+	if ctx.Err() != nil {
+		return
+	}
+	c := &cancellation{viaCentral: viaCentral, sendAt: ev.SendAt}
+	l.mu.Lock()
+	if s := l.events[ev.IdempotencyKey]; s == nil || !s.accepted {
+		l.mu.Unlock()
+		return // cancels only what was promised
+	}
+	l.cancels[ev.IdempotencyKey] = c
+	l.mu.Unlock()
+	path := "/v1/events/" + url.PathEscape(ev.IdempotencyKey)
+	deadline := time.Now().Add(2 * time.Minute)
+	for i := 0; ctx.Err() == nil && time.Now().Before(deadline); i++ {
+		base := w.relays[relay].base
+		if viaCentral {
+			base, path = w.centrals[i%len(w.centrals)].base, "/internal/v1/events/"+url.PathEscape(ev.IdempotencyKey)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, base+path, nil)
+		if viaCentral {
+			req.Header.Set("Authorization", "Bearer "+w.serviceToken)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			sleep(ctx, 200*time.Millisecond)
+			continue
+		}
+		var body struct {
+			Notifications int `json:"notifications"`
+		}
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&body)
+		resp.Body.Close()
+		l.answered(resp.StatusCode, resp.Header.Get("Retry-After"), req.URL.Host)
+		l.mu.Lock()
+		c.status, c.stopped, c.answeredAt = resp.StatusCode, body.Notifications, time.Now()
+		l.mu.Unlock()
+		if resp.StatusCode < 500 {
+			return
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+// reuseKey sends ev's key again with another body to the relay that took
+// ev: a producer's bug the relay must refuse (422), storing nothing of it.
+func reuseKey(ctx context.Context, c *client.Client, ev client.Event, l *ledger, extra string) {
+	l.mu.Lock()
+	promised := l.events[ev.IdempotencyKey].accepted
+	l.mu.Unlock()
+	if !promised {
+		return
+	}
+	other := ev
+	other.Title = "another event " + ev.IdempotencyKey
+	other.Recipients = dedupe(append(append([]string(nil), ev.Recipients...), extra))
+	r := &reuse{extra: extra}
+	_, err := c.Emit(ctx, other)
+	var se *client.StatusError
+	switch {
+	case err == nil:
+		r.status = http.StatusAccepted
+	case errors.Is(err, client.ErrConflict):
+		r.status = http.StatusUnprocessableEntity
+	case errors.As(err, &se):
+		r.status = se.StatusCode
+	}
+	l.mu.Lock()
+	l.reuses[ev.IdempotencyKey] = r
+	l.mu.Unlock()
 }
 
 func dedupe(users []string) []string {
@@ -241,328 +357,4 @@ func halfClosed(ctx context.Context, base string, ev client.Event, l *ledger) {
 	l.answered(resp.StatusCode, resp.Header.Get("Retry-After"), u.Host)
 	ok := resp.StatusCode/100 == 2
 	l.record(ev.IdempotencyKey, ev.Recipients, ok, resp.StatusCode/100 == 4)
-}
-
-// app is one user's app: a socket it keeps open (reconnecting with its last
-// cursor), and what it does through the API.
-type app struct {
-	user, token string
-	bases       []string
-
-	mu sync.Mutex
-	// frames counts the notification frames per id, over every socket.
-	frames map[string]int
-	// loaded are ids the app read from the feed after a cursor was refused.
-	loaded map[string]bool
-	// read is the app's view of each notification's read state, from its
-	// frames (and feed reloads).
-	read     map[string]bool
-	created  map[string]feed.ID
-	cursor   string
-	resumes  int
-	refusals int
-	// refreshedReads counts the notifications a refresh after a resume
-	// found read before any frame said so: read while the app was away, or
-	// read just now, their frame on its way.
-	refreshedReads int
-	refreshes      sync.WaitGroup
-	// disorder counts frames whose position came before the previous one
-	// on the same socket.
-	disorder int
-	apiCalls map[string]int
-	// sessions describes each socket the app opened, for the report of a
-	// notification it never saw.
-	sessions []string
-}
-
-func newApp(user, token string, bases []string) *app {
-	return &app{user: user, token: token, bases: bases, frames: map[string]int{}, loaded: map[string]bool{},
-		read: map[string]bool{}, created: map[string]feed.ID{}, apiCalls: map[string]int{}}
-}
-
-// stream keeps a socket open until ctx ends, on either replica.
-func (a *app) stream(ctx context.Context, rng *rand.Rand) {
-	defer a.refreshes.Wait()
-	for ctx.Err() == nil {
-		base := a.bases[rng.IntN(len(a.bases))]
-		a.mu.Lock()
-		cursor := a.cursor
-		a.mu.Unlock()
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		c, err := wsclient.Dial(dctx, base, a.token, cursor)
-		cancel()
-		if err != nil {
-			if strings.Contains(err.Error(), "HTTP 400") {
-				a.mu.Lock()
-				a.refusals++
-				a.cursor = ""
-				a.mu.Unlock()
-			}
-			sleep(ctx, 200*time.Millisecond)
-			continue
-		}
-		if cursor != "" {
-			a.mu.Lock()
-			a.resumes++
-			a.mu.Unlock()
-		}
-		opened := time.Now()
-		first, last, ready, n := a.readFrames(ctx, c, base, cursor != "")
-		c.Close()
-		a.mu.Lock()
-		if len(a.sessions) < 200 {
-			after, _ := live.ParseCursor(cursor)
-			a.sessions = append(a.sessions, fmt.Sprintf("[%s %s after %d/%d ready %d/%d frames %d: %d/%d..%d/%d]", opened.Format("15:04:05.000"), base,
-				after.Tx, after.ID, ready.Tx, ready.ID, n, first.Tx, first.ID, last.Tx, last.ID))
-		}
-		a.mu.Unlock()
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-}
-
-func (a *app) readFrames(ctx context.Context, c *wsclient.Conn, base string, resumed bool) (first, last, ready live.Position, frames int) {
-	for ctx.Err() == nil {
-		m, err := c.Next(time.Second)
-		if err != nil {
-			var ne net.Error
-			if _, closed := wsclient.Closed(err); closed || !errors.As(err, &ne) || !ne.Timeout() {
-				return first, last, ready, frames
-			}
-			continue
-		}
-		a.mu.Lock()
-		switch m.Type {
-		case "notification":
-			var it struct {
-				ID     string     `json:"id"`
-				ReadAt *time.Time `json:"read_at"`
-			}
-			if json.Unmarshal(m.Data, &it) == nil {
-				a.frames[it.ID]++
-				a.read[it.ID] = it.ReadAt != nil
-				if id, err := feed.ParseID(it.ID); err == nil {
-					a.created[it.ID] = id
-				}
-			}
-			if c, err := live.ParseCursor(m.Cursor); err == nil {
-				if c.Position.Less(last) || c.Position == last {
-					a.disorder++
-				}
-				last = c.Position
-				if frames == 0 {
-					first = c.Position
-				}
-				frames++
-			}
-		case "read":
-			a.applyRead(m)
-		case "ready":
-			if c, err := live.ParseCursor(m.Cursor); err == nil {
-				ready = c.Position
-			}
-		}
-		// Started over without a cursor, as after a refused one: what
-		// committed before ready is in the feed, read after it.
-		fresh := m.Type == "ready" && a.cursor == "" && a.refusals > 0
-		if m.Cursor != "" {
-			a.cursor = m.Cursor
-		}
-		a.mu.Unlock()
-		switch {
-		case fresh:
-			a.reload(ctx, base)
-		case m.Type == "ready" && resumed:
-			// Read frames are live only (docs/api.md): what was marked read
-			// while the app was away is refreshed from the feed, beside the
-			// frames, which the app goes on reading.
-			a.refreshes.Go(func() { a.refreshRead(ctx, base) })
-		}
-	}
-	return first, last, ready, frames
-}
-
-// applyRead applies a read frame: one notification, or a read-all through
-// one in feed order, but for those it names unread.
-func (a *app) applyRead(m wsclient.Message) {
-	if m.ID != "" {
-		a.read[m.ID] = true
-		return
-	}
-	through, err := feed.ParseID(m.Through)
-	if err != nil {
-		return
-	}
-	unread := map[string]bool{}
-	for _, id := range m.Unread {
-		unread[id] = true
-	}
-	for id, at := range a.created {
-		if !unread[id] && !afterInFeed(at, through) {
-			a.read[id] = true
-		}
-	}
-}
-
-// afterInFeed: a comes before b in feed order (newer).
-func afterInFeed(a, b feed.ID) bool {
-	return a.CreatedAt.After(b.CreatedAt) || a.CreatedAt.Equal(b.CreatedAt) && a.Seq > b.Seq
-}
-
-// call makes one API request as the app's user, and again after
-// Retry-After while it is answered 429 (the user's rate limit), as an app
-// should.
-func (a *app) call(ctx context.Context, method, u, body string) (int, []byte) {
-	for {
-		status, raw, retry := a.callOnce(ctx, method, u, body)
-		if status != http.StatusTooManyRequests || ctx.Err() != nil {
-			return status, raw
-		}
-		a.mu.Lock()
-		a.apiCalls["429, waited Retry-After"]++
-		a.mu.Unlock()
-		sleep(ctx, retry)
-	}
-}
-
-func (a *app) callOnce(ctx context.Context, method, u, body string) (int, []byte, time.Duration) {
-	req, err := http.NewRequestWithContext(ctx, method, u, strings.NewReader(body))
-	if err != nil {
-		return 0, nil, 0
-	}
-	req.Header.Set("Authorization", "Bearer "+a.token)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, 0
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	retry := time.Second
-	if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
-		retry = time.Duration(n) * time.Second
-	}
-	return resp.StatusCode, raw, retry
-}
-
-type feedPage struct {
-	Data []struct {
-		ID     string     `json:"id"`
-		ReadAt *time.Time `json:"read_at"`
-	} `json:"data"`
-	NextCursor string `json:"next_cursor"`
-}
-
-// wholeFeed reads every page of the user's feed: id → read.
-func (a *app) wholeFeed(ctx context.Context, base string) (map[string]bool, error) {
-	out := map[string]bool{}
-	cursor := ""
-	for {
-		u := base + "/v1/notifications?limit=100"
-		if cursor != "" {
-			u += "&cursor=" + url.QueryEscape(cursor)
-		}
-		status, raw := a.call(ctx, http.MethodGet, u, "")
-		if status != http.StatusOK {
-			return nil, fmt.Errorf("GET %s: %d %s", u, status, raw)
-		}
-		var p feedPage
-		if err := json.Unmarshal(raw, &p); err != nil {
-			return nil, err
-		}
-		for _, it := range p.Data {
-			out[it.ID] = it.ReadAt != nil
-		}
-		if p.NextCursor == "" {
-			return out, nil
-		}
-		cursor = p.NextCursor
-	}
-}
-
-// refreshRead is what an app does after it resumed: it reads its feed's
-// read state for the notifications it holds. Read state only moves to read,
-// so a live read frame that came meanwhile is kept.
-func (a *app) refreshRead(ctx context.Context, base string) {
-	f := a.feedUntilRead(ctx, base)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, read := range f {
-		if was, held := a.read[id]; held && read && !was {
-			a.read[id] = true
-			a.refreshedReads++
-		}
-	}
-}
-
-// reload is what an app does when its cursor is refused: it reads its feed.
-func (a *app) reload(ctx context.Context, base string) {
-	f := a.feedUntilRead(ctx, base)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, read := range f {
-		a.loaded[id] = true
-		a.read[id] = read
-		if fid, err := feed.ParseID(id); err == nil {
-			a.created[id] = fid
-		}
-	}
-}
-
-// feedUntilRead reads the whole feed, again each second until it can (nil
-// once ctx ends).
-func (a *app) feedUntilRead(ctx context.Context, base string) map[string]bool {
-	for ctx.Err() == nil {
-		if f, err := a.wholeFeed(ctx, base); err == nil {
-			return f
-		}
-		sleep(ctx, time.Second)
-	}
-	return nil
-}
-
-// act does what users do in the app, now and then, until ctx ends: read a
-// page, mark one read, read all, register (again) a device, or take over
-// another user's phone.
-func (a *app) act(ctx context.Context, rng *rand.Rand, others []*app) {
-	for ctx.Err() == nil {
-		sleep(ctx, time.Duration(500+rng.IntN(2000))*time.Millisecond)
-		base := a.bases[rng.IntN(len(a.bases))]
-		var name string
-		var status int
-		switch r := rng.IntN(100); {
-		case r < 40:
-			name = "page"
-			var raw []byte
-			status, raw = a.call(ctx, http.MethodGet, base+"/v1/notifications?limit=20", "")
-			var p feedPage
-			if status == http.StatusOK && json.Unmarshal(raw, &p) == nil && len(p.Data) > 0 && rng.IntN(2) == 0 {
-				name = "mark-read"
-				status, _ = a.call(ctx, http.MethodPost, base+"/v1/notifications/"+p.Data[rng.IntN(len(p.Data))].ID+"/read", "")
-			}
-		case r < 50:
-			name = "read-all"
-			status, _ = a.call(ctx, http.MethodPost, base+"/v1/notifications/read-all", "")
-		case r < 60:
-			name = "unread-count"
-			status, _ = a.call(ctx, http.MethodGet, base+"/v1/notifications/unread-count", "")
-		case r < 90:
-			name = "register-device"
-			status, _ = a.call(ctx, http.MethodPut, base+"/v1/devices", fmt.Sprintf(`{"token":"ExponentPushToken[%s]","platform":"ios"}`, a.user))
-		default:
-			name = "take-over-device"
-			other := others[rng.IntN(len(others))]
-			status, _ = a.call(ctx, http.MethodPut, base+"/v1/devices", fmt.Sprintf(`{"token":"ExponentPushToken[%s]","platform":"android"}`, other.user))
-		}
-		a.mu.Lock()
-		a.apiCalls[fmt.Sprintf("%s %d", name, status)]++
-		a.mu.Unlock()
-	}
 }

@@ -6,7 +6,10 @@ package main
 // JWKS, a preference service).
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/internal/devauth"
 	"github.com/spoolcast/spoolcast/internal/expofake"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
@@ -38,8 +42,9 @@ type proc struct {
 	done    chan struct{}
 	started time.Time
 	starts  int
-	// firstSample is what the process held soon after its latest start.
-	firstSample *sample
+	// baseline is what the process held under traffic, warmed up, after its
+	// latest start (see sampler).
+	baseline *sample
 }
 
 // start runs the process and waits until it answers /healthz.
@@ -57,7 +62,7 @@ func (p *proc) start(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
 	p.mu.Lock()
-	p.cmd, p.done, p.started, p.firstSample = cmd, done, time.Now(), nil
+	p.cmd, p.done, p.started, p.baseline = cmd, done, time.Now(), nil
 	p.starts++
 	p.mu.Unlock()
 	deadline := time.Now().Add(60 * time.Second)
@@ -111,28 +116,57 @@ func (p *proc) pid() int {
 // world holds everything the run started.
 type world struct {
 	dir, binary string
-	primary     *pgcluster.Cluster
-	standby     *pgcluster.Cluster
-	failedOver  atomic.Bool
-	dbURL       string
+	// primary and standby are the roles of the moment: each failover
+	// promotes the standby, and the first makes a new standby of the new
+	// primary on the old primary's port, which the relays' and replicas'
+	// multi-host URL names.
+	primary, standby *pgcluster.Cluster
+	clusters         []*pgcluster.Cluster // every cluster started, for tearDown
+	dbURL            string
+	// loss is when commits may have been lost by the asynchronous
+	// failover (zero without one): checks allow what the design says such
+	// a failover cannot keep.
+	loss        lossWindow
 	relays      []*proc
 	centrals    []*proc
 	spoolMounts []string
 	expo        *expofake.Server
+	arrivals    *expoArrivals
 	expoURL     string
 	prefs       *prefsService
 	issuer      *devauth.Issuer
 	servers     []*http.Server
 	receiver    *receiver // the webhook subscriber
-	receiverURL string
+	// serviceToken is the producers' token for central's internal ingress.
+	serviceToken string
+	receiverURL  string
 }
 
-// current is the primary of the moment: the standby once it was promoted.
-func (w *world) current() *pgcluster.Cluster {
-	if w.failedOver.Load() {
-		return w.standby
+// current is the primary of the moment.
+func (w *world) current() *pgcluster.Cluster { return w.primary }
+
+// lossWindow is the span in which commits may have been lost.
+type lossWindow struct {
+	mu       sync.Mutex
+	from, to time.Time
+}
+
+func (l *lossWindow) set(from, to time.Time) { l.mu.Lock(); l.from, l.to = from, to; l.mu.Unlock() }
+
+// holds reports whether t lies in the window.
+func (l *lossWindow) holds(t time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.from.IsZero() && !t.Before(l.from) && !t.After(l.to)
+}
+
+func (l *lossWindow) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.from.IsZero() {
+		return "no asynchronous failover"
 	}
-	return w.primary
+	return fmt.Sprintf("commits from %s to %s may be lost", l.from.Format("15:04:05.000"), l.to.Format("15:04:05.000"))
 }
 
 func freeAddr() (string, error) {
@@ -166,8 +200,9 @@ func setUp(ctx context.Context, dir, binary string, seed uint64) (*world, error)
 		return w, fmt.Errorf("migrate: %w", err)
 	}
 	w.expo = expofake.New()
+	w.arrivals = newExpoArrivals(w.expo)
 	var err error
-	if w.expoURL, err = w.serve(w.expo); err != nil {
+	if w.expoURL, err = w.serve(w.arrivals); err != nil {
 		return w, err
 	}
 	if w.receiverURL, err = w.serve(w.receiver); err != nil {
@@ -186,7 +221,11 @@ func setUp(ctx context.Context, dir, binary string, seed uint64) (*world, error)
 		return w, err
 	}
 	secret := filepath.Join(dir, "service-secret")
-	if err := os.WriteFile(secret, []byte(strings.Repeat("chaos-service-secret-", 3)), 0o600); err != nil {
+	secretBytes := []byte(strings.Repeat("chaos-service-secret-", 3))
+	if err := os.WriteFile(secret, secretBytes, 0o600); err != nil {
+		return w, err
+	}
+	if w.serviceToken, err = auth.SignServiceToken(secretBytes, "chaos", []string{auth.ScopeEmit}, time.Now(), 24*time.Hour); err != nil {
 		return w, err
 	}
 	for i := range 2 {
@@ -251,10 +290,12 @@ func (w *world) startPostgres(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start the primary: %w", err)
 	}
+	w.clusters = append(w.clusters, w.primary)
 	w.standby, err = w.primary.Standby(ctx, pgcluster.StandbyConfig{Dir: filepath.Join(w.dir, "standby"), Name: "chaos_standby"})
 	if err != nil {
 		return fmt.Errorf("start the standby: %w", err)
 	}
+	w.clusters = append(w.clusters, w.standby)
 	w.dbURL = pgcluster.MultiHostURL(w.primary, w.standby)
 	return nil
 }
@@ -267,10 +308,8 @@ func (w *world) tearDown() {
 	for _, s := range w.servers {
 		_ = s.Close()
 	}
-	for _, c := range []*pgcluster.Cluster{w.primary, w.standby} {
-		if c != nil {
-			_ = c.Stop()
-		}
+	for _, c := range w.clusters {
+		_ = c.Stop()
 	}
 	for _, m := range w.spoolMounts {
 		_ = exec.Command("umount", "-l", m).Run()
@@ -304,3 +343,100 @@ func token(iss *devauth.Issuer, user string) string {
 	}
 	return t
 }
+
+// expoArrivals stands in front of the fake Expo and notes, for every
+// message that reached it, when its request arrived, how it was answered
+// and how long the answer took: a dispatch may end "outcome unknown" only
+// where its request arrived and its answer came too late for the client.
+type expoArrivals struct {
+	next http.Handler
+	mu   sync.Mutex
+	seen map[string][]arrival // "token notification-id" →
+}
+
+// arrival is one request that carried a message.
+type arrival struct {
+	at     time.Time
+	status int
+	took   time.Duration
+}
+
+// expoClientTimeout is how long central's Expo client waits for an answer.
+const expoClientTimeout = 10 * time.Second
+
+func newExpoArrivals(next http.Handler) *expoArrivals {
+	return &expoArrivals{next: next, seen: map[string][]arrival{}}
+}
+
+func (e *expoArrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasSuffix(r.URL.Path, "/send") {
+		e.next.ServeHTTP(w, r)
+		return
+	}
+	at := time.Now()
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	plain := raw
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		if zr, err := gzip.NewReader(bytes.NewReader(raw)); err == nil {
+			plain, _ = io.ReadAll(zr)
+		}
+	}
+	var msgs []struct {
+		To   string         `json:"to"`
+		Data map[string]any `json:"data"`
+	}
+	_ = json.Unmarshal(plain, &msgs)
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	e.next.ServeHTTP(rec, r)
+	a := arrival{at: at, status: rec.status, took: time.Since(at)}
+	e.mu.Lock()
+	for _, m := range msgs {
+		k := fmt.Sprint(m.To, " ", m.Data["notification_id"])
+		e.seen[k] = append(e.seen[k], a)
+	}
+	e.mu.Unlock()
+}
+
+// answerLost reports whether a request carrying the message arrived and its
+// answer came after the client had given up (or never).
+func (e *expoArrivals) answerLost(token, notificationID string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, a := range e.seen[token+" "+notificationID] {
+		if a.took >= expoClientTimeout-time.Second {
+			return true
+		}
+	}
+	return false
+}
+
+// arrived reports whether a request carrying the message reached Expo.
+func (e *expoArrivals) arrived(token, notificationID string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.seen[token+" "+notificationID]) > 0
+}
+
+// arrivedIn reports whether a request carrying the message arrived inside
+// the loss window.
+func (e *expoArrivals) arrivedIn(token, notificationID string, loss *lossWindow) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, a := range e.seen[token+" "+notificationID] {
+		if loss.holds(a.at) {
+			return true
+		}
+	}
+	return false
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) { s.status = code; s.ResponseWriter.WriteHeader(code) }

@@ -1,0 +1,207 @@
+package main
+
+// The checks of pushes and delivery policies, against Postgres and what
+// the fake Expo took.
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spoolcast/spoolcast/feed"
+)
+
+// checkPushes: each device got each push at most once, every
+// notification's push ended (delivered, failed with a reason, or skipped
+// with one; none stuck queued or waiting for a receipt), and a push ended
+// failed only on the provider's final answer about its token, or where its
+// request reached Expo and the answer was lost (outcome unknown: not sent
+// again, at most once).
+func checkPushes(ctx context.Context, db *pgx.Conn, w *world) ([]invariant, error) {
+	pushes := map[string]int{}
+	for _, m := range w.expo.Messages() {
+		pushes[fmt.Sprint(m.To, " ", m.Data["notification_id"])]++
+	}
+	twice, lostTwice := 0, 0
+	for k, n := range pushes {
+		if n > 1 {
+			to, id, _ := strings.Cut(k, " ")
+			if w.arrivals.arrivedIn(to, id, &w.loss) {
+				lostTwice++ // its dispatch row was lost in the asynchronous failover
+				continue
+			}
+			twice++
+		}
+	}
+	rows, err := db.Query(ctx, `SELECT state, coalesce(error, '') <> '', count(*) FROM push_dispatches GROUP BY 1, 2 ORDER BY 1, 2`)
+	if err != nil {
+		return nil, err
+	}
+	var states []string
+	stuck, unexplained := 0, 0
+	for rows.Next() {
+		var state string
+		var reason bool
+		var n int
+		if err := rows.Scan(&state, &reason, &n); err != nil {
+			return nil, err
+		}
+		states = append(states, fmt.Sprintf("%s %d", state, n))
+		switch {
+		case state == "queued" || state == "sent":
+			stuck += n
+		case (state == "failed" || state == "skipped") && !reason:
+			unexplained += n
+		}
+	}
+	rows.Close()
+	var undispatched int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM notifications n
+		WHERE NOT EXISTS (SELECT 1 FROM push_dispatches d WHERE d.notification_id = n.id)`).Scan(&undispatched); err != nil {
+		return nil, err
+	}
+	rows, err = db.Query(ctx, `SELECT coalesce(token, ''), notification_created_at, notification_id, coalesce(error, '') FROM push_dispatches WHERE state = 'failed'`)
+	if err != nil {
+		return nil, err
+	}
+	final, unknown := 0, 0
+	wrong := map[string]int{}
+	for rows.Next() {
+		var token, reason string
+		var id feed.ID
+		if err := rows.Scan(&token, &id.CreatedAt, &id.Seq, &reason); err != nil {
+			return nil, err
+		}
+		switch {
+		case strings.HasPrefix(reason, "DeviceNotRegistered"):
+			final++
+		case strings.Contains(reason, "outcome unknown") && w.arrivals.answerLost(token, id.String()):
+			unknown++
+		case strings.HasPrefix(reason, "interrupted") && w.arrivals.arrived(token, id.String()):
+			// a replica killed after its request reached Expo, before it
+			// recorded the answer: may have happened, so not sent again
+			unknown++
+		default:
+			wrong[shorten(reason, 60)]++
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var wrongs []string
+	for r, n := range wrong {
+		wrongs = append(wrongs, fmt.Sprintf("%d× %q", n, r))
+	}
+	sort.Strings(wrongs)
+	return []invariant{
+		{"each device got each push at most once", twice == 0,
+			fmt.Sprintf("%d pushes reached Expo; %d more than once; %d more than once whose first send's dispatch row the asynchronous failover lost (allowed)", len(pushes), twice, lostTwice)},
+		{"every notification's push ended (none lost, none stuck queued)", stuck == 0 && unexplained == 0 && undispatched == 0,
+			fmt.Sprintf("dispatches: %s; %d stuck, %d failed or skipped without a reason, %d notifications with no dispatch", strings.Join(states, ", "), stuck, unexplained, undispatched)},
+		{"a push failed only on the provider's final answer, or its answer lost after Expo took it", len(wrong) == 0,
+			fmt.Sprintf("%d failed on a final answer (the token), %d with the outcome unknown after the request reached Expo and its answer was lost; others: %s",
+				final, unknown, strings.Join(wrongs, ", "))},
+	}, nil
+}
+
+// checkPolicies: every scheduled event fired (none left waiting), every
+// notification of a digest event was gathered into exactly one digest and
+// no other was, no digest is left open, and the digest pushes that reached
+// Expo gather no more notifications than their users' digests did.
+func checkPolicies(ctx context.Context, db *pgx.Conn, w *world, l *ledger) ([]invariant, error) {
+	var waiting int
+	if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM scheduled_notifications WHERE cancelled_at IS NULL) + (SELECT count(*) FROM push_digests)`).Scan(&waiting); err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, `SELECT n.idempotency_key, n.user_id, n.created_at, n.id,
+			(SELECT count(*) FROM push_dispatches d WHERE d.notification_id = n.id AND d.state = 'digested'),
+			EXISTS (SELECT 1 FROM push_dispatches d WHERE d.notification_id = n.id AND d.state = 'skipped')
+		FROM notifications n WHERE n.producer = 'chaos'`)
+	if err != nil {
+		return nil, err
+	}
+	type userKey struct{ user, key string }
+	gathered := map[userKey]int{}
+	userOf := map[string]string{} // a notification's public id → its user
+	var members, skipped, wrong, stray int
+	l.mu.Lock()
+	for rows.Next() {
+		var key, user string
+		var id feed.ID
+		var digested int
+		var skip bool
+		if err := rows.Scan(&key, &user, &id.CreatedAt, &id.Seq, &digested, &skip); err != nil {
+			l.mu.Unlock()
+			rows.Close()
+			return nil, err
+		}
+		userOf[id.String()] = user
+		dk, isDigest := l.digests[key]
+		switch {
+		case isDigest && digested == 0 && skip:
+			skipped++ // not pushed at all (no device, push off): nothing to gather
+		case isDigest:
+			members++
+			if digested != 1 {
+				wrong++
+			}
+			gathered[userKey{user, dk}] += digested
+		case digested > 0:
+			stray++
+		}
+	}
+	scheduled := len(l.scheduled)
+	l.mu.Unlock()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// One count per digest push (its latest notification), whichever device got it.
+	pushed := map[userKey]map[string]int{}
+	digestPushes := 0
+	for _, m := range w.expo.Messages() {
+		dg, _ := m.Data["digest"].(map[string]any)
+		if dg == nil {
+			continue
+		}
+		id := fmt.Sprint(m.Data["notification_id"])
+		if _, stored := userOf[id]; !stored && w.arrivals.arrivedIn(m.To, id, &w.loss) {
+			continue // its notification was lost in the asynchronous failover, and stored again under another id
+		}
+		// By the notification's user: a device may have changed hands since.
+		k := userKey{userOf[id], fmt.Sprint(dg["key"])}
+		if pushed[k] == nil {
+			pushed[k] = map[string]int{}
+		}
+		count, _ := dg["count"].(float64)
+		if _, seen := pushed[k][id]; !seen {
+			digestPushes++
+		}
+		pushed[k][id] = int(count)
+	}
+	over := 0
+	var examples []string
+	for k, byID := range pushed {
+		sum := 0
+		for _, c := range byID {
+			sum += c
+		}
+		if sum > gathered[k] {
+			over++
+			if len(examples) < 3 {
+				examples = append(examples, fmt.Sprintf("%s %s: pushed %d, gathered %d", k.user, k.key, sum, gathered[k]))
+			}
+		}
+	}
+	return []invariant{
+		{"scheduled events fired and digests closed (none left waiting)", waiting == 0,
+			fmt.Sprintf("%d scheduled events sent; %d scheduled notifications or digests still waiting", scheduled, waiting)},
+		{"each digest event's notification joined exactly one digest, no other did", wrong == 0 && stray == 0,
+			fmt.Sprintf("%d digest members in %d (user, key) pairs (%d more skipped, not pushed at all); %d not gathered exactly once; %d others gathered", members, len(gathered), skipped, wrong, stray)},
+		{"digest pushes gather no more than their digests", over == 0,
+			fmt.Sprintf("%d digest pushes reached Expo; %d (user, key) pairs pushed more than they gathered %s", digestPushes, over, strings.Join(examples, "; "))},
+	}, nil
+}

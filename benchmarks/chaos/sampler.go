@@ -1,0 +1,156 @@
+package main
+
+// What each process holds, sampled through the run: RSS, open files,
+// goroutines.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The baseline's span after a start.
+const (
+	baselineFrom = 10 * time.Second
+	baselineTo   = 30 * time.Second
+)
+
+// Growth past the baseline that counts as a leak, judged once traffic
+// stopped and everything settled: a goroutine or a file leaked per request
+// passes these within seconds of traffic.
+const (
+	goroutineSlack = 100
+	fdSlack        = 50
+)
+
+// sample is what a process held at one moment.
+type sample struct {
+	rss        int64 // bytes
+	fds        int
+	goroutines int
+}
+
+// sampler reads each process's RSS, open files and goroutines every few
+// seconds, keeping the peak RSS, the latest sample and, per start, the
+// baseline: the most goroutines and open files seen between baselineFrom
+// and baselineTo after it, warmed up and under traffic.
+type sampler struct {
+	mu      sync.Mutex
+	peakRSS map[string]int64
+	latest  map[string]sample
+}
+
+func newSampler() *sampler {
+	return &sampler{peakRSS: map[string]int64{}, latest: map[string]sample{}}
+}
+
+func (s *sampler) run(ctx context.Context, procs []*proc) {
+	for ctx.Err() == nil {
+		for _, p := range procs {
+			s.take(p)
+		}
+		sleep(ctx, 2*time.Second)
+	}
+}
+
+func (s *sampler) take(p *proc) {
+	pid := p.pid()
+	if pid == 0 {
+		return
+	}
+	sm, err := read(pid, p.base)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	if up := time.Since(p.started); up > baselineFrom && up < baselineTo {
+		if p.baseline == nil {
+			p.baseline = &sample{}
+		}
+		p.baseline.goroutines = max(p.baseline.goroutines, sm.goroutines)
+		p.baseline.fds = max(p.baseline.fds, sm.fds)
+	}
+	p.mu.Unlock()
+	s.mu.Lock()
+	s.peakRSS[p.name] = max(s.peakRSS[p.name], sm.rss)
+	s.latest[p.name] = sm
+	s.mu.Unlock()
+}
+
+func read(pid int, base string) (sample, error) {
+	var sm sample
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return sm, err
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			sm.rss = kb << 10
+		}
+	}
+	f.Close()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return sm, err
+	}
+	sm.fds = len(fds)
+	g, err := metric(base, "go_goroutines")
+	if err != nil {
+		return sm, err
+	}
+	sm.goroutines = int(g)
+	return sm, nil
+}
+
+// checkProcesses: producers saw no 5xx but 503 with Retry-After, relays
+// stayed under the sidecar's memory limit, and no process's goroutines or
+// open files grew without bound.
+func checkProcesses(l *ledger, s *sampler, procs []*proc) []invariant {
+	l.mu.Lock()
+	bad := append([]string(nil), l.bad5xx...)
+	var answers []string
+	for status, n := range l.answers {
+		answers = append(answers, fmt.Sprintf("%d×%d", n, status))
+	}
+	l.mu.Unlock()
+	sort.Strings(answers)
+	const relayLimit = 256 << 20 // the sidecar's memory limit in the deploy example
+	var rss []string
+	overLimit := false
+	var growth []string
+	grew := false
+	s.mu.Lock()
+	for _, p := range procs {
+		peak := s.peakRSS[p.name]
+		if strings.HasPrefix(p.name, "relay") {
+			rss = append(rss, fmt.Sprintf("%s %d MiB", p.name, peak>>20))
+			overLimit = overLimit || peak > relayLimit
+		}
+		p.mu.Lock()
+		base, last := p.baseline, s.latest[p.name]
+		p.mu.Unlock()
+		if base == nil {
+			growth = append(growth, p.name+" started too late for a baseline")
+			continue
+		}
+		growth = append(growth, fmt.Sprintf("%s goroutines %d→%d fds %d→%d", p.name, base.goroutines, last.goroutines, base.fds, last.fds))
+		if last.goroutines > base.goroutines+goroutineSlack || last.fds > base.fds+fdSlack {
+			grew = true
+		}
+	}
+	s.mu.Unlock()
+	return []invariant{
+		{"producers saw no 5xx but 503 with Retry-After", len(bad) == 0, fmt.Sprintf("answers %s; %s", strings.Join(answers, " "), strings.Join(bad, ", "))},
+		{"relay RSS stayed under the sidecar limit (256 MiB)", !overLimit, "peak " + strings.Join(rss, ", ")},
+		{fmt.Sprintf("no process holds more goroutines or open files settled than under traffic (baseline %s–%s after its start, +%d goroutines, +%d files)", baselineFrom, baselineTo, goroutineSlack, fdSlack),
+			!grew, strings.Join(growth, "; ")},
+	}
+}

@@ -80,6 +80,20 @@ func (e *env) fire() int {
 	}
 }
 
+// passUntilNone runs f's passes until one moves nothing; safe in a goroutine.
+func passUntilNone(t *testing.T, f *schedule.Firer) {
+	for {
+		n, _, err := f.Pass(context.Background())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if n == 0 {
+			return
+		}
+	}
+}
+
 func sendAt(t time.Time) string {
 	return fmt.Sprintf(`"send_at":%q`, t.UTC().Format(time.RFC3339Nano))
 }
@@ -249,18 +263,7 @@ func TestACancelRacingTheFirersStopsEveryRecipientOrNone(t *testing.T) {
 		e.clock.Advance(time.Second)
 		var wg sync.WaitGroup
 		for _, f := range []*schedule.Firer{e.firer, other} {
-			wg.Go(func() {
-				for {
-					n, _, err := f.Pass(ctx)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if n == 0 {
-						return
-					}
-				}
-			})
+			wg.Go(func() { passUntilNone(t, f) })
 		}
 		var res ingest.CancelResult
 		wg.Go(func() {
@@ -377,18 +380,7 @@ func TestFirersOnManyReplicasFireEachScheduledNotificationOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 {
 		f := e.newFirer(pgtest.Connect(t, e.url))
-		wg.Go(func() {
-			for {
-				n, _, err := f.Pass(context.Background())
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if n == 0 {
-					return
-				}
-			}
-		})
+		wg.Go(func() { passUntilNone(t, f) })
 	}
 	wg.Wait()
 	if n := e.count(`SELECT count(*) FROM notifications`); n != 600 {

@@ -122,6 +122,8 @@ type Report struct {
 	CancelledExpired int64 `json:"cancelled_expired"`
 	// ReadEventsExpired counts the read-state changes deleted past ReadEventsKept.
 	ReadEventsExpired int64 `json:"read_events_expired"`
+	// StreamTicketsExpired counts the stream tickets deleted that expired unused.
+	StreamTicketsExpired int64 `json:"stream_tickets_expired"`
 	// Partitions describes the partitions present after the pass.
 	Partitions []Partition `json:"partitions"`
 	// Took is how long the pass took.
@@ -255,6 +257,9 @@ func (p *pass) run(ctx context.Context) error {
 		}
 	}
 	if p.rep.ReadEventsExpired, err = expireReadEvents(ctx, cfg.DB, now.Add(-ReadEventsKept)); err != nil {
+		return err
+	}
+	if p.rep.StreamTicketsExpired, err = expireStreamTickets(ctx, cfg.DB, now); err != nil {
 		return err
 	}
 	if _, err := cfg.DB.Exec(ctx, `INSERT INTO spoolcast_settings (name, value) VALUES ('key_window', $1)
@@ -556,6 +561,24 @@ func expireReadEvents(ctx context.Context, db DB, cutoff time.Time) (int64, erro
 				SELECT id FROM read_events WHERE created_at < $1 ORDER BY created_at LIMIT $2)`, cutoff, keyBatch)
 		if err != nil {
 			return total, fmt.Errorf("maintenance: expire read events: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < keyBatch {
+			return total, nil
+		}
+	}
+}
+
+// expireStreamTickets deletes the stream tickets (live.Tickets) that expired
+// before cutoff unused, keyBatch at a time: a used one was deleted by its
+// use.
+func expireStreamTickets(ctx context.Context, db DB, cutoff time.Time) (int64, error) {
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, `DELETE FROM stream_tickets WHERE hash IN (
+				SELECT hash FROM stream_tickets WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)`, cutoff, keyBatch)
+		if err != nil {
+			return total, fmt.Errorf("maintenance: expire stream tickets: %w", err)
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < keyBatch {

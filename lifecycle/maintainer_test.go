@@ -200,3 +200,25 @@ func TestAPassDeletesCancelledScheduledRowsOnlyPastRetention(t *testing.T) {
 		t.Errorf("%d rows of the event still waiting; want 2, untouched", n)
 	}
 }
+
+// A stream ticket never used is deleted once it has expired; one still
+// valid is kept for its use.
+func TestAPassDeletesStreamTicketsThatExpiredUnused(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	now := time.Now()
+	// Two tickets issued now, valid 30 s (as live.Tickets issues them).
+	if _, err := pool.Exec(context.Background(), `INSERT INTO stream_tickets (hash, user_id, expires_at)
+		VALUES ('\x01', 'u1', $1), ('\x02', 'u2', $1)`, now.Add(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if rep := pass(t, pool, now.Add(15*time.Second)); rep.StreamTicketsExpired != 0 {
+		t.Errorf("a pass while the tickets are valid deleted %d; want none", rep.StreamTicketsExpired)
+	}
+	if rep := pass(t, pool, now.Add(31*time.Second)); rep.StreamTicketsExpired != 2 {
+		t.Errorf("a pass after the tickets expired deleted %d; want 2", rep.StreamTicketsExpired)
+	}
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM stream_tickets`); n != 0 {
+		t.Errorf("%d tickets left", n)
+	}
+}

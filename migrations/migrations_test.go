@@ -204,8 +204,8 @@ func TestMigration17DownAndUpAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after down to 16", map[string]string{"scheduled_notifications_due": " USING btree (send_at, id)"})
-	if applied, err := migrations.Up(ctx, url, nil); err != nil || len(applied) != 1 || applied[0] != 17 {
-		t.Fatalf("up again applied %v, %v; want migration 17", applied, err)
+	if applied, err := migrations.Up(ctx, url, nil); err != nil || len(applied) == 0 || applied[0] != 17 {
+		t.Fatalf("up again applied %v, %v; want migration 17 first", applied, err)
 	}
 	check("after up again", want)
 }

@@ -1,7 +1,10 @@
 package live
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"net"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -33,7 +36,10 @@ func (k frameKind) label() string {
 	return "control"
 }
 
-// frame is one whole WebSocket frame, ready to write. Its bytes may be shared
+// frame is one message of the stream, built once and written by each socket
+// in its own transport's framing: bytes is the whole WebSocket frame, json
+// its payload (the tail of bytes, shared, not copied), id the event stream's
+// "id: <cursor>\n" line of a frame that carries a cursor. All may be shared
 // by every socket of a user and are never changed.
 type frame struct {
 	kind frameKind
@@ -42,6 +48,8 @@ type frame struct {
 	// createdAt is a notification's created_at.
 	createdAt time.Time
 	bytes     []byte
+	json      []byte
+	id        []byte
 }
 
 // The frames' JSON.
@@ -66,13 +74,27 @@ type (
 	}
 )
 
-// textFrame encodes v as a text frame.
-func textFrame(v any) ([]byte, error) {
+// errLineBreak: a frame's JSON holds a line break, which an event stream's
+// data line cannot carry. encoding/json never writes one (it escapes them in
+// strings and compacts raw values), so this is a bug.
+var errLineBreak = errors.New("live: a frame's JSON holds a line break")
+
+// textFrame encodes v as a frame of kind, a text frame on a WebSocket;
+// cursor, when set, is its event id on an event stream.
+func textFrame(kind frameKind, v any, cursor string) (frame, error) {
 	payload, err := json.Marshal(v)
 	if err != nil {
-		return nil, err
+		return frame{}, err
 	}
-	return wsFrame(ws.OpText, payload), nil
+	if bytes.ContainsAny(payload, "\r\n") {
+		return frame{}, errLineBreak
+	}
+	b := wsFrame(ws.OpText, payload)
+	f := frame{kind: kind, bytes: b, json: b[len(b)-len(payload):]}
+	if cursor != "" {
+		f.id = []byte("id: " + cursor + "\n")
+	}
+	return f, nil
 }
 
 // wsFrame is a whole unmasked frame (server to client) of one fragment.
@@ -100,8 +122,9 @@ func appendHeader(b []byte, h ws.Header) []byte {
 }
 
 func notificationFrame(n feed.Notification, c Cursor, live bool) (frame, error) {
-	b, err := textFrame(notificationMessage{Type: "notification", Data: n.Item(), Cursor: c.String()})
-	f := frame{kind: kindNotification, pos: c.Position, createdAt: n.CreatedAt, bytes: b}
+	cursor := c.String()
+	f, err := textFrame(kindNotification, notificationMessage{Type: "notification", Data: n.Item(), Cursor: cursor}, cursor)
+	f.pos, f.createdAt = c.Position, n.CreatedAt
 	if live {
 		f.at = n.CreatedAt
 	}
@@ -112,6 +135,55 @@ func notificationFrame(n feed.Notification, c Cursor, live bool) (frame, error) 
 // could not keep up: the app reconnects with its last cursor and misses nothing.
 const StatusTryAgainLater ws.StatusCode = 1013
 
+// closeMessage is how an event stream ends where a WebSocket sends a close
+// frame: the same code and reason, as the last data line.
+type closeMessage struct {
+	Type   string        `json:"type"` // "close"
+	Code   ws.StatusCode `json:"code"`
+	Reason string        `json:"reason"`
+}
+
 func closeFrame(code ws.StatusCode, reason string) frame {
-	return frame{kind: kindClose, bytes: wsFrame(ws.OpClose, ws.NewCloseFrameBody(code, reason))}
+	// The reason is the server's own text: it marshals, and holds no line break.
+	payload, _ := json.Marshal(closeMessage{Type: "close", Code: code, Reason: reason})
+	return frame{kind: kindClose, bytes: wsFrame(ws.OpClose, ws.NewCloseFrameBody(code, reason)), json: payload}
+}
+
+// The event stream's framing (text/event-stream): each frame is its id line
+// when it has one, then one data line, then a blank line; a ping is a
+// comment line, which an EventSource ignores and a proxy sees as traffic.
+var (
+	sseData  = []byte("data: ")
+	sseEnd   = []byte("\n\n")
+	ssePing  = []byte(": ping\n\n")
+	sseStart = []byte("HTTP/1.1 200 OK\r\n" +
+		"Content-Type: text/event-stream; charset=utf-8\r\n" +
+		"Cache-Control: no-store\r\n" +
+		"X-Accel-Buffering: no\r\n" +
+		"Connection: close\r\n\r\n")
+)
+
+// appendSSE appends f as an event stream writes it, without copying its
+// JSON. A pong has no form there (an event stream's client sends nothing).
+func appendSSE(bufs net.Buffers, f frame) net.Buffers {
+	switch {
+	case f.kind == kindPing:
+		return append(bufs, ssePing)
+	case f.json == nil:
+		return bufs
+	case f.id != nil:
+		return append(bufs, f.id, sseData, f.json, sseEnd)
+	}
+	return append(bufs, sseData, f.json, sseEnd)
+}
+
+// sseSize is the length of f on an event stream.
+func sseSize(f frame) int {
+	switch {
+	case f.kind == kindPing:
+		return len(ssePing)
+	case f.json == nil:
+		return 0
+	}
+	return len(f.id) + len(sseData) + len(f.json) + len(sseEnd)
 }

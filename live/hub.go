@@ -226,6 +226,9 @@ func (h *Hub) add(s *socket) bool {
 	h.total++
 	h.sockets.Add(1)
 	h.metrics.connections.Inc()
+	if s.transport == transportSSE {
+		h.metrics.sse.Inc()
+	}
 	return true
 }
 
@@ -283,6 +286,9 @@ func (h *Hub) remove(s *socket) {
 	h.total--
 	h.mu.Unlock()
 	h.metrics.connections.Dec()
+	if s.transport == transportSSE {
+		h.metrics.sse.Dec()
+	}
 	h.sockets.Done()
 }
 

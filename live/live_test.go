@@ -155,9 +155,15 @@ func (s *stack) dial(user, after string) *wsclient.Conn {
 	return c
 }
 
+// stream is a stream's client: a WebSocket (wsclient) or an event stream
+// (sseclient).
+type stream interface {
+	Next(d time.Duration) (wsclient.Message, error)
+}
+
 // ready dials and reads up to the ready frame, returning the notifications
 // before it and the ready cursor.
-func (s *stack) ready(c *wsclient.Conn) (resumed []wsclient.Message, cursor string) {
+func (s *stack) ready(c stream) (resumed []wsclient.Message, cursor string) {
 	s.t.Helper()
 	for {
 		m, err := c.Next(10 * time.Second)
@@ -172,7 +178,7 @@ func (s *stack) ready(c *wsclient.Conn) (resumed []wsclient.Message, cursor stri
 }
 
 // next reads n frames of type typ, failing on anything else.
-func next(t *testing.T, c *wsclient.Conn, typ string, n int) []wsclient.Message {
+func next(t *testing.T, c stream, typ string, n int) []wsclient.Message {
 	t.Helper()
 	var out []wsclient.Message
 	for len(out) < n {
@@ -189,7 +195,7 @@ func next(t *testing.T, c *wsclient.Conn, typ string, n int) []wsclient.Message 
 }
 
 // quiet asserts that no frame arrives within d.
-func quiet(t *testing.T, c *wsclient.Conn, d time.Duration) {
+func quiet(t *testing.T, c stream, d time.Duration) {
 	t.Helper()
 	if m, err := c.Next(d); err == nil {
 		t.Fatalf("unexpected frame %s", m.Raw)

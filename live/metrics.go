@@ -14,6 +14,8 @@ import (
 // Metrics are the live stream's metrics.
 type Metrics struct {
 	connections prometheus.Gauge
+	sse         prometheus.Gauge
+	tickets     *prometheus.CounterVec
 	frames      *prometheus.CounterVec
 	slowClosed  prometheus.Counter
 	catchUps    prometheus.Counter
@@ -30,21 +32,28 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		connections: metric.Gauge("spoolcast_ws_connections",
-			"Open live stream WebSockets on this replica."),
+			"Open live streams on this replica: WebSockets and event streams (SSE) together."),
+		sse: metric.Gauge("spoolcast_sse_connections",
+			"Open live streams on this replica served as event streams (SSE); spoolcast_ws_connections counts them too."),
+		tickets: metric.CounterVec("spoolcast_stream_tickets_total",
+			"Stream tickets (for a browser's EventSource), by result: issued, redeemed, refused (used, expired or unknown).", "result"),
 		frames: metric.CounterVec("spoolcast_ws_frames_sent_total",
-			"Frames written to live stream sockets, by type (notification, read, ready).", "type"),
+			"Frames written to live streams (WebSockets and event streams), by type (notification, read, ready).", "type"),
 		slowClosed: metric.Counter("spoolcast_ws_slow_closed_total",
-			"Sockets closed because their peer stopped reading (a write timed out, or read-state frames alone filled the queue); their apps resume from their cursor."),
+			"Streams (WebSockets and event streams) closed because their peer stopped reading (a write timed out, or read-state frames alone filled the queue); their apps resume from their cursor."),
 		catchUps: metric.Counter("spoolcast_ws_catchups_total",
-			"Bursts larger than a socket's queue: the socket dropped live frames and caught up from Postgres at the pace it reads, without closing."),
+			"Bursts larger than a stream's queue (WebSocket or event stream): the stream dropped live frames and caught up from Postgres at the pace it reads, without closing."),
 		authFailed: metric.Counter("spoolcast_ws_auth_failures_total",
-			"Stream handshakes refused 401 for a missing, bad or expired token."),
+			"Stream handshakes (WebSocket or event stream) refused 401 for a missing, bad or expired token, or an event stream's used, expired or unknown ticket."),
 		lag: metric.Histogram("spoolcast_live_notify_lag_seconds",
 			"From a notification's ingest transaction (its created_at) to its frame written to a socket; live frames only, not resumed ones.", []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
 		reads: metric.CounterVec("spoolcast_live_reads_total",
 			"Reads of newly committed rows by this replica's live reader, by result (ok, error).", "result"),
 		refused: metric.CounterVec("spoolcast_ws_refused_total",
-			"Stream handshakes refused for a limit, by which: user (--max-sockets-per-user, 429) or replica (--max-sockets, 503).", "limit"),
+			"Stream handshakes (WebSocket or event stream) refused for a limit, by which: user (--max-sockets-per-user, 429) or replica (--max-sockets, 503).", "limit"),
+	}
+	for _, r := range []string{"issued", "redeemed", "refused"} {
+		m.tickets.WithLabelValues(r)
 	}
 	for _, l := range []string{"user", "replica"} {
 		m.refused.WithLabelValues(l)
@@ -66,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return clock.Since(m.clock(), time.Unix(0, since)).Seconds()
 	})
 	if reg != nil {
-		reg.MustRegister(m.connections, m.frames, m.slowClosed, m.catchUps, m.authFailed, m.lag, m.reads, m.refused, m.heldGauge)
+		reg.MustRegister(m.connections, m.sse, m.tickets, m.frames, m.slowClosed, m.catchUps, m.authFailed, m.lag, m.reads, m.refused, m.heldGauge)
 	}
 	return m
 }
@@ -95,6 +104,12 @@ func (m *Metrics) held(blocked bool, now time.Time) {
 
 // Connections is spoolcast_ws_connections.
 func (m *Metrics) Connections() prometheus.Gauge { return m.connections }
+
+// SSEConnections is spoolcast_sse_connections.
+func (m *Metrics) SSEConnections() prometheus.Gauge { return m.sse }
+
+// Tickets is spoolcast_stream_tickets_total with result (issued, redeemed, refused).
+func (m *Metrics) Tickets(result string) prometheus.Counter { return m.tickets.WithLabelValues(result) }
 
 // CatchUps is spoolcast_ws_catchups_total.
 func (m *Metrics) CatchUps() prometheus.Counter { return m.catchUps }

@@ -91,8 +91,7 @@ type seenMessage struct {
 
 // clientMessage handles a text frame from the client: a seen message moves
 // the user's seen position, if the hub records presence; anything else is
-// ignored, as before. Only a cursor of the reader's history and below what
-// it has seen counts: a cursor from before a failover says nothing here.
+// ignored, as before.
 func (h *Hub) clientMessage(user string, payload []byte) {
 	if h.presence == nil {
 		return
@@ -101,8 +100,30 @@ func (h *Hub) clientMessage(user string, payload []byte) {
 	if json.Unmarshal(payload, &m) != nil || m.Type != "seen" {
 		return
 	}
-	c, err := ParseCursor(m.Cursor)
+	if c, err := ParseCursor(m.Cursor); err == nil {
+		h.saw(user, c)
+	}
+}
+
+// Seen moves user's seen position to cursor, as a seen message on a
+// WebSocket does, for an app on an event stream, which cannot send on it
+// (POST /v1/stream/seen). ErrBadCursor for a cursor this server did not
+// issue; like the message, a cursor of another history changes nothing, nor
+// does any cursor while the hub records no presence.
+func (h *Hub) Seen(user, cursor string) error {
+	c, err := ParseCursor(cursor)
 	if err != nil {
+		return err
+	}
+	h.saw(user, c)
+	return nil
+}
+
+// saw records c as seen by user. Only a cursor of the reader's history and
+// below what it has seen counts: a cursor from before a failover says
+// nothing here.
+func (h *Hub) saw(user string, c Cursor) {
+	if h.presence == nil {
 		return
 	}
 	if st := h.state.Load(); st == nil || c.History != st.history || c.Tx > st.xmax {

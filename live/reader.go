@@ -438,10 +438,7 @@ func (r *reader) readReadEvents(ctx context.Context, bound uint64) (more, held b
 				alls = append(alls, readAll{msg: msg, user: *user, snapshot: *snapshot, at: *throughAt, seq: *throughSeq})
 			}
 		}
-		ds = append(ds, delivery{user: *user, frame: func() (frame, error) {
-			b, err := textFrame(msg)
-			return frame{kind: kindRead, bytes: b}, err
-		}})
+		ds = append(ds, delivery{user: *user, frame: func() (frame, error) { return textFrame(kindRead, msg, "") }})
 	}
 	if err := rows.Err(); err != nil {
 		return false, false, err

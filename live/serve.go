@@ -17,12 +17,18 @@ import (
 // cursorCheckTimeout bounds the check of a resuming socket's cursor.
 const cursorCheckTimeout = 5 * time.Second
 
-// Serve upgrades r to the live stream of user, whom the caller has
-// authenticated, and returns: the socket is served in the background until
-// it closes or the hub shuts down. Before the upgrade, a request that is not
-// a WebSocket handshake, or carries a cursor this server did not issue, is
-// answered with a problem; so is one that comes while the hub is not ready.
+// Serve serves r the live stream of user, whom the caller has authenticated,
+// and returns: the stream is served in the background until it closes or the
+// hub shuts down. A WebSocket handshake is upgraded; a request that accepts
+// text/event-stream (WantsEventStream) is answered with an event stream of
+// the same frames (sse.go). Before either, a request that is neither, or
+// carries a cursor this server did not issue, is answered with a problem; so
+// is one that comes while the hub is not ready or past its caps.
 func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
+	if WantsEventStream(r) {
+		h.serveSSE(w, r, user)
+		return
+	}
 	var after *Cursor
 	if v, ok := r.URL.Query()["after"]; ok {
 		c, err := ParseCursor(v[0])
@@ -40,48 +46,11 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 		problem.Write(w, r, *p)
 		return
 	}
-	if !h.Ready() {
-		w.Header().Set("Retry-After", "1")
-		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "this replica is not serving the stream right now; reconnect"))
-		return
-	}
-	release, err := h.admit(user)
-	switch {
-	case errors.Is(err, errUserSockets):
-		// Retry-After alone: the request-rate fields another layer set
-		// (--rate-limit-user) do not describe this refusal, and their t
-		// would tell the app to retry sooner.
-		w.Header().Del("RateLimit")
-		w.Header().Del("RateLimit-Policy")
-		w.Header().Set("Retry-After", "10")
-		problem.Write(w, r, problem.New(http.StatusTooManyRequests, problem.TooManySockets,
-			fmt.Sprintf("this user already has %d sockets open on this replica; close one (or reuse one per app) and retry", h.cfg.MaxSocketsPerUser)))
-		return
-	case err != nil:
-		w.Header().Set("Retry-After", "1")
-		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "this replica serves as many sockets as it may; reconnect (another replica answers)"))
+	release, ok := h.admitStream(w, r, user, after, "after")
+	if !ok {
 		return
 	}
 	defer release()
-	if after != nil {
-		// After the caps, which count this handshake from here on, and
-		// bounded: after a failover every app checks its cursor at once,
-		// and neither a full replica nor a stalled Postgres may pile up
-		// checks.
-		cctx, cancel := context.WithTimeout(r.Context(), cursorCheckTimeout)
-		err := h.checkCursor(cctx, *after)
-		cancel()
-		switch {
-		case errors.Is(err, ErrOtherHistory):
-			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor,
-				"after is from another history of the database (it was restored or failed over): connect without it and load the feed").On("after"))
-			return
-		case err != nil:
-			w.Header().Set("Retry-After", "1")
-			problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "the stream cannot check the cursor now; reconnect"))
-			return
-		}
-	}
 	upgrader := ws.HTTPUpgrader{
 		Timeout:  h.cfg.WriteTimeout,
 		Protocol: func(p string) bool { return p == auth.WebSocketProtocol }, // never the token
@@ -101,17 +70,74 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 		early, _ = rw.Reader.Peek(n)
 		early = append([]byte(nil), early...)
 	}
-	s := newSocket(h, conn, user)
+	s := newSocket(h, conn, user, transportWebSocket)
+	h.start(s, after, func() { s.read(early) })
+}
+
+// admitStream makes the checks every stream handshake shares, after its
+// transport's own: the hub is ready, the caps (which count the handshake
+// from here on), and the resume's cursor (field names where it came from).
+// It answers a refusal itself (false); otherwise the caller calls release
+// once the socket is registered, or not.
+func (h *Hub) admitStream(w http.ResponseWriter, r *http.Request, user string, after *Cursor, field string) (release func(), ok bool) {
+	if !h.Ready() {
+		w.Header().Set("Retry-After", "1")
+		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "this replica is not serving the stream right now; reconnect"))
+		return nil, false
+	}
+	release, err := h.admit(user)
+	switch {
+	case errors.Is(err, errUserSockets):
+		// Retry-After alone: the request-rate fields another layer set
+		// (--rate-limit-user) do not describe this refusal, and their t
+		// would tell the app to retry sooner.
+		w.Header().Del("RateLimit")
+		w.Header().Del("RateLimit-Policy")
+		w.Header().Set("Retry-After", "10")
+		problem.Write(w, r, problem.New(http.StatusTooManyRequests, problem.TooManySockets,
+			fmt.Sprintf("this user already has %d streams open on this replica (WebSockets and event streams together); close one (or reuse one per app) and retry", h.cfg.MaxSocketsPerUser)))
+		return nil, false
+	case err != nil:
+		w.Header().Set("Retry-After", "1")
+		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "this replica serves as many streams as it may; reconnect (another replica answers)"))
+		return nil, false
+	}
+	if after != nil {
+		// After the caps, which count this handshake from here on, and
+		// bounded: after a failover every app checks its cursor at once,
+		// and neither a full replica nor a stalled Postgres may pile up
+		// checks.
+		cctx, cancel := context.WithTimeout(r.Context(), cursorCheckTimeout)
+		err := h.checkCursor(cctx, *after)
+		cancel()
+		switch {
+		case errors.Is(err, ErrOtherHistory):
+			release()
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor,
+				field+" is from another history of the database (it was restored or failed over): connect without it and load the feed").On(field))
+			return nil, false
+		case err != nil:
+			release()
+			w.Header().Set("Retry-After", "1")
+			problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "the stream cannot check the cursor now; reconnect"))
+			return nil, false
+		}
+	}
+	return release, true
+}
+
+// start registers s and serves it: read runs its read loop, and the resume
+// after the cursor runs under the hub's loops, so that Shutdown cancels it
+// and waits for it. Once Shutdown has begun no socket registers: s is told
+// to go away and closed.
+func (h *Hub) start(s *socket, after *Cursor, read func()) {
 	if !h.add(s) {
-		_ = conn.SetWriteDeadline(h.deadline(h.cfg.WriteTimeout))
-		_, _ = conn.Write(closeFrame(ws.StatusGoingAway, "server shutting down; reconnect").bytes)
-		_ = conn.Close()
+		s.writeNow(closeFrame(ws.StatusGoingAway, "server shutting down; reconnect"))
+		_ = s.conn.Close()
 		return
 	}
-	go s.read(early)
-	// Ready returned true: the reader has set serving. The resume runs
-	// under the hub's loops, so Shutdown cancels it and waits for it; once
-	// Shutdown has begun it has closed the socket, and no resume starts.
+	go read()
+	// Ready returned true: the reader has set serving.
 	h.svc.Go(h.serving, func(ctx context.Context) { h.resume(ctx, s, after) })
 }
 
@@ -124,7 +150,7 @@ func handshakeProblem(r *http.Request) *problem.Problem {
 	}
 	switch {
 	case !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") || !headerHasToken(r.Header.Values("Connection"), "upgrade"):
-		return bad(http.StatusUpgradeRequired, "GET /v1/stream is a WebSocket: send Upgrade: websocket and Connection: Upgrade")
+		return bad(http.StatusUpgradeRequired, "GET /v1/stream is a WebSocket: send Upgrade: websocket and Connection: Upgrade; or, for an event stream, Accept: text/event-stream")
 	case r.Header.Get("Sec-WebSocket-Version") != "13":
 		return bad(http.StatusUpgradeRequired, "Sec-WebSocket-Version must be 13")
 	case len(r.Header.Get("Sec-WebSocket-Key")) != 24:

@@ -21,13 +21,24 @@ const maxClientFrame = 4 << 10
 
 var slots atomic.Uint32
 
-// socket is one client's WebSocket. It holds no goroutine while idle but the
-// one blocked reading the connection; a writer runs only while frames wait.
+// transport is how a socket frames what it writes, and what it reads.
+type transport uint8
+
+const (
+	transportWebSocket transport = iota
+	transportSSE                 // an event stream (text/event-stream) over HTTP/1.1
+)
+
+// socket is one client's stream: a WebSocket, or an event stream on a
+// connection taken over from the HTTP server. It holds no goroutine while
+// idle but the one blocked reading the connection; a writer runs only while
+// frames wait.
 type socket struct {
-	hub  *Hub
-	conn net.Conn
-	user string
-	slot uint32 // which tick of the ping loop pings it
+	hub       *Hub
+	conn      net.Conn
+	user      string
+	transport transport
+	slot      uint32 // which tick of the ping loop pings it
 
 	mu       sync.Mutex
 	queue    []frame
@@ -45,8 +56,32 @@ type socket struct {
 	room     chan struct{}
 }
 
-func newSocket(h *Hub, conn net.Conn, user string) *socket {
-	return &socket{hub: h, conn: conn, user: user, slot: slots.Add(1), resuming: true, room: make(chan struct{}, 1)}
+func newSocket(h *Hub, conn net.Conn, user string, t transport) *socket {
+	return &socket{hub: h, conn: conn, user: user, transport: t, slot: slots.Add(1), resuming: true, room: make(chan struct{}, 1)}
+}
+
+// size is the length of f as the socket writes it.
+func (s *socket) size(f frame) int {
+	if s.transport == transportSSE {
+		return sseSize(f)
+	}
+	return len(f.bytes)
+}
+
+// appendFrame appends f as the socket writes it.
+func (s *socket) appendFrame(bufs net.Buffers, f frame) net.Buffers {
+	if s.transport == transportSSE {
+		return appendSSE(bufs, f)
+	}
+	return append(bufs, f.bytes)
+}
+
+// writeNow writes f at once, bounded by the write timeout: the close of a
+// socket that could not be registered.
+func (s *socket) writeNow(f frame) {
+	bufs := s.appendFrame(nil, f)
+	_ = s.conn.SetWriteDeadline(s.hub.deadline(s.hub.cfg.WriteTimeout))
+	_, _ = bufs.WriteTo(s.conn)
 }
 
 // offer takes a live frame from the reader: held while the socket resumes,
@@ -77,7 +112,7 @@ func (s *socket) queueLiveLocked(f frame) {
 		if !s.last.Less(f.pos) || s.behind {
 			return // sent by the resume already, or the catch-up sends it
 		}
-		if len(s.queue) >= s.hub.cfg.QueueFrames || s.queued+len(f.bytes) > s.hub.cfg.QueueBytes && len(s.queue) > 0 {
+		if len(s.queue) >= s.hub.cfg.QueueFrames || s.queued+s.size(f) > s.hub.cfg.QueueBytes && len(s.queue) > 0 {
 			// A burst larger than the queue: the socket catches up from
 			// Postgres once what is queued is written, at the pace it
 			// reads. Only a peer that stops reading is closed (the
@@ -126,12 +161,12 @@ func (s *socket) enqueueLocked(f frame) {
 	if f.kind == kindPing || f.kind == kindPong {
 		spare = 16
 	}
-	if len(s.queue) >= s.hub.cfg.QueueFrames+spare || s.queued+len(f.bytes) > s.hub.cfg.QueueBytes+spare*256 && len(s.queue) > 0 {
+	if len(s.queue) >= s.hub.cfg.QueueFrames+spare || s.queued+s.size(f) > s.hub.cfg.QueueBytes+spare*256 && len(s.queue) > 0 {
 		s.tooSlowLocked()
 		return
 	}
 	s.queue = append(s.queue, f)
-	s.queued += len(f.bytes)
+	s.queued += s.size(f)
 	s.startWriterLocked()
 }
 
@@ -148,7 +183,7 @@ func (s *socket) resumed(ctx context.Context, f frame) bool {
 		if len(s.queue) < s.hub.cfg.QueueFrames/2 && s.queued < s.hub.cfg.QueueBytes/2 {
 			s.last, s.lastAt = f.pos, f.createdAt
 			s.queue = append(s.queue, f)
-			s.queued += len(f.bytes)
+			s.queued += s.size(f)
 			s.startWriterLocked()
 			s.mu.Unlock()
 			return true
@@ -170,13 +205,14 @@ func (s *socket) resumed(ctx context.Context, f frame) bool {
 // endResume sends ready with the cursor the resume ended at (none after a
 // catch-up), then the live frames held meanwhile that come after it.
 func (s *socket) endResume(end Cursor) {
-	var ready []byte
+	var ready frame
 	var err error
 	s.mu.Lock()
 	catchUp := s.catching
 	s.mu.Unlock()
 	if !catchUp {
-		ready, err = textFrame(readyMessage{Type: "ready", Cursor: end.String()})
+		cursor := end.String()
+		ready, err = textFrame(kindReady, readyMessage{Type: "ready", Cursor: cursor}, cursor)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -192,7 +228,7 @@ func (s *socket) endResume(end Cursor) {
 		s.last, s.lastAt = end.Position, end.At
 	}
 	if !catchUp {
-		s.enqueueLocked(frame{kind: kindReady, bytes: ready})
+		s.enqueueLocked(ready)
 	}
 	held := s.held
 	s.held = nil
@@ -232,7 +268,7 @@ func (s *socket) closeLocked(code ws.StatusCode, reason string) {
 	s.closing, s.held = true, nil
 	// What waits is dropped: the app resumes from the last frame it got.
 	f := closeFrame(code, reason)
-	s.queue, s.queued = []frame{f}, len(f.bytes)
+	s.queue, s.queued = []frame{f}, s.size(f)
 	s.startWriterLocked()
 }
 
@@ -273,7 +309,7 @@ func (s *socket) write() {
 		bufs = bufs[:0]
 		closed := false
 		for _, f := range batch {
-			bufs = append(bufs, f.bytes)
+			bufs = s.appendFrame(bufs, f)
 			closed = closed || f.kind == kindClose
 		}
 		_ = s.conn.SetWriteDeadline(s.hub.deadline(s.hub.cfg.WriteTimeout))
@@ -375,5 +411,23 @@ func (s *socket) read(buffered []byte) {
 			closing = true
 			return
 		}
+	}
+}
+
+// readSSE waits for the client of an event stream to close its connection.
+// The client sends nothing after its request: bytes it sends anyway are read
+// and dropped, and past maxClientFrame of them the stream is dropped. There
+// is no read deadline: a client that is gone is found by a write failing or
+// timing out (a ping each interval), since an event stream has no pong.
+func (s *socket) readSSE(buffered int) {
+	defer s.drop()
+	_ = s.conn.SetReadDeadline(time.Time{})
+	var buf [512]byte
+	for n := buffered; n <= maxClientFrame; {
+		m, err := s.conn.Read(buf[:])
+		if err != nil {
+			return
+		}
+		n += m
 	}
 }

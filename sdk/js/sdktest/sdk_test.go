@@ -166,6 +166,8 @@ const packedApp = `import {
 } from "@spoolcast/client";
 
 const client = new SpoolcastClient({ baseUrl: "http://127.0.0.1:9", token: async () => "token", transport: "sse" });
+// A browser's WebSocket class is one the client takes.
+export const browser = () => new SpoolcastClient({ baseUrl: "https://api.example.com", token: () => "t", WebSocket, transport: "auto", appVersion: "1.4.2" });
 export async function page(): Promise<Notification[]> {
   const p: Page = await client.notifications.list({ limit: 20, cursor: null });
   return p.hasMore ? p.data : [];

@@ -257,6 +257,7 @@ export class Stream implements Subscription {
   private frame(f: Frame, transport: TransportName, resumed: boolean): void {
     switch (f.type) {
       case "notification": {
+        if (typeof f.cursor !== "string" || typeof f.data?.id !== "string") return; // not a frame this SDK knows
         this.cursor = f.cursor;
         const id = f.data.id;
         if (this.ids.has(id)) return;
@@ -267,6 +268,7 @@ export class Stream implements Subscription {
         return;
       }
       case "ready": {
+        if (typeof f.cursor !== "string") return;
         this.cursor = f.cursor;
         this.connectedAt = Date.now();
         if (transport === "websocket") {

@@ -98,7 +98,9 @@ var successCodes = map[string][]string{
 	"DELETE /v1/devices/:token":       {"204"},
 	"POST /v1/notifications/:id/read": {"204"},
 	"POST /internal/v1/events":        {"202"},
-	"GET /v1/stream":                  {"101"},
+	"GET /v1/stream":                  {"101"}, // a WebSocket; an event stream is 200
+	"POST /v1/stream/tickets":         {"201"},
+	"POST /v1/stream/seen":            {"204"},
 }
 
 // initSeries creates the route's series at 0: its duration, and its request

@@ -197,6 +197,8 @@ type Server struct {
 	replica *replicaMonitor
 	// positions are this replica's users' last writes (read-your-writes).
 	positions *writePositions
+	// tickets open event streams for browsers' EventSources.
+	tickets *live.Tickets
 	// schemaReady is set once SchemaReady has passed: a schema does not go
 	// back, so it is not asked again.
 	schemaReady atomic.Bool
@@ -252,6 +254,11 @@ func New(cfg Config) (*Server, error) {
 	// A write's position is carried for the lag a replica may have and
 	// serve reads, and two measuring intervals: past that, a replica that
 	// serves reads has replayed it.
+	var liveMetrics *live.Metrics
+	if cfg.Live != nil {
+		liveMetrics = cfg.Live.Metrics()
+	}
+	s.tickets = live.NewTickets(cfg.DB, cfg.Clock, liveMetrics)
 	s.positions = newWritePositions(cfg.MaxReplicaLag+2*cfg.ReplicaProbeInterval, cfg.RecentWriters, cfg.Clock)
 	if cfg.PrepareFeedReads != nil {
 		s.feed = s.feed.WithPreparedReads(cfg.PrepareFeedReads)
@@ -333,6 +340,9 @@ func (s *Server) routeAll() {
 	const stream = http.MethodGet + " /v1/stream"
 	s.routes = append(s.routes, Route{Method: http.MethodGet, Path: "/v1/stream"})
 	s.router.Handler(http.MethodGet, "/v1/stream", s.metrics.instrument(stream, apiversion.RequireApp(s.cfg.MinAppVersion, http.HandlerFunc(s.stream))))
+	// What an event stream's app cannot send on its stream.
+	s.handleUser(http.MethodPost, "/v1/stream/tickets", user, s.createStreamTicket)
+	s.handleUser(http.MethodPost, "/v1/stream/seen", user, s.streamSeen)
 }
 
 // ready is nil while Postgres answers as a primary. A read-only answer (a

@@ -28,6 +28,7 @@ import (
 	"github.com/spoolcast/spoolcast/central"
 	"github.com/spoolcast/spoolcast/docs"
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/oidctest"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
@@ -50,6 +51,7 @@ type harness struct {
 	pool   *pgxpool.Pool
 	iss    *oidctest.Issuer
 	server *central.Server
+	hub    *live.Hub // with options.live
 	spec   *openapi3.T
 	router routers.Router
 }
@@ -72,6 +74,8 @@ type options struct {
 	webPushAllowPrivate  bool   // WebPushAllowPrivate
 	userRate             string // UserLimit's rate (--rate-limit-user); empty: none
 	maxSocketsPerUser    int    // the hub's MaxSocketsPerUser; 0: its default
+	presence             bool   // the hub records presence and seen positions
+	clock                clock.Clock
 }
 
 func newHarness(t *testing.T, o options) *harness {
@@ -109,7 +113,7 @@ func newHarness(t *testing.T, o options) *harness {
 		cfg.Webhooks = webhook.NewStore(webhook.StoreConfig{DB: pool, AllowPrivate: true})
 	}
 	if o.live {
-		hub, err := live.New(live.Config{DB: pool, MaxSocketsPerUser: o.maxSocketsPerUser, Metrics: live.NewMetrics(cfg.Registry), Logger: logger})
+		hub, err := live.New(live.Config{DB: pool, MaxSocketsPerUser: o.maxSocketsPerUser, Presence: o.presence, Metrics: live.NewMetrics(cfg.Registry), Logger: logger})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,6 +126,7 @@ func newHarness(t *testing.T, o options) *harness {
 		testsignal.Eventually(t, "the hub to become ready", 10*time.Second, hub.Ready)
 		cfg.Live = hub
 	}
+	cfg.Clock = o.clock
 	if o.minAppVersion != "" {
 		cfg.MinAppVersion, _ = apiversion.ParseAppVersion(o.minAppVersion)
 	}
@@ -142,7 +147,7 @@ func newHarness(t *testing.T, o options) *harness {
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	spec, router := loadSpec(t)
-	return &harness{t: t, url: ts.URL, pool: pool, iss: iss, server: srv, spec: spec, router: router}
+	return &harness{t: t, url: ts.URL, pool: pool, iss: iss, server: srv, hub: cfg.Live, spec: spec, router: router}
 }
 
 func loadSpec(t testing.TB) (*openapi3.T, routers.Router) {

@@ -2,19 +2,23 @@ package central
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/problem"
+	"github.com/spoolcast/spoolcast/live"
 )
 
-// stream is GET /v1/stream: the token is checked before the upgrade, and a
-// refusal is a plain HTTP answer that closes the connection (the upgrade
-// writes its own headers, so Connection: close reaches refusals alone).
-// Neither the answer nor the log ever repeats the token.
+// stream is GET /v1/stream, a WebSocket or an event stream: the token (or
+// an event stream's ticket) is checked before the upgrade, and a refusal is
+// a plain HTTP answer that closes the connection (the upgrade writes its own
+// headers, so Connection: close reaches refusals alone). Neither the answer
+// nor the log ever repeats the token or the ticket.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Connection", "close")
 	if s.cfg.Live == nil {
@@ -26,20 +30,38 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 			"this origin may not open the stream; the server's --allowed-origins lists those that may"))
 		return
 	}
-	u, err := s.cfg.Users.AuthorizeWebSocket(r)
+	sse := live.WantsEventStream(r)
+	var u auth.User
+	var err error
+	if sse {
+		u, err = s.authorizeEventStream(r)
+	} else {
+		u, err = s.cfg.Users.AuthorizeWebSocket(r)
+	}
+	if errors.Is(err, errTicketStore) {
+		// The tickets' store failed: not the client's fault.
+		s.dbLog.Do(func(suppressed int64) {
+			s.log.Error("Postgres failed: redeem a stream ticket", "err", err, "suppressed", suppressed)
+		})
+		w.Header().Set("Retry-After", "1")
+		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "the stream cannot check the ticket now; reconnect with a new one"))
+		return
+	}
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", auth.Challenge(err))
 		if !s.allowFailedAuth(w, r) {
 			return
 		}
-	}
-	if err != nil {
 		s.cfg.Live.Metrics().AuthFailed()
 		reason := auth.Reason(err)
 		s.refused(r, reason)
-		w.Header().Set("WWW-Authenticate", auth.Challenge(err))
 		detail := reason
-		if errors.Is(err, auth.ErrNoToken) {
+		switch {
+		case errors.Is(err, live.ErrTicket):
+			detail = "the ticket was used, has expired, or was never issued: each connection needs a new one (POST /v1/stream/tickets)"
+		case sse && errors.Is(err, auth.ErrNoToken):
+			detail = "send Authorization: Bearer <token>, or (a browser's EventSource) ?ticket= from POST /v1/stream/tickets"
+		case errors.Is(err, auth.ErrNoToken):
 			detail = "send the token as Sec-WebSocket-Protocol: " + auth.WebSocketProtocol + ", <token>"
 		}
 		problem.Write(w, r, problem.New(http.StatusUnauthorized, problem.Unauthorized, detail))
@@ -49,7 +71,32 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.cfg.Live.Serve(w, r, u.ID)
+	if rec, ok := w.(*httpapi.Recorder); ok && sse && rec.Status == http.StatusSwitchingProtocols {
+		rec.Status = http.StatusOK // the event stream took the connection over to answer 200 on it
+	}
 }
+
+// authorizeEventStream checks an event stream's caller: the bearer token
+// when Authorization is sent, else the one-use ticket in ?ticket= (a
+// browser's EventSource, which cannot send headers).
+func (s *Server) authorizeEventStream(r *http.Request) (auth.User, error) {
+	if r.Header.Get("Authorization") != "" || !r.URL.Query().Has("ticket") {
+		return s.cfg.Users.Authorize(r, "")
+	}
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	user, err := s.tickets.Redeem(ctx, r.URL.Query().Get("ticket"))
+	if errors.Is(err, live.ErrTicket) {
+		return auth.User{}, fmt.Errorf("%w: %w", auth.ErrBadToken, err)
+	}
+	if err != nil {
+		return auth.User{}, fmt.Errorf("%w: %w", errTicketStore, err)
+	}
+	return auth.User{ID: user}, nil
+}
+
+// errTicketStore: the tickets' store failed (answer 503).
+var errTicketStore = errors.New("stream tickets unavailable")
 
 // originAllowed admits handshakes without Origin (native apps), from the
 // server's own host, and from the configured origins.

@@ -66,7 +66,7 @@ func built(t *testing.T) (node string) {
 func runNode(t *testing.T, node, pkg string, env ...string) {
 	t.Helper()
 	dir := filepath.Join(sdkDir, "packages", pkg)
-	cmd := exec.Command(node, "--test", "--test-concurrency=1", "--test-reporter=spec", "--enable-source-maps", "dist-test/")
+	cmd := exec.Command(node, "--test", "--test-concurrency=1", "--test-timeout=120000", "--test-reporter=spec", "--enable-source-maps", "dist-test/")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()

@@ -516,3 +516,31 @@ func TestAnEventStreamCountsAsPresentAndSeenMovesItsPosition(t *testing.T) {
 	c.Close()
 	testsignal.Eventually(t, "u1's presence to be removed with its stream", 10*time.Second, func() bool { return !present() })
 }
+
+// A burst larger than an event stream's queue catches up from Postgres, as
+// a WebSocket's does: every notification once, in order, and the stream
+// stays open.
+func TestABurstLargerThanAnEventStreamsQueueCatchesUpInsteadOfClosing(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, func(c *live.Config) { c.QueueFrames = 16 })
+	c := s.sse("u1", sseclient.Options{})
+	s.ready(c)
+	const n = 300
+	for lo := 0; lo < n; lo += 100 {
+		s.ingest(s.pool, items(t, fmt.Sprintf("burst%d", lo/100), "u1", 100))
+	}
+	got := next(t, c, "notification", n)
+	seen := map[string]bool{}
+	for _, title := range titles(t, got) {
+		if seen[title] {
+			t.Fatalf("%s twice", title)
+		}
+		seen[title] = true
+	}
+	assertInOrder(t, got)
+	if testutil.ToFloat64(s.metrics.SlowClosed()) != 0 || testutil.ToFloat64(s.metrics.CatchUps()) == 0 {
+		t.Errorf("slow closed %v, catch-ups %v; want the stream caught up, not closed",
+			testutil.ToFloat64(s.metrics.SlowClosed()), testutil.ToFloat64(s.metrics.CatchUps()))
+	}
+	quiet(t, c, 300*time.Millisecond)
+}

@@ -17,7 +17,8 @@ COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
 build:
 	$(GO) build -ldflags "-X main.buildVersion=$(VERSION) -X main.buildCommit=$(COMMIT)" -o $(BIN) ./cmd/spoolcast
 
-## test: vet, then every test with the race detector (installs PostgreSQL, PgBouncer and Chromium with apt-get when missing)
+## test: vet, then every test with the race detector, the JavaScript SDK's included (Node.js 20+ and npm; installs PostgreSQL, PgBouncer
+## and Chromium with apt-get when missing)
 test:
 	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql pgbouncer
 	@scripts/ensure-deps chromium
@@ -70,7 +71,7 @@ chaos-selfcheck:
 ## lint: go vet and gofmt must both be clean
 lint:
 	$(GO) vet ./...
-	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 ## bench: hot-path benchmarks, the relay load generator, the forwarder, feed-depth, feed-load (wrk), push and live stream benchmarks,
 ## then the relay against Redis, NATS JetStream and Postgres (benchmarks/peers, a module of its own) with its plot

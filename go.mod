@@ -2,6 +2,9 @@ module github.com/spoolcast/spoolcast
 
 go 1.26.0
 
+// The JavaScript SDK's npm packages are not Go packages: ./... never walks them.
+ignore ./sdk/js/node_modules
+
 require (
 	github.com/MicahParks/jwkset v0.11.4
 	github.com/MicahParks/keyfunc/v3 v3.9.2

@@ -112,8 +112,9 @@ type Config struct {
 	// before its migration has run must not take traffic.
 	SchemaReady func(ctx context.Context) error
 	// AllowedOrigins are the browser origins (scheme://host[:port]) that may
-	// open /v1/stream; "*" allows any. A handshake without Origin (a native
-	// app) or from the server's own host is always allowed.
+	// call the API (CORS) and open /v1/stream; "*" allows any. A handshake
+	// without Origin (a native app) or from the server's own host is always
+	// allowed.
 	AllowedOrigins []string
 	// Inbox serves the web inbox at /inbox (package inbox).
 	Inbox bool
@@ -272,7 +273,7 @@ func New(cfg Config) (*Server, error) {
 		s.replica.Start(context.Background())
 	}
 	s.routeAll()
-	s.handler = httpapi.Answered(s.router, log)
+	s.handler = s.withCORS(httpapi.Answered(s.router, log))
 	return s, nil
 }
 

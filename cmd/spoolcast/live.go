@@ -21,7 +21,7 @@ type liveFlags struct {
 
 func (l *liveFlags) register(fs *flag.FlagSet) {
 	l.queueBytes = 1 << 20
-	fs.Var(&l.allowedOrigins, "allowed-origins", "browser origins that may open /v1/stream, comma-separated (https://app.example.com), or * for any; native apps (no Origin) and central's own host always may")
+	fs.Var(&l.allowedOrigins, "allowed-origins", "browser origins that may call the API from their pages (CORS, without cookies) and open /v1/stream, comma-separated (https://app.example.com), or * for any; native apps (no Origin) and central's own host always may")
 	fs.DurationVar(&l.pollInterval, "live-poll-interval", 500*time.Millisecond, "how often the live stream reads new notifications without a wake-up: the longest a lost wake-up delays a frame")
 	fs.DurationVar(&l.pingInterval, "ws-ping-interval", 30*time.Second, "how often each stream socket is pinged; a socket silent for two intervals is dropped")
 	fs.IntVar(&l.maxPerUser, "max-sockets-per-user", 16, "most stream sockets one user may hold on this replica; the next handshake is answered 429 with Retry-After before the upgrade (an app needs one; a few tabs or devices a few; 0 is the default)")

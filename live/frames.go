@@ -97,6 +97,20 @@ func textFrame(kind frameKind, v any, cursor string) (frame, error) {
 	return f, nil
 }
 
+// appPong answers an app's {"type":"ping"}: browsers and React Native hide
+// the WebSocket's own pings from the app, so an app that wants to know its
+// socket still reaches the server asks with a text frame and times the
+// answer (a half-open connection otherwise looks open for many minutes).
+var appPong = frame{kind: kindPong, bytes: wsFrame(ws.OpText, []byte(`{"type":"pong"}`))}
+
+// isAppPing reports whether an app's text frame is {"type":"ping"}.
+func isAppPing(msg []byte) bool {
+	var m struct {
+		Type string `json:"type"`
+	}
+	return len(msg) < 64 && json.Unmarshal(msg, &m) == nil && m.Type == "ping"
+}
+
 // wsFrame is a whole unmasked frame (server to client) of one fragment.
 func wsFrame(op ws.OpCode, payload []byte) []byte {
 	h := ws.Header{Fin: true, OpCode: op, Length: int64(len(payload))}

@@ -67,3 +67,22 @@ func TestAStreamRecordsItsUsersPresenceAndHowFarTheyHaveSeen(t *testing.T) {
 	laptop.Close()
 	testsignal.Eventually(t, "u1's presence to be removed", 10*time.Second, func() bool { return present("u1") == 0 })
 }
+
+// An app asks whether its socket still reaches the server with a text
+// {"type":"ping"} (browsers hide the WebSocket's own pings from it) and is
+// answered {"type":"pong"}, in order with the frames around it, whether the
+// hub records presence or not.
+func TestAnAppsPingIsAnsweredWithAPong(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, nil)
+	app := s.dial("u1", "")
+	s.ready(app)
+	if err := app.SendText([]byte(`{"type":"ping"}`)); err != nil {
+		t.Fatal(err)
+	}
+	next(t, app, "pong", 1)
+	s.ingest(s.pool, items(t, "after-pong", "u1", 1))
+	next(t, app, "notification", 1)
+	_ = app.SendText([]byte(`{"type":"ping","extra":1}`))
+	next(t, app, "pong", 1)
+}

@@ -357,8 +357,9 @@ func (s *socket) drop() {
 }
 
 // read reads what the client sends: pongs and pings keep the socket alive, a
-// close frame closes it, a seen message (one text frame) moves the user's
-// seen position when the hub records presence, anything else is discarded. A client silent for two
+// close frame closes it, an app's {"type":"ping"} is answered
+// {"type":"pong"}, a seen message (one text frame) moves the user's seen
+// position when the hub records presence, anything else is discarded. A client silent for two
 // ping intervals is gone. buffered holds bytes the handshake read ahead.
 func (s *socket) read(buffered []byte) {
 	closing := false // a close frame is queued: the writer closes the connection after it
@@ -384,7 +385,7 @@ func (s *socket) read(buffered []byte) {
 			return
 		}
 		if !h.OpCode.IsControl() {
-			if h.OpCode != ws.OpText || !h.Fin || s.hub.presence == nil {
+			if h.OpCode != ws.OpText || !h.Fin {
 				if _, err := io.CopyN(io.Discard, r, h.Length); err != nil {
 					return
 				}
@@ -395,7 +396,12 @@ func (s *socket) read(buffered []byte) {
 				return
 			}
 			ws.Cipher(msg, h.Mask, 0)
-			s.hub.clientMessage(s.user, msg)
+			switch {
+			case isAppPing(msg):
+				s.enqueue(appPong)
+			case s.hub.presence != nil:
+				s.hub.clientMessage(s.user, msg)
+			}
 			continue
 		}
 		p := payload[:h.Length]

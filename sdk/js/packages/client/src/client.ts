@@ -53,7 +53,10 @@ export interface SpoolcastClientOptions {
   platform?: "ios" | "android";
   /** Reconnection backoff, in ms: full jitter between 0 and min·2^attempt, capped at max. Defaults 500 and 20,000. */
   reconnect?: { minDelay?: number; maxDelay?: number };
-  /** Server-sent events: reconnect after this long without a byte (ms; the server sends heartbeats). Default 75,000; 0: never. */
+  /**
+   * Reconnect after this long without a frame (ms): an event stream gets the server's heartbeats; a WebSocket
+   * quiet for a third of it asks the server for a pong. Default 75,000; 0: never.
+   */
   idleTimeout?: number;
 }
 

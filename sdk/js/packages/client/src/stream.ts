@@ -246,7 +246,7 @@ export class Stream implements Subscription {
       end: (e: End) => gen === this.gen && void this.end(gen, e, transport, token),
     };
     if (transport === "websocket") {
-      this.conn = openWebSocket(this.host.WebSocket!, url.replace(/^http/, "ws") + (cursor ? "?after=" + encodeURIComponent(cursor) : ""), token, sink);
+      this.conn = openWebSocket(this.host.WebSocket!, url.replace(/^http/, "ws") + (cursor ? "?after=" + encodeURIComponent(cursor) : ""), token, sink, this.host.idleTimeout);
     } else {
       const headers = this.host.headers(token);
       if (cursor) headers["Last-Event-ID"] = cursor;

@@ -66,8 +66,17 @@ function parse(text: unknown): Frame | undefined {
   }
 }
 
-/** openWebSocket connects to url with the token as a subprotocol. @internal */
-export function openWebSocket(WS: WebSocketConstructor, url: string, token: string, sink: Sink): Connection {
+/** The text frame that asks the server for a `{"type":"pong"}`. */
+const PING = '{"type":"ping"}';
+
+/**
+ * openWebSocket connects to url with the token as a subprotocol. A socket
+ * quiet for a third of idleTimeout asks the server for a pong (browsers and
+ * React Native hide the server's own pings); one quiet for all of it is
+ * half-open (a laptop that slept, a network that changed) and ends as a drop,
+ * code 1006. idleTimeout 0: never. @internal
+ */
+export function openWebSocket(WS: WebSocketConstructor, url: string, token: string, sink: Sink, idleTimeout = 0): Connection {
   let ws: WebSocketLike;
   try {
     ws = new WS(url, [PROTOCOL, token]);
@@ -78,16 +87,36 @@ export function openWebSocket(WS: WebSocketConstructor, url: string, token: stri
   }
   let opened = false;
   let ended = false;
+  let ping: ReturnType<typeof setTimeout> | undefined;
+  let idle: ReturnType<typeof setTimeout> | undefined;
+  const quiet = () => {
+    clearTimeout(ping);
+    clearTimeout(idle);
+    if (idleTimeout <= 0 || ended) return;
+    ping = setTimeout(() => ws.readyState === 1 && ws.send(PING), idleTimeout / 3);
+    idle = setTimeout(() => {
+      end({ opened, code: 1006, reason: "no frame for " + idleTimeout + " ms" });
+      try {
+        ws.close();
+      } catch {
+        // already closing
+      }
+    }, idleTimeout);
+  };
   const end = (e: End) => {
     if (!ended) {
       ended = true;
+      clearTimeout(ping);
+      clearTimeout(idle);
       sink.end(e);
     }
   };
   ws.onopen = () => {
     opened = true;
+    quiet();
   };
   ws.onmessage = (event: { data: unknown }) => {
+    quiet();
     const frame = parse(event.data);
     if (frame && !ended) sink.frame(frame);
   };
@@ -102,6 +131,8 @@ export function openWebSocket(WS: WebSocketConstructor, url: string, token: stri
     },
     close() {
       ended = true;
+      clearTimeout(ping);
+      clearTimeout(idle);
       try {
         ws.close(1000);
       } catch {

@@ -8,5 +8,8 @@
 // new connection to a live one (the app's one address), a third replica
 // with a low --rate-limit-user, and a control server the Node tests call to
 // mint tokens, post events, stop, kill and start replicas, and make the
-// proxy drop connections or refuse WebSocket upgrades.
+// proxy drop connections or refuse WebSocket upgrades. The React hooks'
+// tests render them in a DOM (happy-dom) against another such rig; the
+// packed tarballs are installed into an empty project, where the hooks,
+// the client and every ts and tsx block of docs/apps.md must type-check.
 package sdktest

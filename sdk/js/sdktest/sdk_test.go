@@ -110,98 +110,23 @@ func TestTheClientKeepsItsPromisesAgainstRealReplicas(t *testing.T) {
 	)
 }
 
-// `npm pack` makes a tarball that installs into an empty project, where it
-// imports and runs, and its types check under tsc --strict.
-func TestThePackedClientInstallsIntoAnEmptyProject(t *testing.T) {
+// The React hooks (@spoolcast/react) rendered in a DOM with Testing Library
+// against two real replicas behind one address and a third to post through
+// while they are down: the first page, a live arrival at the top once,
+// loadMore, marks shown at once and put back when refused, another
+// session's reads through the stream, one subscription under StrictMode,
+// a refused cursor reloading the first page, and a restart of every
+// replica with notifications posted meanwhile, each rendered once, in order.
+func TestTheReactHooksKeepThePromiseOnScreenAgainstRealReplicas(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs npm and node")
+		t.Skip("runs npm, three central processes and node")
 	}
 	node := built(t)
-	packs := t.TempDir()
-	out := npm(t, filepath.Join(sdkDir, "packages", "client"), "pack", "--pack-destination", packs)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	tarball := filepath.Join(packs, strings.TrimSpace(lines[len(lines)-1]))
-	if _, err := os.Stat(tarball); err != nil {
-		t.Fatalf("npm pack printed %q: %v", out, err)
-	}
-	app := t.TempDir()
-	write := func(name, text string) {
-		if err := os.WriteFile(filepath.Join(app, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("package.json", `{"name":"empty-app","private":true,"type":"module"}`)
-	// --offline: the client has no dependency, so nothing but the tarball is installed.
-	npm(t, app, "install", "--offline", "--no-package-lock", tarball)
-	write("app.ts", packedApp)
-	write("run.mjs", packedRun)
-	tsc, err := filepath.Abs(filepath.Join(sdkDir, "node_modules", "typescript", "bin", "tsc"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(node, tsc, "--strict", "--noEmit", "--target", "es2022", "--module", "nodenext",
-		"--lib", "es2022,dom", "app.ts")
-	cmd.Dir = app
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("tsc --strict on an app using the packed client: %v\n%s", err, out)
-	}
-	cmd = exec.Command(node, "run.mjs")
-	cmd.Dir = app
-	out2, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out2)) != "ok" {
-		t.Fatalf("node run.mjs: %v\n%s", err, out2)
-	}
-	files := npm(t, filepath.Join(app, "node_modules", "@spoolcast", "client"), "pack", "--dry-run", "--json")
-	for _, unwanted := range []string{"src/", "test/", "dist-test", "tsconfig"} {
-		if strings.Contains(files, unwanted) {
-			t.Errorf("the tarball holds %s:\n%s", unwanted, files)
-		}
-	}
+	r := newRig(t, pgtest.DB(t))
+	control := r.serveControl()
+	runNode(t, node, "react",
+		"SPOOLCAST_SDK_CONTROL="+control,
+		"SPOOLCAST_SDK_BASE="+r.proxy.URL(),
+		"SPOOLCAST_SDK_LIMITED=http://"+r.limited.addr,
+	)
 }
-
-// packedApp uses the public surface as an app would; tsc must accept it.
-const packedApp = `import {
-  SpoolcastClient, RateLimitedError, InvalidCursorError, SpoolcastError,
-  type Notification, type StreamStatus, type Subscription, type Page, type Preferences, type Device, type ResetInfo,
-} from "@spoolcast/client";
-
-const client = new SpoolcastClient({ baseUrl: "http://127.0.0.1:9", token: async () => "token", transport: "sse" });
-// A browser's WebSocket class is one the client takes.
-export const browser = () => new SpoolcastClient({ baseUrl: "https://api.example.com", token: () => "t", WebSocket, transport: "auto", appVersion: "1.4.2" });
-export async function page(): Promise<Notification[]> {
-  const p: Page = await client.notifications.list({ limit: 20, cursor: null });
-  return p.hasMore ? p.data : [];
-}
-export async function rest(): Promise<number> {
-  await client.notifications.markRead("id");
-  const { readThrough } = await client.notifications.markAllRead();
-  const prefs: Preferences = await client.preferences.update({ quietHours: null, categories: { sdk: { push: false } } });
-  const device: Device = await client.devices.registerExpo("ExponentPushToken[x]", "ios");
-  return (await client.notifications.unreadCount()).count + (readThrough ? 1 : 0) + Object.keys(prefs.categories).length + (device.enabled ? 1 : 0);
-}
-const sub: Subscription = client.subscribe({
-  cursor: null,
-  onNotification(n: Notification, info: { cursor: string }) { void n.createdAt.length; void info.cursor; },
-  onStatus(s: StreamStatus) { if (s.state === "connected" && !s.resumed) void page(); },
-  onReset(r: ResetInfo) { void r.cursor; },
-});
-export function classify(err: unknown): number {
-  if (err instanceof RateLimitedError) return err.retryAfter ?? 0;
-  if (err instanceof InvalidCursorError) return -1;
-  return err instanceof SpoolcastError ? err.status : 0;
-}
-sub.close();
-client.close();
-`
-
-// packedRun imports the installed package and uses it without a server.
-const packedRun = `import { SpoolcastClient, RateLimitedError, ClientClosedError } from "@spoolcast/client";
-const client = new SpoolcastClient({ baseUrl: "http://127.0.0.1:9", token: () => "t", transport: "sse" });
-const statuses = [];
-const sub = client.subscribe({ onNotification() {}, onStatus: (s) => statuses.push(s.state) });
-sub.close();
-client.close();
-const closed = await client.notifications.list().catch((e) => e);
-const ok = closed instanceof ClientClosedError && new RateLimitedError("x", { code: "rate-limited" }) instanceof Error && statuses.at(-1) === "disconnected";
-console.log(ok ? "ok" : JSON.stringify({ statuses, closed: String(closed) }));
-`

@@ -1,0 +1,7 @@
+// @spoolcast/react: hooks over @spoolcast/client, a thin layer sharing one
+// live subscription per provider. React is a peer dependency; nothing here
+// uses the DOM, so it runs under React Native too. See README.md.
+
+export { SpoolcastProvider, useNotifications, useUnreadCount, useStreamStatus, useSpoolcastClient } from "./hooks.js";
+export type { SpoolcastProviderProps, NotificationsResult } from "./hooks.js";
+export type { FeedState, UnreadState } from "./store.js";

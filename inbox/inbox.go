@@ -1,8 +1,12 @@
 // Package inbox is a small web page served by central at /inbox: a user's
 // feed with infinite scroll, an unread badge, mark one or all read, and live
-// arrivals through /v1/stream, resumed after a dropped connection. It is
-// plain HTML, CSS and JavaScript embedded in the binary; its script,
-// static/inbox.js, is the reference client for app developers.
+// arrivals through /v1/stream, resumed after a dropped connection, and Web
+// Push in the browser. It is HTML, CSS and JavaScript embedded in the
+// binary. Its script, static/inbox.js, is built from src/inbox.ts on the
+// SDK's client, @spoolcast/client, by `make inbox` (build.mjs) and
+// committed, so that building spoolcast never needs Node; a test fails
+// when it differs from what its sources build. The page is the SDK's
+// living example for app developers (docs/apps.md).
 package inbox
 
 import (

@@ -419,3 +419,57 @@ func TestANotificationCommittedAfterReadAllArrivesUnread(t *testing.T) {
 		t.Errorf("unread page = %+v, %v; want the late one alone", page.Data, err)
 	}
 }
+
+// Behind a proxy that refuses WebSocket upgrades, the page (through the
+// SDK) finds the API answering and falls back to the same stream as
+// server-sent events: it goes live there, gets arrivals, and across a
+// restart of central gets what was posted meanwhile once each, resumed by
+// the event stream's cursor.
+func TestTheInboxFallsBackToServerSentEventsWhereUpgradesAreRefused(t *testing.T) {
+	s := startStack(t)
+	s.post("before", "Before the proxy")
+	target, _ := url.Parse("http://" + s.addr)
+	var refused, eventStreams atomic.Int32
+	forward := httputil.NewSingleHostReverseProxy(target)
+	forward.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		t.Logf("proxy: %s %s: %v", r.Method, r.URL.Path, err) // central is down for a while
+		w.WriteHeader(http.StatusBadGateway)
+	}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			refused.Add(1)
+			http.Error(w, "no upgrades past here", http.StatusForbidden)
+			return
+		}
+		if r.URL.Path == "/v1/stream" && strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+			eventStreams.Add(1)
+		}
+		forward.ServeHTTP(w, r) // flushes an event stream as it comes
+	}))
+	t.Cleanup(proxy.Close)
+
+	p := openBrowser(t)
+	if err := chromedp.Do(p.ctx, chromedp.Navigate(proxy.URL+"/inbox#token="+s.iss.Token("u1"))); err != nil {
+		t.Fatal(err)
+	}
+	const items = `[...document.querySelectorAll('#feed li .title')].map(e => e.textContent).join('|')`
+	p.wait("live", `document.getElementById('status').textContent === 'live'`)
+	p.wait("the feed", items+` === 'Before the proxy'`)
+	if n, m := refused.Load(), eventStreams.Load(); n < 3 || m != 1 {
+		t.Errorf("%d upgrades refused, %d event streams; want at least 3, then 1", n, m)
+	}
+	s.post("live", "Over server-sent events")
+	p.wait("a live arrival", items+` === 'Over server-sent events|Before the proxy'`)
+
+	s.central.Stop()
+	p.wait("the page noticing", `document.getElementById('status').textContent === 'reconnecting'`)
+	s.post("missed-1", "Missed while away 1")
+	s.post("missed-2", "Missed while away 2")
+	s.startCentral()
+	p.wait("the missed ones once each, live again", items+` === 'Missed while away 2|Missed while away 1|Over server-sent events|Before the proxy' && document.getElementById('status').textContent === 'live'`)
+	p.wait("the badge", `document.getElementById('badge').textContent === '4'`)
+	if m := eventStreams.Load(); m < 2 {
+		t.Errorf("%d event streams; want the resume to be one", m)
+	}
+	p.step = "done"
+}

@@ -112,7 +112,7 @@ test("a hook outside a <SpoolcastProvider> says where it must be", () => {
 });
 
 describe("the hooks against real replicas", { skip }, () => {
-  test("useNotifications shows the first page, a notification emitted now at the top once, and loadMore appends the next pages without duplicates", async (t) => {
+  test("useNotifications shows the first page, a notification emitted now at the top once, loadMore appends the next pages without duplicates, and markAllRead shows all read at once", async (t) => {
     const u = user("feed");
     await emit(u, ...range("p", 10, 34)); // 25, p10 the oldest
     const client = open(u);
@@ -138,6 +138,12 @@ describe("the hooks against real replicas", { skip }, () => {
     assert.ok(once(shown.titles()));
     await act(() => hook.current!.loadMore()); // nothing more: no change
     assert.equal(shown.titles().length, 26);
+
+    let all!: Promise<void>;
+    act(() => void (all = hook.current!.markAllRead()));
+    assert.deepEqual([shown.unread().length, shown.badge()], [0, "0"], "all read at once");
+    await act(() => all);
+    assert.equal((await client.notifications.unreadCount()).count, 0);
   });
 
   test("markRead shows the item read and the count lower at once, puts both back when refused, and another session's marks arrive through the stream", async (t) => {

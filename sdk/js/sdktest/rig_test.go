@@ -2,6 +2,7 @@ package sdktest
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -16,10 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/internal/oidctest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/live"
+	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
 // replica is one central process the rig can stop, kill and start again
@@ -35,6 +39,7 @@ type replica struct {
 // tokens and the service token of the internal ingress.
 type rig struct {
 	t       *testing.T
+	db      *pgxpool.Pool
 	iss     *oidctest.Issuer
 	service string
 	proxy   *proxy
@@ -66,7 +71,12 @@ func newRig(t *testing.T, dbURL string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, iss: iss, service: service}
+	db, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	r := &rig{t: t, db: db, iss: iss, service: service}
 	for range 2 {
 		addr := proctest.FreeAddr(t)
 		r.replicas = append(r.replicas, &replica{addr: addr, args: centralArgs(addr, dbURL, secretFile, iss, "--rate-limit-user", "200/s")})
@@ -191,6 +201,20 @@ func (r *rig) emit(user string, titles []string) error {
 	return nil
 }
 
+// emitTogether writes one notification per title for user in one
+// transaction, as ingest writes a batch: they share a created_at (the
+// transaction's start) and follow each other in id, which is how the feed
+// orders them; then it wakes the replicas' streams, as ingest does.
+func (r *rig) emitTogether(ctx context.Context, user string, titles []string) error {
+	if _, err := r.db.Exec(ctx, `INSERT INTO notifications (user_id, type, category, producer, idempotency_key, notification_key, title)
+		SELECT $1, 'sdk.test', 'sdk', 'sdktest', k, k, t
+		FROM unnest($2::text[]) WITH ORDINALITY AS x(t, i), LATERAL (SELECT 'together-' || gen_random_uuid() || i AS k) g
+		ORDER BY i`, user, titles); err != nil {
+		return fmt.Errorf("emit together: %w", err)
+	}
+	return ingest.WakeUp(ctx, r.db)
+}
+
 // token mints a token for user that expires ttl from now (negative: already).
 func (r *rig) token(user string, ttl time.Duration) string {
 	c := r.iss.Claims(user)
@@ -249,6 +273,9 @@ func (r *rig) control() http.Handler {
 	})
 	handle("POST /emit", func(*http.Request) (any, error) {
 		return map[string]int{"emitted": len(body.Titles)}, r.emit(body.User, body.Titles)
+	})
+	handle("POST /emit-together", func(req *http.Request) (any, error) {
+		return map[string]int{"emitted": len(body.Titles)}, r.emitTogether(req.Context(), body.User, body.Titles)
 	})
 	handle("POST /foreign-cursor", func(*http.Request) (any, error) {
 		return map[string]string{"cursor": foreignCursor()}, nil

@@ -60,31 +60,31 @@ function createdMicros(iso: string): number {
   return Date.parse(m[1]! + m[3]!) * 1000 + Number((m[2] ?? "").padEnd(6, "0").slice(0, 6));
 }
 
-/** newer tells whether a comes before b in the feed (newest first); ids break ties. */
-function newer(a: Notification, b: Notification): boolean {
-  const ta = createdMicros(a.createdAt);
-  const tb = createdMicros(b.createdAt);
-  return ta !== tb ? ta > tb : a.id > b.id;
-}
-
 /**
- * merge puts each notification not yet in items at its place in feed order.
+ * merge puts each notification not yet in items at its place in feed order,
+ * newest first by createdAt. A live notification is almost always the
+ * newest, but one whose transaction committed late goes below newer ones,
+ * as the feed lists it. Ties are common: a notification's createdAt is its
+ * ingest transaction's start, shared by a batch. The feed breaks them by
+ * the order of persistence, which the stream follows and pages show, so a
+ * live one goes above those of its time (it committed after them) and a
+ * page's go below (a page is newest first); ids, opaque, are never compared.
  * @internal
- * A live notification is almost always the newest, but one whose
- * transaction committed late goes below newer ones, as the feed lists it.
  */
-export function merge(items: readonly Notification[], more: readonly Notification[]): readonly Notification[] {
+export function merge(items: readonly Notification[], more: readonly Notification[], live: boolean): readonly Notification[] {
   const ids = new Set(items.map((n) => n.id));
   let out: Notification[] | undefined;
   for (const n of more) {
     if (ids.has(n.id)) continue;
     ids.add(n.id);
     out ??= items.slice();
+    const t = createdMicros(n.createdAt);
     let lo = 0;
     let hi = out.length;
     while (lo < hi) {
       const mid = (lo + hi) >> 1;
-      if (newer(out[mid]!, n)) lo = mid + 1;
+      const m = createdMicros(out[mid]!.createdAt);
+      if (m > t || (m === t && !live)) lo = mid + 1;
       else hi = mid;
     }
     out.splice(lo, 0, n);
@@ -176,7 +176,7 @@ export class Store {
         (page) => {
           if (gen !== this.feedGen) return;
           this.nextCursor = page.nextCursor;
-          this.setFeed({ items: merge(this.feed.items, page.data), hasMore: page.hasMore, error: null });
+          this.setFeed({ items: merge(this.feed.items, page.data, false), hasMore: page.hasMore, error: null });
         },
         (err: SpoolcastError) => {
           if (gen === this.feedGen) this.setFeed({ error: err });
@@ -289,7 +289,7 @@ export class Store {
 
   private arrived(n: Notification): void {
     if (!this.sub) return;
-    const items = merge(this.feed.items, [n]);
+    const items = merge(this.feed.items, [n], true);
     if (items !== this.feed.items) {
       this.setFeed({ items });
       if (!n.readAt) this.adjustCount(+1);
@@ -313,7 +313,8 @@ export class Store {
         // The notification and everything older in feed order, but for
         // what committed after the read-all was asked.
         const unread = new Set(e.unread);
-        this.setItems((n) => (!unread.has(n.id) && !newer(n, through) ? asRead(n, at) : n));
+        const t = createdMicros(through.createdAt);
+        this.setItems((n) => (!unread.has(n.id) && createdMicros(n.createdAt) <= t ? asRead(n, at) : n));
       } else {
         void this.syncReadState(); // newer than anything loaded here: ask
       }
@@ -344,7 +345,7 @@ export class Store {
         if (gen !== this.feedGen) return;
         this.pageRetries = 0;
         this.nextCursor = page.nextCursor;
-        this.setFeed({ items: merge(this.feed.items, page.data), loading: false, hasMore: page.hasMore, error: null });
+        this.setFeed({ items: merge(this.feed.items, page.data, false), loading: false, hasMore: page.hasMore, error: null });
       },
       (err: SpoolcastError) => {
         if (gen !== this.feedGen || !this.sub) return;
@@ -378,7 +379,7 @@ export class Store {
         const read = new Map(page.data.filter((n) => n.readAt).map((n) => [n.id, n.readAt!]));
         this.setItems((n) => (!n.readAt && read.has(n.id) ? { ...n, readAt: read.get(n.id)! } : n));
         const last = page.data.at(-1);
-        if (!page.hasMore || !oldest || !last || !newer(last, oldest)) break;
+        if (!page.hasMore || !oldest || !last || createdMicros(last.createdAt) < createdMicros(oldest.createdAt)) break;
         cursor = page.nextCursor;
       }
     } catch {

@@ -20,6 +20,12 @@ const { act, cleanup, render } = await import("@testing-library/react");
 afterEach(() => cleanup());
 after(() => closeDom());
 
+/** emitTogether writes one notification per title in one transaction, as ingest writes a batch: they share a created_at. */
+async function emitTogether(u: string, ...titles: string[]) {
+  const res = await fetch(env.control + "/emit-together", { method: "POST", body: JSON.stringify({ user: u, titles }) });
+  if (!res.ok) throw new Error(`emit-together: HTTP ${res.status}: ${await res.text()}`);
+}
+
 const skip = env.control ? false : "no central: run through go test ./sdk/js/sdktest";
 
 /** A real client of user u over the ws package's WebSocket; fetch, when given, sees every request. */
@@ -243,6 +249,21 @@ describe("the hooks against real replicas", { skip }, () => {
     assert.equal(subs.opened, 1, "the same subscription, reset");
     await emit(u, "b4");
     await waitShown("live after the reset", shown, (s) => s.titles().join() === "b4,b3,b2,b1" && s.badge() === "4");
+  });
+
+  test("notifications written in one transaction share a created_at, and are shown in the feed's order, paged and live", async (t) => {
+    const u = user("together");
+    await emitTogether(u, ...range("g", 10, 21));
+    const client = open(u);
+    t.after(() => client.close());
+    const shown = show(client, <><Status /><Feed /></>);
+    await waitShown("the first page", shown, (s) => s.titles().length === 10 && s.status() === "connected/ready");
+    await act(() => hook.current!.loadMore());
+    await emitTogether(u, ...range("h", 10, 21));
+    await waitShown("the second batch, live", shown, (s) => s.titles().length === 24);
+    const feed = (await client.notifications.list({ limit: 100 })).data.map((n) => n.title);
+    assert.deepEqual(feed, [...range("h", 10, 21).reverse(), ...range("g", 10, 21).reverse()], "the feed lists a batch in the order it was written, newest first");
+    assert.deepEqual(shown.titles(), feed);
   });
 
   test("across a restart of every replica, notifications posted while they were down are rendered once each, in order", async (t) => {

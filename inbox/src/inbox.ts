@@ -211,12 +211,12 @@ function createdMicros(iso: string): number {
   return Date.parse(m[1]! + m[3]!) * 1000 + Number((m[2] ?? "").padEnd(6, "0").slice(0, 6));
 }
 
-// newer: does item a come before item b in the feed (newest first)?
-function newer(a: Notification, b: Notification): boolean {
-  const ta = createdMicros(a.createdAt);
-  const tb = createdMicros(b.createdAt);
-  return ta !== tb ? ta > tb : a.id > b.id;
-}
+// micros is an item's place in the feed's order, newest first. Items of
+// one ingest transaction share it (created_at is the transaction's start):
+// the feed lists those in the order they were written, which the stream
+// follows, so a live one goes above those of its time and a page's below
+// (see addItem). Ids are opaque, and their string order is not theirs.
+const micros = (item: Notification) => createdMicros(item.createdAt);
 
 // addItem shows an item once, whichever way it came: a page appends at the
 // bottom, a live one goes in at its place near the top.
@@ -247,7 +247,7 @@ function addItem(item: Notification, where: "top" | "bottom"): boolean {
     // A live one is almost always the newest; one that committed after a
     // newer one goes below it, as the feed would list it.
     let before = feed.firstElementChild as HTMLElement | null;
-    while (before && !newer(item, state.items.get(before.dataset.id!)!.item)) before = before.nextElementSibling as HTMLElement | null;
+    while (before && micros(state.items.get(before.dataset.id!)!.item) > micros(item)) before = before.nextElementSibling as HTMLElement | null;
     feed.insertBefore(li, before);
   } else {
     feed.append(li);
@@ -304,7 +304,7 @@ function showReadThrough(id: string, unread: string[] = [], only: Set<string> | 
   }
   const left = new Set(unread);
   for (const { item } of state.items.values()) {
-    if (newer(item, through.item) || left.has(item.id) || (only && !only.has(item.id))) continue;
+    if (micros(item) > micros(through.item) || left.has(item.id) || (only && !only.has(item.id))) continue;
     showRead(item.id);
   }
 }
@@ -315,14 +315,14 @@ function showReadThrough(id: string, unread: string[] = [], only: Set<string> | 
 async function syncReadState() {
   const session = state.session;
   let oldest: Notification | null = null;
-  for (const { item } of state.items.values()) if (!oldest || newer(oldest, item)) oldest = item;
+  for (const { item } of state.items.values()) if (!oldest || micros(item) < micros(oldest)) oldest = item;
   try {
     let cursor: string | null = null;
     for (;;) {
       const page = await call((c) => c.notifications.list({ limit: 100, cursor }));
       for (const item of page.data) if (item.readAt) showRead(item.id);
       const last = page.data[page.data.length - 1];
-      if (!page.hasMore || !oldest || !last || !newer(last, oldest) || session !== state.session) break;
+      if (!page.hasMore || !oldest || !last || micros(last) < micros(oldest) || session !== state.session) break;
       cursor = page.nextCursor;
     }
   } catch (err) {

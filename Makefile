@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 BIN       ?= bin/spoolcast
 
-.PHONY: run build test lint check-deploy check-tour chaos chaos-selfcheck bench fuzz clean
+.PHONY: run build test lint check-deploy check-tour chaos chaos-selfcheck bench fuzz inbox clean
 
 ## run: the whole pipeline locally (Postgres under ./data/pg, migrations, relay + forwarder); Ctrl-C stops it
 ## (installs PostgreSQL with apt-get when missing, unless DATABASE_URL names one)
@@ -85,6 +85,11 @@ bench:
 	$(GO) run ./benchmarks/pushbench
 	$(GO) run ./benchmarks/livebench
 	cd benchmarks/peers && $(GO) run . -plot
+
+## inbox: rebuild inbox/static/inbox.js, the web inbox's committed script, from inbox/src/inbox.ts and the SDK's
+## client (Node.js 20+ and npm); commit the result: go test ./inbox/ fails while it differs
+inbox:
+	cd sdk/js && npm ci --no-audit --no-fund && npm run inbox
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -312,6 +313,23 @@ func (r *rig) control() http.Handler {
 		return map[string]bool{"on": body.On}, nil
 	})
 	return mux
+}
+
+// env is what the Node tests are told: the control server, the proxy (the
+// app's one address), the rate-limited replica, and each replica behind the
+// proxy by its own address, for a session that must write through another
+// replica than the one holding the stream.
+func (r *rig) env(control string) []string {
+	replicas := make([]string, len(r.replicas))
+	for i, rep := range r.replicas {
+		replicas[i] = "http://" + rep.addr
+	}
+	return []string{
+		"SPOOLCAST_SDK_CONTROL=" + control,
+		"SPOOLCAST_SDK_BASE=" + r.proxy.URL(),
+		"SPOOLCAST_SDK_LIMITED=http://" + r.limited.addr,
+		"SPOOLCAST_SDK_REPLICAS=" + strings.Join(replicas, ","),
+	}
 }
 
 // serveControl starts the control server, closed when the test ends.

@@ -103,11 +103,7 @@ func TestTheClientKeepsItsPromisesAgainstRealReplicas(t *testing.T) {
 	r := newRig(t, pgtest.DB(t))
 	control := r.serveControl()
 	t.Logf("replicas ready in %s", time.Since(start).Round(time.Millisecond))
-	runNode(t, node, "client",
-		"SPOOLCAST_SDK_CONTROL="+control,
-		"SPOOLCAST_SDK_BASE="+r.proxy.URL(),
-		"SPOOLCAST_SDK_LIMITED=http://"+r.limited.addr,
-	)
+	runNode(t, node, "client", r.env(control)...)
 }
 
 // The React hooks (@spoolcast/react) rendered in a DOM with Testing Library
@@ -124,9 +120,5 @@ func TestTheReactHooksKeepThePromiseOnScreenAgainstRealReplicas(t *testing.T) {
 	node := built(t)
 	r := newRig(t, pgtest.DB(t))
 	control := r.serveControl()
-	runNode(t, node, "react",
-		"SPOOLCAST_SDK_CONTROL="+control,
-		"SPOOLCAST_SDK_BASE="+r.proxy.URL(),
-		"SPOOLCAST_SDK_LIMITED=http://"+r.limited.addr,
-	)
+	runNode(t, node, "react", r.env(control)...)
 }

@@ -6,6 +6,9 @@ import {
   toDevice,
   toNotification,
   toPreferences,
+  type ArchiveAllResult,
+  type Count,
+  type Counts,
   type Device,
   type ListOptions,
   type Page,
@@ -18,6 +21,9 @@ import {
   type WireNotification,
   type WirePreferences,
 } from "./types.js";
+
+/** count keeps a count's two fields (a missing one is zero). */
+const count = (c: Count | undefined): Count => ({ count: c?.count ?? 0, capped: c?.capped ?? false });
 
 /** The API version the SDK's types follow, sent as `Spoolcast-Version` (docs/api.md, Versions). */
 export const API_VERSION = "2026-11-30";
@@ -60,14 +66,24 @@ export interface SpoolcastClientOptions {
   idleTimeout?: number;
 }
 
-/** `client.notifications`: the feed and its read state. */
+/** `client.notifications`: the feed and its states (seen, read, archived). */
 export interface NotificationsApi {
-  /** `GET /v1/notifications`: a page of the feed, newest first. */
+  /** `GET /v1/notifications`: a page of a list (`status`: all, unread, archived), newest first. */
   list(options?: ListOptions): Promise<Page>;
   /** `POST /v1/notifications/{id}/read` (again is fine). Another user's id is a NotFoundError. */
   markRead(id: string): Promise<void>;
+  /** `POST /v1/notifications/{id}/unread`: unread again. */
+  markUnread(id: string): Promise<void>;
   /** `POST /v1/notifications/read-all`: everything up to the newest, as committed now. */
   markAllRead(): Promise<ReadAllResult>;
+  /** `POST /v1/notifications/{id}/archive`: out of the `all` and `unread` lists, into `archived`. */
+  archive(id: string): Promise<void>;
+  /** `POST /v1/notifications/{id}/unarchive`: back into `all`. */
+  unarchive(id: string): Promise<void>;
+  /** `POST /v1/notifications/archive-all`: everything up to the newest, as committed now. */
+  archiveAll(): Promise<ArchiveAllResult>;
+  /** `GET /v1/notifications/counts`: unread and unseen (and archived, when asked) in one round trip. */
+  counts(options?: { archived?: boolean }): Promise<Counts>;
   /** `GET /v1/notifications/unread-count` */
   unreadCount(): Promise<UnreadCount>;
 }
@@ -138,6 +154,7 @@ export class SpoolcastClient {
         const q = [];
         if (o.limit !== undefined) q.push("limit=" + o.limit);
         if (o.cursor) q.push("cursor=" + id(o.cursor));
+        if (o.status) q.push("status=" + o.status);
         if (o.unread) q.push("unread=true");
         if (o.since) q.push("since=" + id(o.since));
         const page = await req<{ data: WireNotification[]; has_more: boolean; next_cursor: string | null; refresh_cursor?: string }>(
@@ -149,11 +166,18 @@ export class SpoolcastClient {
         return out;
       },
       markRead: (n) => req("POST", `/v1/notifications/${id(n)}/read`),
+      markUnread: (n) => req("POST", `/v1/notifications/${id(n)}/unread`),
       markAllRead: async () => ({ readThrough: (await req<{ read_through: string | null }>("POST", "/v1/notifications/read-all")).read_through }),
-      unreadCount: async () => {
-        const { count, capped } = await req<UnreadCount>("GET", "/v1/notifications/unread-count");
-        return { count, capped };
+      archive: (n) => req("POST", `/v1/notifications/${id(n)}/archive`),
+      unarchive: (n) => req("POST", `/v1/notifications/${id(n)}/unarchive`),
+      archiveAll: async () => ({ archivedThrough: (await req<{ archived_through: string | null }>("POST", "/v1/notifications/archive-all")).archived_through }),
+      counts: async (o = {}) => {
+        const c = await req<Record<"unread" | "unseen" | "archived", Count | undefined>>("GET", "/v1/notifications/counts" + (o.archived ? "?archived=true" : ""));
+        const out: Counts = { unread: count(c.unread), unseen: count(c.unseen) };
+        if (c.archived) out.archived = count(c.archived);
+        return out;
       },
+      unreadCount: async () => count(await req<UnreadCount>("GET", "/v1/notifications/unread-count")),
     };
     this.devices = {
       registerExpo: async (token, platform = options.platform) => {

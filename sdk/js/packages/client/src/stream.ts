@@ -3,8 +3,8 @@
 //   connecting ──ready frame──▶ connected ──drop──▶ connecting ─ … ─▶ disconnected
 //        ▲ └──────────refused / failed (backoff, Retry-After)──────┘   (close(), or a refusal retrying cannot fix)
 //
-// Its only memory is the cursor of the last frame it delivered (the last
-// notification passed to onNotification, or a ready frame's): every
+// Its only memory is the cursor of the last frame it delivered (a
+// notification's, a state change's, or a ready frame's): every
 // connection resumes there, so nothing is missed; a bounded memory of recent
 // ids makes sure nothing is delivered twice; a cursor the server refuses is
 // dropped and the app told to reload, never silence (DESIGN.md rule 12).
@@ -20,7 +20,7 @@ import {
 } from "./errors.js";
 import type { Tokens } from "./tokens.js";
 import { openEventStream, openWebSocket, type Connection, type End, type Frame, type WebSocketConstructor } from "./transports.js";
-import { toNotification, type Notification, type ReadEvent } from "./types.js";
+import { toNotification, type Notification, type ReadEvent, type StateEvent } from "./types.js";
 
 /** `connecting → connected → disconnected`, as centrifuge-js names them. */
 export type StreamState = "connecting" | "connected" | "disconnected";
@@ -99,7 +99,15 @@ export interface SubscribeOptions {
   onNotification(notification: Notification, info: { cursor: string }): void;
   /** Every change of state, with why. */
   onStatus?(status: StreamStatus): void;
-  /** Another session marked one notification read, or all (live only). */
+  /**
+   * A notification's state changed, in this session or another of the
+   * user's: read, unread, archived, unarchived (one, or all through a
+   * watermark), seen. In the order made, each once, across reconnects: a
+   * resume replays the changes after the cursor. `cursor` is the frame's
+   * place in the stream, null from a server that gives state frames none.
+   */
+  onState?(event: StateEvent, info: { cursor: string | null }): void;
+  /** The `read` changes alone (onState has them too), kept for apps written before onState. */
   onRead?(event: ReadEvent): void;
   /**
    * The server refused the cursor (a restore or a failover of its
@@ -114,7 +122,7 @@ export interface SubscribeOptions {
 
 /** A live subscription; `close()` ends it (the unsubscribe). */
 export interface Subscription {
-  /** The cursor of the last frame delivered: where the next connection resumes. */
+  /** The cursor of the last frame delivered (a notification, a state change, ready): where the next connection resumes. */
   readonly cursor: string | null;
   readonly status: StreamStatus;
   /**
@@ -259,10 +267,7 @@ export class Stream implements Subscription {
       case "notification": {
         if (typeof f.cursor !== "string" || typeof f.data?.id !== "string") return; // not a frame this SDK knows
         this.cursor = f.cursor;
-        const id = f.data.id;
-        if (this.ids.has(id)) return;
-        this.ids.add(id);
-        if (this.ids.size > REMEMBER_IDS) this.ids.delete(this.ids.values().next().value!);
+        if (this.remember(f.data.id)) return;
         const n = toNotification(f.data);
         this.call(() => this.o.onNotification(n, { cursor: f.cursor }));
         return;
@@ -283,14 +288,41 @@ export class Stream implements Subscription {
         return;
       }
       case "read":
-        if (this.o.onRead) {
-          const event: ReadEvent = { unread: f.unread ?? [] };
-          if (f.id) event.id = f.id;
-          if (f.through) event.through = f.through;
-          this.call(() => this.o.onRead!(event));
+      case "unread":
+      case "archived":
+      case "unarchived":
+      case "seen": {
+        const cursor = typeof f.cursor === "string" ? f.cursor : null;
+        if (cursor) {
+          // A state change is delivered once: the next connection resumes after it.
+          this.cursor = cursor;
+          const key = [f.type, f.id, f.through, cursor].join(" ");
+          if (this.remember(key)) return;
+        }
+        const ids = (v: unknown) => (Array.isArray(v) ? v.filter((x): x is string => typeof x === "string") : []);
+        const e: Record<string, unknown> = { type: f.type };
+        if (typeof f.id === "string") e.id = f.id;
+        if (typeof f.through === "string") e.through = f.through;
+        if (f.type === "read") e.unread = ids(f.unread);
+        if (f.type === "archived") e.unarchived = ids(f.unarchived);
+        if (!e.id && !e.through) return; // not a frame this SDK knows
+        const event = e as StateEvent;
+        if (this.o.onState) this.call(() => this.o.onState!(event, { cursor }));
+        if (event.type === "read" && this.o.onRead) {
+          const { type: _, ...read } = event;
+          this.call(() => this.o.onRead!(read));
         }
         return;
+      }
     }
+  }
+
+  /** remember keeps key among the last REMEMBER_IDS delivered; true if it was there already. */
+  private remember(key: string): boolean {
+    if (this.ids.has(key)) return true;
+    this.ids.add(key);
+    if (this.ids.size > REMEMBER_IDS) this.ids.delete(this.ids.values().next().value!);
+    return false;
   }
 
   private sendSeen(): void {

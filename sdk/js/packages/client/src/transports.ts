@@ -30,7 +30,7 @@ export type WebSocketConstructor = new (url: string, protocols: string[]) => Web
 export type Frame =
   | { type: "notification"; data: WireNotification; cursor: string }
   | { type: "ready"; cursor: string }
-  | { type: "read"; id?: string; through?: string; unread?: string[] | null }
+  | { type: "read" | "unread" | "archived" | "unarchived" | "seen"; id?: string; through?: string; unread?: string[] | null; unarchived?: string[] | null; cursor?: string }
   | { type: "close"; code: number; reason?: string };
 
 /** How a connection ended. @internal */

@@ -5,7 +5,7 @@
 
 /**
  * A notification, as the feed and the stream carry it.
- * Wire: `{id, type, category, title, body, data, producer, created_at, received_at, read_at}`.
+ * Wire: `{id, type, category, title, body, data, producer, created_at, received_at, read_at, seen_at, archived_at}`.
  */
 export interface Notification {
   /** Opaque and stable; compare for equality only. The stream's dedupe key. */
@@ -23,7 +23,14 @@ export interface Notification {
   receivedAt: string | null;
   /** `read_at`: null while unread. */
   readAt: string | null;
+  /** `seen_at`: null until the user was shown it (a `seen` up to a cursor at or after it). */
+  seenAt: string | null;
+  /** `archived_at`: null unless archived (archived notifications are left out of the `all` and `unread` lists). */
+  archivedAt: string | null;
 }
+
+/** The feed's lists: `all` (everything not archived), `unread` (of those, the unread), `archived`. */
+export type NotificationStatus = "all" | "unread" | "archived";
 
 /** A page of the feed. Wire: `{data, has_more, next_cursor, refresh_cursor}`. */
 export interface Page {
@@ -42,21 +49,41 @@ export interface ListOptions {
   limit?: number;
   /** A page's `nextCursor`: the page after it. */
   cursor?: string | null;
-  /** Only unread notifications. */
+  /** Which list: `all` (the default: everything but the archived), `unread` or `archived`. */
+  status?: NotificationStatus;
+  /** Only unread notifications (as `status: "unread"`). */
   unread?: boolean;
-  /** A `refreshCursor` or a stream cursor: what committed after it, oldest first. Not with `cursor` or `unread`. */
+  /** A `refreshCursor` or a stream cursor: what committed after it, oldest first. Not with `cursor`, `status` or `unread`. */
   since?: string;
 }
 
 /** Wire: `{count, capped}`. Counted up to 100; `capped` when there are more (show "99+"). */
-export interface UnreadCount {
+export interface Count {
   count: number;
   capped: boolean;
+}
+
+/** The unread count. */
+export type UnreadCount = Count;
+
+/** Every count in one answer, each capped at 100. Wire: `{unread, unseen, archived?}`. */
+export interface Counts {
+  /** Unread and not archived: the Unread tab. */
+  unread: Count;
+  /** Not yet seen: what a bell shows as new. */
+  unseen: Count;
+  /** Archived: only when asked for (`counts({ archived: true })`). */
+  archived?: Count;
 }
 
 /** Wire: `{read_through}`: the newest notification now read, and everything before it; null for an empty feed. */
 export interface ReadAllResult {
   readThrough: string | null;
+}
+
+/** Wire: `{archived_through}`: the newest notification now archived, and everything before it; null for an empty feed. */
+export interface ArchiveAllResult {
+  archivedThrough: string | null;
 }
 
 /** A push device. Wire: `{token, platform, enabled, disabled_reason, disabled_at, created_at, last_seen_at}`. */
@@ -103,16 +130,31 @@ export interface PreferencesUpdate {
 }
 
 /**
- * Another session of the user marked one notification read (`id`), or
+ * A session of the user marked one notification read (`id`), or
  * everything through `through` (read-all), except `unread`, which committed
- * after the read-all was asked. Live only: after a reconnect, ask for the
- * count again. Wire: `{type: "read", id}` / `{type: "read", through, unread}`.
+ * after the read-all was asked. Wire: `{type: "read", id}` /
+ * `{type: "read", through, unread}`.
  */
 export interface ReadEvent {
   id?: string;
   through?: string;
   unread: string[];
 }
+
+/**
+ * A change of state made by any session of the user (this one too), as the
+ * stream tells it to every open stream of theirs, in the order they were
+ * made; a resume replays those made after its cursor. `through` is a
+ * watermark: that notification and everything before it in feed order,
+ * except the ids listed (they committed after it was asked).
+ * Wire: `{type, id | through, unread?, unarchived?, cursor}`.
+ */
+export type StateEvent =
+  | ({ type: "read" } & ReadEvent)
+  | { type: "unread"; id: string }
+  | { type: "archived"; id?: string; through?: string; unarchived: string[] }
+  | { type: "unarchived"; id: string }
+  | { type: "seen"; through: string };
 
 // ---- wire shapes and mappers (internal) -----------------------------------
 
@@ -128,6 +170,8 @@ export interface WireNotification {
   created_at: string;
   received_at: string | null;
   read_at: string | null;
+  seen_at?: string | null;
+  archived_at?: string | null;
 }
 
 /** @internal */
@@ -159,6 +203,8 @@ export const toNotification = (n: WireNotification): Notification => ({
   createdAt: n.created_at,
   receivedAt: n.received_at ?? null,
   readAt: n.read_at ?? null,
+  seenAt: n.seen_at ?? null,
+  archivedAt: n.archived_at ?? null,
 });
 
 /** @internal */

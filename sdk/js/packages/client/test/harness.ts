@@ -5,12 +5,14 @@
 // `go test ./sdk/js/sdktest`.
 import { randomUUID } from "node:crypto";
 import { WebSocket } from "ws";
-import type { SpoolcastClientOptions, StreamStatus, Subscription, SpoolcastClient, Notification, ResetInfo, ReadEvent } from "@spoolcast/client";
+import type { SpoolcastClientOptions, StreamStatus, Subscription, SpoolcastClient, Notification, ResetInfo, ReadEvent, StateEvent } from "@spoolcast/client";
 
 export const env = {
   base: process.env.SPOOLCAST_SDK_BASE ?? "",
   control: process.env.SPOOLCAST_SDK_CONTROL ?? "",
   limited: process.env.SPOOLCAST_SDK_LIMITED ?? "",
+  /** Each replica behind the proxy, by its own address: a client there writes through that replica alone. */
+  replicas: (process.env.SPOOLCAST_SDK_REPLICAS ?? "").split(",").filter(Boolean),
 };
 
 /** The options of tests that need the real server: skipped without it. */
@@ -61,6 +63,20 @@ export async function serverSentEvents(): Promise<boolean> {
   return res.ok && /^text\/event-stream/.test(res.headers.get("Content-Type") ?? "");
 }
 
+/** statesServed tells whether central keeps the states (seen, read, archived) and their counts yet. */
+export async function statesServed(): Promise<boolean> {
+  const res = await fetch(env.base + "/v1/notifications/counts", { headers: { Authorization: "Bearer " + (await mint(user("probe"))) } });
+  await res.body?.cancel();
+  return res.ok;
+}
+
+/** The options of tests that need central to keep the states: skipped without them. */
+export const needsStates = !env.control
+  ? { skip: "no central: run through go test ./sdk/js/sdktest" }
+  : !(await statesServed())
+    ? { skip: "central keeps no archive and counts yet" }
+    : {};
+
 /** waitFor polls cond until it holds, or throws naming what it waited for. */
 export async function waitFor(what: string, cond: () => boolean, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -78,6 +94,8 @@ export interface Recording {
   statuses: StreamStatus[];
   resets: ResetInfo[];
   reads: ReadEvent[];
+  /** Every state change, with the cursor of its frame. */
+  states: { event: StateEvent; cursor: string | null }[];
   /** connections counts the connected statuses so far. */
   connections(): number;
   /** waitTitles waits until n notifications were delivered. */
@@ -93,6 +111,7 @@ export function record(client: SpoolcastClient, cursor?: string | null): Recordi
     statuses: [] as StreamStatus[],
     resets: [] as ResetInfo[],
     reads: [] as ReadEvent[],
+    states: [] as { event: StateEvent; cursor: string | null }[],
   };
   const sub = client.subscribe({
     cursor,
@@ -100,6 +119,7 @@ export function record(client: SpoolcastClient, cursor?: string | null): Recordi
     onStatus: (s) => r.statuses.push(s),
     onReset: (info) => r.resets.push(info),
     onRead: (e) => r.reads.push(e),
+    onState: (event, { cursor }) => r.states.push({ event, cursor }),
   });
   const connected = () => r.statuses.filter((s) => s.state === "connected");
   return {

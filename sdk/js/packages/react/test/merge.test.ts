@@ -8,7 +8,7 @@ import type { Notification } from "@spoolcast/client";
 import { merge } from "../src/store.ts";
 
 const n = (id: string, createdAt: string): Notification => ({
-  id, createdAt, type: "t", category: "c", title: id, body: "", data: {}, producer: "p", receivedAt: null, readAt: null,
+  id, createdAt, type: "t", category: "c", title: id, body: "", data: {}, producer: "p", receivedAt: null, readAt: null, seenAt: null, archivedAt: null,
 });
 const ids = (items: readonly Notification[]) => items.map((x) => x.id).join(",");
 

@@ -60,10 +60,24 @@ func pageQuery(q url.Values, userID string) (feed.Query, *problem.Problem) {
 		}
 		out.After = &c
 	}
+	// status names the tab; unread=true is the unread tab, as before tabs.
+	if v, ok := q["status"]; ok {
+		st, ok := feed.ParseStatus(v[0])
+		if !ok {
+			return bad("status", "status must be all, unread or archived")
+		}
+		out.Status = st
+	}
 	switch q.Get("unread") {
 	case "", "false":
+		if q.Get("unread") == "false" && out.Status == feed.Unread {
+			return bad("unread", "unread=false contradicts status=unread; send one of them")
+		}
 	case "true":
-		out.UnreadOnly = true
+		if q.Has("status") && out.Status != feed.Unread {
+			return bad("unread", "unread=true is status=unread; it does not combine with status="+out.Status.String())
+		}
+		out.Status = feed.Unread
 	default:
 		return bad("unread", "unread must be true or false")
 	}
@@ -99,8 +113,8 @@ func (s *Server) writeChanges(w http.ResponseWriter, r *http.Request, q url.Valu
 		}
 		limit = n
 	}
-	if q.Has("cursor") || q.Has("unread") {
-		bad("since", "since reads what is new in commit order; it does not combine with cursor or unread")
+	if q.Has("cursor") || q.Has("unread") || q.Has("status") {
+		bad("since", "since reads what is new in commit order; it does not combine with cursor, unread or status")
 		return
 	}
 	after, err := live.ParseCursor(since)
@@ -162,8 +176,8 @@ func (s *Server) writePage(w http.ResponseWriter, r *http.Request, values url.Va
 		text := page.Next.Encode()
 		next = &text
 		link := url.Values{"limit": {strconv.Itoa(q.Limit)}, "cursor": {text}}
-		if q.UnreadOnly {
-			link.Set("unread", "true")
+		if q.Status != feed.All {
+			link.Set("status", q.Status.String())
 		}
 		// Add, not Set: a deprecated version's Link rel="deprecation" stays.
 		w.Header().Add("Link", "<"+r.URL.Path+"?"+link.Encode()+`>; rel="next"`)
@@ -171,42 +185,53 @@ func (s *Server) writePage(w http.ResponseWriter, r *http.Request, values url.Va
 	writePageBody(w, page.Items, page.HasMore, next, refreshCursor)
 }
 
-func (s *Server) markRead(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User) {
-	ctx, cancel := s.dbContext(r)
-	defer cancel()
-	id, err := feed.ParseID(ps.ByName("id"))
-	if err == nil {
-		err = s.feed.MarkRead(ctx, u.ID, id)
-	}
-	switch {
-	case errors.Is(err, feed.ErrNotFound):
-		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no such notification"))
-	case err != nil:
-		s.dbError(w, r, "mark read", err)
-	default:
-		s.wrote(ctx, w, r, u.ID)
-		w.WriteHeader(http.StatusNoContent)
+// markState is POST /v1/notifications/{id}/read, unread, archive and
+// unarchive: the change of one notification's state that mark makes.
+func (s *Server) markState(what string, mark func(st *feed.Store, ctx context.Context, user string, id feed.ID) error) userHandler {
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User) {
+		ctx, cancel := s.dbContext(r)
+		defer cancel()
+		id, err := feed.ParseID(ps.ByName("id"))
+		if err == nil {
+			err = mark(s.feed, ctx, u.ID, id)
+		}
+		switch {
+		case errors.Is(err, feed.ErrNotFound):
+			problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no such notification"))
+		case err != nil:
+			s.dbError(w, r, what, err)
+		default:
+			s.wrote(ctx, w, r, u.ID)
+			w.WriteHeader(http.StatusNoContent)
+		}
 	}
 }
 
-func (s *Server) readAll(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User) {
-	if ps.ByName("id") != "read-all" {
+// markAll is POST /v1/notifications/read-all and archive-all (the :id of
+// the one-segment route: httprouter cannot hold both beside :id/read).
+func (s *Server) markAll(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User) {
+	mark, field := (*feed.Store).MarkAllRead, "read_through"
+	switch ps.ByName("id") {
+	case "read-all":
+	case "archive-all":
+		mark, field = (*feed.Store).MarkAllArchived, "archived_through"
+	default:
 		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no route for "+r.URL.Path))
 		return
 	}
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
-	through, ok, err := s.feed.MarkAllRead(ctx, u.ID)
+	through, ok, err := mark(s.feed, ctx, u.ID)
 	if err != nil {
-		s.dbError(w, r, "mark all read", err)
+		s.dbError(w, r, ps.ByName("id"), err)
 		return
 	}
 	s.wrote(ctx, w, r, u.ID)
-	// The id of the newest notification now read; null for an empty feed.
-	out := map[string]*string{"read_through": nil}
+	// The id of the newest notification it covers; null for an empty feed.
+	out := map[string]*string{field: nil}
 	if ok {
 		id := through.String()
-		out["read_through"] = &id
+		out[field] = &id
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }
@@ -225,4 +250,34 @@ func (s *Server) unreadCount(w http.ResponseWriter, r *http.Request, _ httproute
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"count": n, "capped": capped})
+}
+
+// counts is GET /v1/notifications/counts: unread and unseen, and archived
+// with ?archived=true, each capped as the unread count is.
+func (s *Server) counts(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
+	archived := false
+	switch r.URL.Query().Get("archived") {
+	case "", "false":
+	case "true":
+		archived = true
+	default:
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidQuery, "archived must be true or false").On("archived"))
+		return
+	}
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	var c feed.Counts
+	err := s.readFeed(ctx, r, u.ID, func(ctx context.Context, db feed.DB, _ bool) (err error) {
+		c, err = s.feed.On(db).Counts(ctx, u.ID, archived)
+		return err
+	})
+	if err != nil {
+		s.dbError(w, r, "counts", err)
+		return
+	}
+	out := map[string]any{"unread": c.Unread, "unseen": c.Unseen}
+	if c.Archived != nil {
+		out["archived"] = *c.Archived
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }

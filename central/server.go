@@ -310,11 +310,15 @@ func (s *Server) routeAll() {
 
 	s.handleUser(http.MethodGet, "/v1/notifications", user, s.listNotifications)
 	s.handleUser(http.MethodGet, "/v1/notifications/unread-count", user, s.unreadCount)
+	s.handleUser(http.MethodGet, "/v1/notifications/counts", user, s.counts)
 	// httprouter cannot hold /v1/notifications/read-all beside
-	// /v1/notifications/:id/read, so read-all arrives as the :id of the
-	// one-segment route below; any other id there is 404.
-	s.handleUser(http.MethodPost, "/v1/notifications/:id", user, s.readAll)
-	s.handleUser(http.MethodPost, "/v1/notifications/:id/read", user, s.markRead)
+	// /v1/notifications/:id/read, so read-all and archive-all arrive as the
+	// :id of the one-segment route below; any other id there is 404.
+	s.handleUser(http.MethodPost, "/v1/notifications/:id", user, s.markAll)
+	s.handleUser(http.MethodPost, "/v1/notifications/:id/read", user, s.markState("mark read", (*feed.Store).MarkRead))
+	s.handleUser(http.MethodPost, "/v1/notifications/:id/unread", user, s.markState("mark unread", (*feed.Store).MarkUnread))
+	s.handleUser(http.MethodPost, "/v1/notifications/:id/archive", user, s.markState("archive", (*feed.Store).Archive))
+	s.handleUser(http.MethodPost, "/v1/notifications/:id/unarchive", user, s.markState("unarchive", (*feed.Store).Unarchive))
 	s.handleUser(http.MethodGet, "/v1/admin/users/:user/notifications", admin, s.adminListNotifications)
 	s.handleUser(http.MethodGet, "/v1/admin/deliveries", admin, s.listDeliveries)
 	s.handleUser(http.MethodPost, "/v1/admin/webhooks", admin, s.createWebhook)

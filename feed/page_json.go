@@ -60,6 +60,10 @@ func (n Notification) appendItemJSON(dst []byte) []byte {
 	dst = appendTimeOrNull(dst, n.ReceivedAt)
 	dst = append(dst, `,"read_at":`...)
 	dst = appendTimeOrNull(dst, n.ReadAt)
+	dst = append(dst, `,"seen_at":`...)
+	dst = appendTimeOrNull(dst, n.SeenAt)
+	dst = append(dst, `,"archived_at":`...)
+	dst = appendTimeOrNull(dst, n.ArchivedAt)
 	return append(dst, '}')
 }
 

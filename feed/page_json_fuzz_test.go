@@ -44,6 +44,11 @@ func FuzzPageJSONMatchesEncodingJSON(f *testing.F) {
 		if read {
 			readAt := at.UTC().Add(time.Minute)
 			n.ReadAt = &readAt
+			seenAt := at.Add(time.Second)
+			n.SeenAt = &seenAt
+		} else {
+			archivedAt := at.UTC().Add(time.Hour)
+			n.ArchivedAt = &archivedAt
 		}
 		other := n
 		other.ID, other.Title, other.ReceivedAt = n.ID+1, body, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/eventtest"
 	"github.com/spoolcast/spoolcast/internal/pgpool"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
@@ -145,7 +148,7 @@ func TestAUserSeesAndMarksOnlyTheirOwnRows(t *testing.T) {
 	if n, capped, _ := store.UnreadCount(ctx, "bob"); n != 1 || capped {
 		t.Errorf("bob unread = %d capped=%v; want 1", n, capped)
 	}
-	unread, _ := store.Page(ctx, feed.Query{UserID: "bob", UnreadOnly: true})
+	unread, _ := store.Page(ctx, feed.Query{UserID: "bob", Status: feed.Unread})
 	if len(unread.Items) != 1 || unread.Items[0].ID == bobs.Items[0].ID {
 		t.Errorf("bob's unread page = %+v", unread.Items)
 	}
@@ -198,7 +201,7 @@ func TestReadAllIsAWatermarkThatLaterRowsStayAbove(t *testing.T) {
 	if n, capped, err := store.UnreadCount(ctx, "dave"); err != nil || n != 3 || capped {
 		t.Errorf("unread after 3 new = %d capped=%v %v; want 3", n, capped, err)
 	}
-	unread, _ := store.Page(ctx, feed.Query{UserID: "dave", UnreadOnly: true})
+	unread, _ := store.Page(ctx, feed.Query{UserID: "dave", Status: feed.Unread})
 	if len(unread.Items) != 3 || unread.HasMore {
 		t.Errorf("unread page = %d rows, has_more %v; want the 3 new", len(unread.Items), unread.HasMore)
 	}
@@ -397,7 +400,7 @@ func TestANotificationCommittedAfterReadAllIsUnreadThoughOlder(t *testing.T) {
 	if n, capped, err := store.UnreadCount(ctx, "dana"); n != 1 || capped || err != nil {
 		t.Errorf("unread count = %d %v %v; want 1", n, capped, err)
 	}
-	unread, err := store.Page(ctx, feed.Query{UserID: "dana", UnreadOnly: true})
+	unread, err := store.Page(ctx, feed.Query{UserID: "dana", Status: feed.Unread})
 	if err != nil || len(unread.Items) != 1 || unread.Items[0].ID != late.ID {
 		t.Errorf("unread page = %+v, %v; want the late one alone", unread.Items, err)
 	}
@@ -458,6 +461,8 @@ func (c *statementCounter) statements(t *testing.T, read func() error) int64 {
 	return c.n.Load() - before
 }
 
+// Reads of a feed whose watermarks and changes by item lie in its newest
+// weeks read those weeks alone, one statement each, and so does each change.
 func TestPagesAndUnreadCountsOfARecentFeedAreOneStatementEach(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -476,10 +481,19 @@ func TestPagesAndUnreadCountsOfARecentFeedAreOneStatementEach(t *testing.T) {
 			return err
 		}, 1},
 		{"the page after it", func() error { _, err := store.Page(ctx, feed.Query{UserID: "gus", After: &first.Next}); return err }, 1},
-		{"an unread page", func() error { _, err := store.Page(ctx, feed.Query{UserID: "gus", UnreadOnly: true}); return err }, 1},
+		{"an unread page", func() error { _, err := store.Page(ctx, feed.Query{UserID: "gus", Status: feed.Unread}); return err }, 1},
 		{"a capped unread count", func() error { _, _, err := store.UnreadCount(ctx, "gus"); return err }, 1},
 		{"read-all", func() error { _, _, err := store.MarkAllRead(ctx, "gus"); return err }, 1},
 		{"an unread count after read-all", func() error { _, _, err := store.UnreadCount(ctx, "gus"); return err }, 1},
+		{"a mark unread", func() error { return store.MarkUnread(ctx, "gus", first.Items[3].PublicID()) }, 1},
+		{"an archive", func() error { return store.Archive(ctx, "gus", first.Items[4].PublicID()) }, 1},
+		{"an unread page after them", func() error { _, err := store.Page(ctx, feed.Query{UserID: "gus", Status: feed.Unread}); return err }, 1},
+		{"an archived page", func() error { _, err := store.Page(ctx, feed.Query{UserID: "gus", Status: feed.Archived}); return err }, 1},
+		{"the counts with archived", func() error { _, err := store.Counts(ctx, "gus", true); return err }, 1},
+		{"archive-all", func() error { _, _, err := store.MarkAllArchived(ctx, "gus"); return err }, 1},
+		{"an unarchive", func() error { return store.Unarchive(ctx, "gus", first.Items[5].PublicID()) }, 1},
+		{"a page of the inbox after them", func() error { _, err := store.Page(ctx, feed.Query{UserID: "gus"}); return err }, 1},
+		{"the counts after them", func() error { _, err := store.Counts(ctx, "gus", true); return err }, 1},
 		// Without a read-all, fewer unread rows than the cap in the newest
 		// weeks: the rest of the feed is counted too.
 		{"the unread count of a small feed never read", func() error { _, _, err := store.UnreadCount(ctx, "nobody"); return err }, 2},
@@ -614,7 +628,7 @@ func TestPreparedReadsAnswerAsUnnamedOnesAndArePlannedOnce(t *testing.T) {
 		return fmt.Sprint(out, p.HasMore, p.Next)
 	}
 	for range 8 { // past the custom plans Postgres tries first
-		for _, q := range []feed.Query{{UserID: "kim", Refresh: true}, {UserID: "kim", Limit: 7, UnreadOnly: true}} {
+		for _, q := range []feed.Query{{UserID: "kim", Refresh: true}, {UserID: "kim", Limit: 7, Status: feed.Unread}} {
 			a, errA := unnamed.Page(ctx, q)
 			b, errB := prepared.Page(ctx, q)
 			if errA != nil || errB != nil || ids(a) != ids(b) {
@@ -684,5 +698,171 @@ func TestAPartitionDroppedAfterItWasReadIsNotReadAgain(t *testing.T) {
 		if n, _, err := store.UnreadCount(ctx, "lou"); err != nil || n != 1 {
 			t.Errorf("unread after the drop = %d, %v; want 1", n, err)
 		}
+	}
+}
+
+// The tabs' pages and the counts read a few index ranges each, the weeks
+// before the newest only where the watermarks leave rows of theirs; they
+// must list exactly what the states' definitions select. Rows spread over
+// twelve weeks, the watermarks asked while the newest lay weeks back, and
+// random changes by item against them, some on rows of the oldest weeks:
+// after every step each tab, paged through by 7, and each count, are
+// those of the definition, read over every row.
+func TestTabsAndCountsListExactlyWhatTheStatesDefine(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	store := feed.NewStore(pool, nil)
+	const user = "ivy"
+	var ids []feed.ID
+	insert := func(at time.Time, title string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `SELECT spoolcast_ensure_week_partition('notifications', $1)`, at); err != nil {
+			t.Fatal(err)
+		}
+		var id feed.ID
+		if err := pool.QueryRow(ctx, `INSERT INTO notifications (user_id, created_at, type, category, producer, idempotency_key, notification_key, title)
+			VALUES ($1, $2, 't', 'c', 'p', $3, $3, $3) RETURNING created_at, id`, user, at, title).Scan(&id.CreatedAt, &id.Seq); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	now := time.Now()
+	for i := range 120 { // twelve weeks back, ten a week
+		insert(now.Add(-time.Duration(120-i)*17*time.Hour), fmt.Sprintf("old %d", i))
+	}
+	listed := func(sql string) []feed.ID {
+		t.Helper()
+		rows, err := pool.Query(ctx, sql, user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (feed.ID, error) {
+			var id feed.ID
+			return id, r.Scan(&id.CreatedAt, &id.Seq)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// check compares what store reads with the definitions.
+	checkWith := func(step string, store *feed.Store) {
+		t.Helper()
+		for _, st := range []feed.Status{feed.All, feed.Unread, feed.Archived} {
+			want := listed(feed.ReferenceTab[st])
+			var got []feed.ID
+			q := feed.Query{UserID: user, Status: st, Limit: 7}
+			for {
+				p, err := store.Page(ctx, q)
+				if err != nil {
+					t.Fatalf("%s: page of %s: %v", step, st, err)
+				}
+				for _, n := range p.Items {
+					got = append(got, n.PublicID())
+				}
+				if !p.HasMore {
+					break
+				}
+				q.After = &p.Next
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: tab %s lists %d rows, its definition %d:\n got %v\nwant %v", step, st, len(got), len(want), got, want)
+			}
+		}
+		c, err := store.Counts(ctx, user, true)
+		if err != nil {
+			t.Fatalf("%s: counts: %v", step, err)
+		}
+		capped := func(n int) feed.Count { return feed.Count{N: min(n, feed.UnreadCap), Capped: n > feed.UnreadCap} }
+		want := feed.Counts{Unread: capped(len(listed(feed.ReferenceTab[feed.Unread]))), Unseen: capped(len(listed(feed.ReferenceUnseen)))}
+		archived := capped(len(listed(feed.ReferenceTab[feed.Archived])))
+		if c.Unread != want.Unread || c.Unseen != want.Unseen || c.Archived == nil || *c.Archived != archived {
+			t.Errorf("%s: counts %+v archived %+v; want %+v archived %+v", step, c, c.Archived, want, archived)
+		}
+	}
+	// The same reads by a store whose clock stands weeks ahead: every row
+	// and every watermark lies before the weeks it names, and is read
+	// through the partitioned table.
+	ahead := feed.NewStore(pool, clock.Frozen(time.Now().AddDate(0, 0, 30)))
+	check := func(step string) {
+		t.Helper()
+		checkWith(step, store)
+		checkWith(step+", read weeks ahead", ahead)
+	}
+	rnd := rand.New(rand.NewPCG(19, 32))
+	check("before any change")
+	ops := []struct {
+		name string
+		do   func(feed.ID) error
+	}{
+		{"read", func(id feed.ID) error { return store.MarkRead(ctx, user, id) }},
+		{"unread", func(id feed.ID) error { return store.MarkUnread(ctx, user, id) }},
+		{"archive", func(id feed.ID) error { return store.Archive(ctx, user, id) }},
+		{"unarchive", func(id feed.ID) error { return store.Unarchive(ctx, user, id) }},
+	}
+	for step := range 60 {
+		name := ""
+		switch r := rnd.IntN(20); {
+		case r == 0:
+			_, _, err := store.MarkAllRead(ctx, user)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name = "read-all"
+		case r == 1:
+			if _, _, err := store.MarkAllArchived(ctx, user); err != nil {
+				t.Fatal(err)
+			}
+			name = "archive-all"
+		case r == 2:
+			insert(time.Now(), fmt.Sprintf("new %d", step))
+			name = "a new one"
+		case r == 4:
+			// A row whose transaction began before a watermark and commits after it.
+			open, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var id feed.ID
+			if err := open.QueryRow(ctx, `INSERT INTO notifications (user_id, type, category, producer, idempotency_key, notification_key, title)
+				VALUES ($1, 't', 'c', 'p', $2, $2, $2) RETURNING created_at, id`, user, fmt.Sprintf("late %d", step)).Scan(&id.CreatedAt, &id.Seq); err != nil {
+				t.Fatal(err)
+			}
+			insert(time.Now(), fmt.Sprintf("newer %d", step))
+			mark := store.MarkAllRead
+			if rnd.IntN(2) == 0 {
+				mark = store.MarkAllArchived
+			}
+			if _, _, err := mark(ctx, user); err != nil {
+				t.Fatal(err)
+			}
+			if err := open.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+			name = "a late one"
+		case r == 3:
+			// The seen position at a random row's place in commit order.
+			id := ids[rnd.IntN(len(ids))]
+			if _, err := pool.Exec(ctx, `INSERT INTO stream_seen (user_id, through_tx, through_id, through_at)
+				SELECT user_id, tx, id, created_at FROM notifications WHERE created_at = $1 AND id = $2
+				ON CONFLICT (user_id) DO UPDATE SET through_tx = EXCLUDED.through_tx, through_id = EXCLUDED.through_id, through_at = EXCLUDED.through_at`, id.CreatedAt, id.Seq); err != nil {
+				t.Fatal(err)
+			}
+			name = "seen"
+		default:
+			op := ops[rnd.IntN(len(ops))]
+			// Most changes on the oldest weeks, the rest anywhere.
+			i := rnd.IntN(len(ids))
+			if rnd.IntN(2) == 0 {
+				i = rnd.IntN(20)
+			}
+			if err := op.do(ids[i]); err != nil {
+				t.Fatal(err)
+			}
+			name = fmt.Sprintf("%s of row %d", op.name, i)
+		}
+		check(fmt.Sprintf("step %d (%s)", step, name))
 	}
 }

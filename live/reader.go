@@ -69,7 +69,7 @@ const (
 			SELECT s.*, EXISTS (SELECT 1 FROM notifications h WHERE h.tx >= s.hz AND h.tx < s.xmax AND (h.tx, h.id) > ($1::xid8, $2::bigint)
 				AND h.created_at >= $4 AND h.created_at < s.at + $5::interval) AS held
 			FROM (` + readState + `) s(hz, xmax, at, sys, tl, wal, sync))
-		SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.wal, s.sync, s.held, n.tx, n.user_id, ` + feed.NotificationFields + `, n.read_at
+		SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.wal, s.sync, s.held, n.tx, n.user_id, ` + feed.NotificationFields + `, n.read_at, NULL::timestamptz, n.archived_at
 		FROM s LEFT JOIN LATERAL (
 			SELECT n.* FROM notifications n
 			WHERE (n.tx, n.id) > ($1::xid8, $2::bigint) AND n.tx >= $1::xid8 AND n.tx < s.hz
@@ -78,13 +78,14 @@ const (
 			LIMIT $3) n ON true
 		ORDER BY n.tx, n.id`
 	readReadEvents = `WITH s AS MATERIALIZED (
-			SELECT s.hz, EXISTS (SELECT 1 FROM read_events h WHERE h.tx >= s.hz AND h.tx < s.xmax AND (h.tx, h.id) > ($1::xid8, $2::bigint)) AS held
+			SELECT s.hz, EXISTS (SELECT 1 FROM state_events h WHERE h.tx >= s.hz AND h.tx < s.xmax AND (h.tx, h.id) > ($1::xid8, $2::bigint)) AS held
 			FROM (SELECT least(` + horizon + `, $4::xid8), pg_snapshot_xmax(pg_current_snapshot())) s(hz, xmax))
 		SELECT s.hz, s.held,
-			r.tx, r.id, r.user_id, coalesce(r.read_id, ''), coalesce(r.through_id, ''), r.through_at, r.through_seq, r.snapshot::text
+			r.tx, r.id, r.user_id, CASE WHEN r.kind = 'read' THEN spoolcast_public_id(r.note_at, r.note_seq) ELSE '' END, '',
+			CASE WHEN r.kind = 'read_all' THEN r.note_at END, CASE WHEN r.kind = 'read_all' THEN r.note_seq END, r.snapshot::text
 		FROM s LEFT JOIN LATERAL (
-			SELECT r.* FROM read_events r
-			WHERE (r.tx, r.id) > ($1::xid8, $2::bigint) AND r.tx >= $1::xid8 AND r.tx < s.hz
+			SELECT r.* FROM state_events r
+			WHERE (r.tx, r.id) > ($1::xid8, $2::bigint) AND r.tx >= $1::xid8 AND r.tx < s.hz AND r.kind IN ('read', 'read_all')
 			ORDER BY r.tx, r.id
 			LIMIT $3) r ON true
 		ORDER BY r.tx, r.id`

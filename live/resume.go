@@ -31,8 +31,8 @@ const readSince = `WITH s AS MATERIALIZED (
 		FROM (` + readState + `) s(hz, xmax, at, sys, tl, wal, sync))
 	SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.wal, s.sync, s.held, n.*
 	FROM s LEFT JOIN LATERAL (
-		SELECT n.tx, ` + feed.NotificationFields + `, ` + feed.ReadState + ` AS read_state
-		FROM notifications n, ` + feed.ReadMark + ` w
+		SELECT n.tx, ` + feed.NotificationFields + `, ` + feed.StateColumns + `
+		FROM notifications n, ` + feed.Marks + ` m
 		WHERE n.user_id = $1 AND (n.tx, n.id) > ($3::xid8, $4::bigint) AND n.tx >= $3::xid8 AND n.tx < s.hz
 		  AND n.created_at >= $2 AND n.created_at < s.at + $6::interval
 		ORDER BY n.tx, n.id

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/migrations"
 )
@@ -208,4 +210,88 @@ func TestMigration17DownAndUpAgain(t *testing.T) {
 		t.Fatalf("up again applied %v, %v; want migration 17 first", applied, err)
 	}
 	check("after up again", want)
+}
+
+// Migration 19 adds the inbox states: each partition, with rows, ends with
+// its tab indexes valid and attached (and partitions made later get them),
+// the unread index they replace goes, a seen watermark of before becomes
+// one seen move, and a read webhook is written from a state event. Taken
+// back it restores the unread index and drops what it added; applied again
+// it builds them anew.
+func TestMigration19DownAndUpAgain(t *testing.T) {
+	url := pgtest.DB(t)
+	pool := pgtest.Connect(t, url)
+	ctx := context.Background()
+	tabs := []string{"notifications_inbox", "notifications_archived", "notifications_inbox_unread", "notifications_marked_unread", "notifications_unarchived"}
+	// valid counts, for each index, whether it is valid and attached on
+	// every partition: -1 when it does not exist.
+	valid := func(name string) int {
+		t.Helper()
+		var ok bool
+		var parts, indexed int
+		err := pool.QueryRow(ctx, `SELECT i.indisvalid,
+				(SELECT count(*) FROM pg_inherits WHERE inhparent = 'notifications'::regclass),
+				(SELECT count(*) FROM pg_inherits WHERE inhparent = i.indexrelid)
+			FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1`, name).Scan(&ok, &parts, &indexed)
+		if err == pgx.ErrNoRows {
+			return -1
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && parts > 0 && indexed == parts {
+			return 1
+		}
+		return 0
+	}
+	check := func(when string, want int, unread int) {
+		t.Helper()
+		for _, name := range tabs {
+			if got := valid(name); got != want {
+				t.Errorf("%s: %s is %d; want %d (1 valid on every partition, -1 absent)", when, name, got, want)
+			}
+		}
+		if got := valid("notifications_unread"); got != unread {
+			t.Errorf("%s: notifications_unread is %d; want %d", when, got, unread)
+		}
+	}
+	if _, err := pool.Exec(ctx, `SELECT spoolcast_ensure_week_partition('notifications', now() + interval '70 days')`); err != nil {
+		t.Fatal(err)
+	}
+	check("after up", 1, -1)
+	if err := migrations.DownTo(ctx, url, 18); err != nil {
+		t.Fatal(err)
+	}
+	check("after down to 18", -1, 1)
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM pg_class WHERE relname IN ('state_events', 'archive_marks')`); n != 0 {
+		t.Errorf("after down to 18: %d of state_events and archive_marks left", n)
+	}
+	// A seen watermark of before, and rows in a partition made meanwhile.
+	if _, err := pool.Exec(ctx, `SELECT spoolcast_ensure_week_partition('notifications', now() + interval '77 days')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO stream_seen (user_id, through_tx, through_id, seen_at) VALUES ('ada', '42', 7, '2026-12-01T10:00:00Z')`); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := migrations.Up(ctx, url, nil); err != nil || len(applied) == 0 || applied[0] != 19 {
+		t.Fatalf("up again applied %v, %v; want migration 19 first", applied, err)
+	}
+	check("after up again", 1, -1)
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM state_events WHERE user_id = 'ada' AND kind = 'seen' AND seen_tx = '42' AND seen_id = 7
+			AND created_at = '2026-12-01T10:00:00Z'`); n != 1 {
+		t.Errorf("%d seen moves for the watermark of before; want 1", n)
+	}
+	if _, err := pool.Exec(ctx, `SELECT spoolcast_ensure_week_partition('notifications', now() + interval '84 days')`); err != nil {
+		t.Fatal(err)
+	}
+	check("with a partition made after", 1, -1)
+	if _, err := pool.Exec(ctx, `INSERT INTO webhook_endpoints (id, url, events, secret) VALUES ('e1', 'https://hooks.example', '{notification.read}', 'whsec_x')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO state_events (user_id, kind, note_at, note_seq) VALUES ('ada', 'read', '2026-12-01T10:00:00Z', 9), ('ada', 'archived', '2026-12-01T10:00:00Z', 9)`); err != nil {
+		t.Fatal(err)
+	}
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM webhook_deliveries WHERE type = 'notification.read' AND payload->'data' ? 'notification_id'`); n != 1 {
+		t.Errorf("%d read webhooks from a state event; want 1 (the endpoint takes no archived)", n)
+	}
 }

@@ -115,7 +115,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := c.checkReachable(dir); err != nil {
 		return nil, err
 	}
-	if cfg.Port == 0 {
+	choosePort := cfg.Port == 0
+	if choosePort {
 		cfg.Port, err = rememberedPort(dir)
 		if err != nil {
 			return nil, err
@@ -140,6 +141,28 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.URL = c.url()
 		return c, c.waitReady(ctx)
 	}
+	for attempt := 1; ; attempt++ {
+		err := c.start(ctx)
+		if err == nil || !choosePort || attempt == 5 || !strings.Contains(err.Error(), "Address already in use") {
+			if err != nil {
+				return nil, err
+			}
+			break
+		}
+		// The free port it chose was taken (by another test process) before
+		// the server bound it: choose again.
+		_ = os.Remove(filepath.Join(dir, "port"))
+		if c.cfg.Port, err = rememberedPort(dir); err != nil {
+			return nil, err
+		}
+	}
+	c.URL, c.Started = c.url(), true
+	return c, c.waitReady(ctx)
+}
+
+// start runs pg_ctl start with the cluster's settings.
+func (c *Cluster) start(ctx context.Context) error {
+	cfg, dir := c.cfg, c.cfg.Dir
 	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=%s -c max_connections=200", cfg.Port, dir)
 	if !cfg.Durable {
 		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
@@ -152,10 +175,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		opts += " -c synchronous_commit=on -c synchronous_standby_names=" + cfg.SynchronousStandby
 	}
 	if out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(dir, "data"), "-l", filepath.Join(dir, "postgres.log"), "-o", opts, "-w", "-t", "60", "start"); err != nil {
-		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, tail(filepath.Join(dir, "postgres.log")))
+		return fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, tail(filepath.Join(dir, "postgres.log")))
 	}
-	c.URL, c.Started = c.url(), true
-	return c, c.waitReady(ctx)
+	return nil
 }
 
 // Stop stops the server (fast mode: connections are closed, data is kept).

@@ -32,7 +32,8 @@ func (s *Server) createStreamTicket(w http.ResponseWriter, r *http.Request, _ ht
 }
 
 // streamSeen is POST /v1/stream/seen: what a seen message does on a
-// WebSocket, for an app on an event stream, which cannot send on it.
+// WebSocket, for an app on an event stream, which cannot send on it; written
+// before the answer (a WebSocket's within a second).
 func (s *Server) streamSeen(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
 	if s.cfg.Live == nil {
 		problem.Write(w, r, problem.New(http.StatusNotFound, problem.StreamDisabled, "this deployment serves no live stream"))
@@ -49,9 +50,16 @@ func (s *Server) streamSeen(w http.ResponseWriter, r *http.Request, _ httprouter
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, `type, when sent, is "seen"`).On("type"))
 		return
 	}
-	if err := s.cfg.Live.Seen(u.ID, body.Cursor); errors.Is(err, live.ErrBadCursor) {
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	err := s.cfg.Live.Seen(ctx, u.ID, body.Cursor)
+	switch {
+	case errors.Is(err, live.ErrBadCursor):
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor, "cursor is not a stream cursor this server issued: send the cursor of the last frame shown").On("cursor"))
-		return
+	case err != nil:
+		s.dbError(w, r, "record seen", err)
+	default:
+		s.wrote(ctx, w, r, u.ID)
+		w.WriteHeader(http.StatusNoContent)
 	}
-	w.WriteHeader(http.StatusNoContent)
 }

@@ -117,11 +117,13 @@ const (
 
 	// late is n committed after a watermark was asked (below its newest in
 	// feed order, not visible in its snapshot), read by the index of the
-	// user's rows in commit order: its transaction was running then, so it
-	// lies between the snapshot's xmin and xmax, and it started at most
-	// IngestSlack before the watermark was asked. p is r or a, slack the
-	// placeholder of IngestSlack.
-	late = `(n.tx >= pg_snapshot_xmin(m.P_snap) AND n.tx < pg_snapshot_xmax(m.P_snap) AND NOT pg_visible_in_snapshot(n.tx, m.P_snap)
+	// user's rows in commit order: its transaction was running then or took
+	// its id later, so it lies at or above the snapshot's xmin (not below
+	// its xmax: a snapshot's xmax is one past the newest transaction
+	// completed, so a running one holding the newest id lies at or above
+	// it), and it started at most IngestSlack before the watermark was
+	// asked. p is r or a, slack the placeholder of IngestSlack.
+	late = `(n.tx >= pg_snapshot_xmin(m.P_snap) AND NOT pg_visible_in_snapshot(n.tx, m.P_snap)
 		AND (n.created_at, n.id) <= (m.P_at, m.P_id) AND n.created_at >= m.P_marked - SLACK::interval)`
 )
 

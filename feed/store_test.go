@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,30 +362,49 @@ func TestWeeksWithoutAPartitionAreReadWithoutAnError(t *testing.T) {
 // whose transaction was open meanwhile commits later, with an older
 // created_at than the newest one read-all covered: it is unread in the
 // page, in the unread count and in the unread-only page, and can be marked
-// read on its own.
+// read on its own. Its transaction may take its id before the newest
+// one's (read-all's snapshot lists it as running) or after (the newest
+// id, at or above the snapshot's xmax): either way.
 func TestANotificationCommittedAfterReadAllIsUnreadThoughOlder(t *testing.T) {
 	t.Parallel()
+	for _, idLast := range []bool{false, true} {
+		t.Run(fmt.Sprintf("id last %v", idLast), func(t *testing.T) {
+			t.Parallel()
+			lateUnreadAfterReadAll(t, "dana"+strconv.FormatBool(idLast), idLast)
+		})
+	}
+}
+
+func lateUnreadAfterReadAll(t *testing.T, user string, idLast bool) {
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	store := feed.NewStore(pool, nil)
-	seed(t, pool, "dana", "before", 1, 1)
+	seed(t, pool, user, "before", 1, 1)
 	open, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer open.Rollback(ctx)
-	if _, err := ingest.Ingest(ctx, open, []ingest.Item{{Producer: "p", Event: eventtest.Event(t, "late", "dana")}}); err != nil {
+	if idLast {
+		if _, err := open.Exec(ctx, `SELECT 1`); err != nil {
+			t.Fatal(err)
+		}
+		seed(t, pool, user, "newest", 1, 1)
+	}
+	if _, err := ingest.Ingest(ctx, open, []ingest.Item{{Producer: "p", Event: eventtest.Event(t, "late", user)}}); err != nil {
 		t.Fatal(err)
 	}
-	seed(t, pool, "dana", "newest", 1, 1)
-	through, ok, err := store.MarkAllRead(ctx, "dana")
+	if !idLast {
+		seed(t, pool, user, "newest", 1, 1)
+	}
+	through, ok, err := store.MarkAllRead(ctx, user)
 	if err != nil || !ok {
 		t.Fatalf("mark all read = %v, %v", ok, err)
 	}
 	if err := open.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	page, err := store.Page(ctx, feed.Query{UserID: "dana"})
+	page, err := store.Page(ctx, feed.Query{UserID: user})
 	if err != nil || len(page.Items) != 3 {
 		t.Fatalf("page = %+v, %v; want 3 items", page.Items, err)
 	}
@@ -397,33 +417,33 @@ func TestANotificationCommittedAfterReadAllIsUnreadThoughOlder(t *testing.T) {
 	if late.ReadAt != nil || page.Items[0].ReadAt == nil || page.Items[2].ReadAt == nil {
 		t.Fatalf("read at: newest %v, late %v, first %v; want only the late one unread", page.Items[0].ReadAt, late.ReadAt, page.Items[2].ReadAt)
 	}
-	if n, capped, err := store.UnreadCount(ctx, "dana"); n != 1 || capped || err != nil {
+	if n, capped, err := store.UnreadCount(ctx, user); n != 1 || capped || err != nil {
 		t.Errorf("unread count = %d %v %v; want 1", n, capped, err)
 	}
-	unread, err := store.Page(ctx, feed.Query{UserID: "dana", Status: feed.Unread})
+	unread, err := store.Page(ctx, feed.Query{UserID: user, Status: feed.Unread})
 	if err != nil || len(unread.Items) != 1 || unread.Items[0].ID != late.ID {
 		t.Errorf("unread page = %+v, %v; want the late one alone", unread.Items, err)
 	}
-	if err := store.MarkRead(ctx, "dana", late.PublicID()); err != nil {
+	if err := store.MarkRead(ctx, user, late.PublicID()); err != nil {
 		t.Fatal(err)
 	}
-	if n, _, _ := store.UnreadCount(ctx, "dana"); n != 0 {
+	if n, _, _ := store.UnreadCount(ctx, user); n != 0 {
 		t.Errorf("unread after marking the late one = %d, want 0", n)
 	}
 	// A later read-all covers what committed since.
 	open2, _ := pool.Begin(ctx)
 	defer open2.Rollback(ctx)
-	if _, err := ingest.Ingest(ctx, open2, []ingest.Item{{Producer: "p", Event: eventtest.Event(t, "late2", "dana")}}); err != nil {
+	if _, err := ingest.Ingest(ctx, open2, []ingest.Item{{Producer: "p", Event: eventtest.Event(t, "late2", user)}}); err != nil {
 		t.Fatal(err)
 	}
 	_ = open2.Commit(ctx)
-	if n, _, _ := store.UnreadCount(ctx, "dana"); n != 1 {
+	if n, _, _ := store.UnreadCount(ctx, user); n != 1 {
 		t.Errorf("unread with a second late one = %d, want 1", n)
 	}
-	if _, _, err := store.MarkAllRead(ctx, "dana"); err != nil {
+	if _, _, err := store.MarkAllRead(ctx, user); err != nil {
 		t.Fatal(err)
 	}
-	if n, _, _ := store.UnreadCount(ctx, "dana"); n != 0 {
+	if n, _, _ := store.UnreadCount(ctx, user); n != 0 {
 		t.Errorf("unread after the second read-all = %d, want 0", n)
 	}
 }

@@ -2,6 +2,7 @@ package live_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -217,15 +218,20 @@ func TestANotificationCommittedAfterReadAllStreamsUnread(t *testing.T) {
 	ctx := context.Background()
 	c := s.dial("u1", "")
 	_, start := s.ready(c)
+	// Begun first (older in feed order), it takes its transaction id last:
+	// the newest, at or above the read-all snapshot's xmax.
 	open, err := s.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer open.Rollback(ctx)
-	if _, err := ingest.Ingest(ctx, open, items(t, "late", "u1", 1)); err != nil {
+	if _, err := open.Exec(ctx, `SELECT 1`); err != nil {
 		t.Fatal(err)
 	}
 	s.ingest(s.pool, items(t, "newest", "u1", 1))
+	if _, err := ingest.Ingest(ctx, open, items(t, "late", "u1", 1)); err != nil {
+		t.Fatal(err)
+	}
 	through, _, err := feed.NewStore(s.pool, nil).MarkAllRead(ctx, "u1")
 	if err != nil {
 		t.Fatal(err)
@@ -235,9 +241,9 @@ func TestANotificationCommittedAfterReadAllStreamsUnread(t *testing.T) {
 	}
 	_ = ingest.WakeUp(ctx, s.pool)
 	got := next(t, c, "notification", 2)
-	late, _ := got[0].Item()
+	late, _ := got[1].Item()
 	if late.Title != "late-0" || late.ReadAt != nil {
-		t.Errorf("first frame %s; want the late one, unread", got[0].Raw)
+		t.Errorf("second frame %s; want the late one, unread", got[1].Raw)
 	}
 	read := next(t, c, "read", 1)[0]
 	if read.Through != through.String() || len(read.Unread) != 1 || read.Unread[0] != late.ID {
@@ -245,11 +251,22 @@ func TestANotificationCommittedAfterReadAllStreamsUnread(t *testing.T) {
 	}
 	again := s.dial("u1", start)
 	resumed, _ := s.ready(again)
+	var types []string
 	for _, m := range resumed {
+		types = append(types, m.Type)
+		if m.Type == "read" {
+			if m.Through != through.String() || !slices.Equal(m.Unread, []string{late.ID}) || m.Cursor != read.Cursor {
+				t.Errorf("resumed read-all frame %s; want the live one, %s", m.Raw, read.Raw)
+			}
+			continue
+		}
 		it, _ := m.Item()
 		if (it.ID == late.ID) != (it.ReadAt == nil) {
 			t.Errorf("resumed %s: read at %v; want only the late one unread", it.Title, it.ReadAt)
 		}
+	}
+	if !slices.Equal(types, []string{"notification", "notification", "read"}) {
+		t.Errorf("resumed %v; want the two notifications, then the read-all, as they came live", types)
 	}
 }
 

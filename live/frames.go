@@ -17,12 +17,20 @@ type frameKind uint8
 
 const (
 	kindNotification frameKind = iota + 1
+	// The changes of state, each at its place in the stream.
 	kindRead
+	kindUnread
+	kindArchived
+	kindUnarchived
+	kindSeen
 	kindReady
 	kindPing
 	kindPong
 	kindClose
 )
+
+// streamKinds are the kinds of frame a position in the stream carries.
+var streamKinds = []frameKind{kindNotification, kindRead, kindUnread, kindArchived, kindUnarchived, kindSeen}
 
 func (k frameKind) label() string {
 	switch k {
@@ -30,11 +38,24 @@ func (k frameKind) label() string {
 		return "notification"
 	case kindRead:
 		return "read"
+	case kindUnread:
+		return "unread"
+	case kindArchived:
+		return "archived"
+	case kindUnarchived:
+		return "unarchived"
+	case kindSeen:
+		return "seen"
 	case kindReady:
 		return "ready"
 	}
 	return "control"
 }
+
+// positioned reports whether a frame of kind k is a place in the stream
+// (a notification or a change of state): sent once, in commit-safe order,
+// resumed after its cursor, caught up from Postgres after a burst.
+func (k frameKind) positioned() bool { return k >= kindNotification && k <= kindSeen }
 
 // frame is one message of the stream, built once and written by each socket
 // in its own transport's framing: bytes is the whole WebSocket frame, json
@@ -43,9 +64,10 @@ func (k frameKind) label() string {
 // by every socket of a user and are never changed.
 type frame struct {
 	kind frameKind
-	pos  Position  // a notification's position
+	pos  Position  // its place in the stream, when positioned
 	at   time.Time // a live notification's created_at, for the lag metric
-	// createdAt is a notification's created_at.
+	// createdAt is a notification's created_at, or when a change of state
+	// was made: its cursor's time.
 	createdAt time.Time
 	bytes     []byte
 	json      []byte
@@ -59,14 +81,18 @@ type (
 		Data   feed.Item `json:"data"`
 		Cursor string    `json:"cursor"`
 	}
-	readMessage struct {
-		Type    string `json:"type"` // "read"
+	// stateMessage is a change of state: of one notification (ID), or a
+	// watermark (Through: read-all, archive-all, the seen position).
+	stateMessage struct {
+		Type    string `json:"type"` // "read", "unread", "archived", "unarchived", "seen"
 		ID      string `json:"id,omitempty"`
 		Through string `json:"through,omitempty"`
 		// Unread names, for a read-all, the notifications through Through
 		// in feed order that it did not mark read: they committed after
-		// read-all was asked.
-		Unread []string `json:"unread,omitempty"`
+		// read-all was asked. Unarchived names them for an archive-all.
+		Unread     []string `json:"unread,omitempty"`
+		Unarchived []string `json:"unarchived,omitempty"`
+		Cursor     string   `json:"cursor"`
 	}
 	readyMessage struct {
 		Type   string `json:"type"` // "ready"
@@ -133,6 +159,14 @@ func appendHeader(b []byte, h ws.Header) []byte {
 	default:
 		return append(b, b0, 127, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	}
+}
+
+// stateFrame is the frame of a change of state at c, of kind k.
+func stateFrame(k frameKind, m stateMessage, c Cursor) (frame, error) {
+	m.Type, m.Cursor = k.label(), c.String()
+	f, err := textFrame(k, m, m.Cursor)
+	f.pos, f.createdAt = c.Position, c.At
+	return f, err
 }
 
 func notificationFrame(n feed.Notification, c Cursor, live bool) (frame, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,10 +60,9 @@ type Config struct {
 	// refused 503, so that the load balancer tries another replica. 0: no
 	// cap.
 	MaxSockets int
-	// Presence records in Postgres which users hold a socket here and how
-	// far each has seen the stream ({"type":"seen"} messages), for
-	// --push-suppress-if-seen. Off: nothing is written, seen messages are
-	// ignored.
+	// Presence records in Postgres which users hold a socket here, for
+	// --push-suppress-if-seen. Off: nothing is written. (Seen messages
+	// move the users' seen positions either way: seen.go.)
 	Presence bool
 	// Replica names this replica in the presence rows. Default host-pid-time.
 	Replica string
@@ -117,6 +117,8 @@ type Hub struct {
 	sockets sync.WaitGroup          // each socket until its connection is closed
 	// presence is nil unless Config.Presence.
 	presence *presence
+	// seenBatch gathers the seen messages until the next write.
+	seenBatch seenBatch
 }
 
 // New returns a hub; Start begins reading.
@@ -161,7 +163,7 @@ func New(cfg Config) (*Hub, error) {
 // does, and none after Shutdown. Sockets are served once the reader has its
 // starting position.
 func (h *Hub) Start(ctx context.Context) {
-	loops := []func(context.Context){h.reader.run, h.pingLoop}
+	loops := []func(context.Context){h.reader.run, h.pingLoop, h.seenLoop}
 	if h.presence != nil {
 		loops = append(loops, h.presenceLoop)
 	}
@@ -305,6 +307,16 @@ func (h *Hub) deliver(user string, f frame) {
 	defer h.mu.RUnlock()
 	for _, s := range h.users[user] {
 		s.offer(f)
+	}
+}
+
+// closeUser closes every socket of user with code.
+func (h *Hub) closeUser(user string, code ws.StatusCode, reason string) {
+	h.mu.RLock()
+	ss := slices.Clone(h.users[user])
+	h.mu.RUnlock()
+	for _, s := range ss {
+		s.close(code, reason)
 	}
 }
 

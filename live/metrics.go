@@ -38,9 +38,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		tickets: metric.CounterVec("spoolcast_stream_tickets_total",
 			"Stream tickets (for a browser's EventSource), by result: issued, redeemed, refused (used, expired or unknown).", "result"),
 		frames: metric.CounterVec("spoolcast_ws_frames_sent_total",
-			"Frames written to live streams (WebSockets and event streams), by type (notification, read, ready).", "type"),
+			"Frames written to live streams (WebSockets and event streams), by type (notification; read, unread, archived, unarchived, seen; ready).", "type"),
 		slowClosed: metric.Counter("spoolcast_ws_slow_closed_total",
-			"Streams (WebSockets and event streams) closed because their peer stopped reading (a write timed out, or read-state frames alone filled the queue); their apps resume from their cursor."),
+			"Streams (WebSockets and event streams) closed because their peer stopped reading (a write timed out); their apps resume from their cursor."),
 		catchUps: metric.Counter("spoolcast_ws_catchups_total",
 			"Bursts larger than a stream's queue (WebSocket or event stream): the stream dropped live frames and caught up from Postgres at the pace it reads, without closing."),
 		authFailed: metric.Counter("spoolcast_ws_auth_failures_total",
@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, l := range []string{"user", "replica"} {
 		m.refused.WithLabelValues(l)
 	}
-	for _, k := range []frameKind{kindNotification, kindRead, kindReady} {
+	for _, k := range append(streamKinds, kindReady) {
 		m.frames.WithLabelValues(k.label())
 	}
 	for _, r := range []string{"ok", "error"} {

@@ -1,10 +1,12 @@
 package live
 
 import (
+	"cmp"
 	"context"
 	"reflect"
 	"time"
 
+	"github.com/gobwas/ws"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolcast/spoolcast/feed"
@@ -49,13 +51,16 @@ const horizon = `pg_snapshot_xmin(pg_current_snapshot())`
 const readState = `SELECT ` + horizon + ` AS hz, pg_snapshot_xmax(pg_current_snapshot()) AS xmax, now() AS at, ` +
 	pghistory.Columns + `, ` + pghistory.WAL + `, ` + pghistory.Synchronous
 
-// The replica's reads, each in commit-safe order from a position ($1, $2),
-// at most $3 rows, only below the statement's horizon: rows at or above it
-// are not fetched, one index probe (held) tells that some have committed and
-// wait. The state and the probe are a materialized CTE: evaluated once, not
-// once per row. A read always answers one row at least: the statement's state, with
-// no notification when none is new. A new notification's read state is its
-// own read_at: read-all is not joined.
+// readStream is the replica's read, in commit-safe order from a position
+// ($1, $2), of at most $3 rows of notifications and changes of state
+// merged (Merge Append of the two tables' (tx, id) indexes), only below
+// the statement's horizon: rows at or above it are not fetched, one index
+// probe of each table (held) tells that some have committed and wait. The
+// state and the probe are a materialized CTE: evaluated once, not once per
+// row. A read always answers one row at least: the statement's state, with
+// no row when none is new. A new notification's states are its own
+// columns: the watermarks are not joined (one asked since follows it in
+// the stream).
 //
 // Each range on tx has a lower and an upper bound, though one of them says
 // nothing new (a row visible to the statement is below xmax; a row after
@@ -63,40 +68,32 @@ const readState = `SELECT ` + horizon + ` AS hz, pg_snapshot_xmax(pg_current_sna
 // prepared statement's generic plan), a two-sided range looks as narrow as
 // the one on created_at, so the plan reads the (tx, id) index, a few
 // entries, not every row created since the lower bound (it did: 7 ms a read
-// with 10,000 rows from the last hour, and growing).
-const (
-	readNotifications = `WITH s AS MATERIALIZED (
-			SELECT s.*, EXISTS (SELECT 1 FROM notifications h WHERE h.tx >= s.hz AND h.tx < s.xmax AND (h.tx, h.id) > ($1::xid8, $2::bigint)
-				AND h.created_at >= $4 AND h.created_at < s.at + $5::interval) AS held
-			FROM (` + readState + `) s(hz, xmax, at, sys, tl, wal, sync))
-		SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.wal, s.sync, s.held, n.tx, n.user_id, ` + feed.NotificationFields + `, n.read_at, NULL::timestamptz, n.archived_at
-		FROM s LEFT JOIN LATERAL (
-			SELECT n.* FROM notifications n
+// with 10,000 rows from the last hour, and growing). Notifications are read
+// from $4 on (created_at) and below $5 past the statement's time, so that
+// Postgres reads the newest weekly partitions alone; state_events is one
+// table.
+var readStream = `WITH s AS MATERIALIZED (
+		SELECT s.*, EXISTS (SELECT 1 FROM notifications h WHERE h.tx >= s.hz AND h.tx < s.xmax AND (h.tx, h.id) > ($1::xid8, $2::bigint)
+				AND h.created_at >= $4 AND h.created_at < s.at + $5::interval)
+			OR EXISTS (SELECT 1 FROM state_events h WHERE h.tx >= s.hz AND h.tx < s.xmax AND (h.tx, h.id) > ($1::xid8, $2::bigint)) AS held
+		FROM (` + readState + `) s(hz, xmax, at, sys, tl, wal, sync))
+	SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.wal, s.sync, s.held, r.*
+	FROM s LEFT JOIN LATERAL (
+		SELECT * FROM ((
+			SELECT ` + streamNotificationColumns(`n.read_at, NULL::timestamptz, n.archived_at`) + ` FROM notifications n
 			WHERE (n.tx, n.id) > ($1::xid8, $2::bigint) AND n.tx >= $1::xid8 AND n.tx < s.hz
 			  AND n.created_at >= $4 AND n.created_at < s.at + $5::interval
 			ORDER BY n.tx, n.id
-			LIMIT $3) n ON true
-		ORDER BY n.tx, n.id`
-	readReadEvents = `WITH s AS MATERIALIZED (
-			SELECT s.hz, EXISTS (SELECT 1 FROM state_events h WHERE h.tx >= s.hz AND h.tx < s.xmax AND (h.tx, h.id) > ($1::xid8, $2::bigint)) AS held
-			FROM (SELECT least(` + horizon + `, $4::xid8), pg_snapshot_xmax(pg_current_snapshot())) s(hz, xmax))
-		SELECT s.hz, s.held,
-			r.tx, r.id, r.user_id, CASE WHEN r.kind = 'read' THEN spoolcast_public_id(r.note_at, r.note_seq) ELSE '' END, '',
-			CASE WHEN r.kind = 'read_all' THEN r.note_at END, CASE WHEN r.kind = 'read_all' THEN r.note_seq END, r.snapshot::text
-		FROM s LEFT JOIN LATERAL (
-			SELECT r.* FROM state_events r
-			WHERE (r.tx, r.id) > ($1::xid8, $2::bigint) AND r.tx >= $1::xid8 AND r.tx < s.hz AND r.kind IN ('read', 'read_all')
-			ORDER BY r.tx, r.id
-			LIMIT $3) r ON true
-		ORDER BY r.tx, r.id`
-	// readAllLeft lists what a read-all (snapshot $2, covering through ($3,
-	// $4) in feed order) left unread: the user's notifications that committed
-	// after it was asked though older in feed order.
-	readAllLeft = `SELECT n.created_at, n.id FROM notifications n
-		WHERE n.user_id = $1 AND n.tx >= pg_snapshot_xmin($2::pg_snapshot)
-		  AND (n.created_at, n.id) <= ($3, $4) AND NOT pg_visible_in_snapshot(n.tx, $2::pg_snapshot)
-		ORDER BY n.tx, n.id LIMIT 100`
-)
+			LIMIT $3
+		) UNION ALL (
+			SELECT ` + streamStateColumns + ` FROM state_events e
+			WHERE (e.tx, e.id) > ($1::xid8, $2::bigint) AND e.tx >= $1::xid8 AND e.tx < s.hz
+			ORDER BY e.tx, e.id
+			LIMIT $3
+		)) r
+		ORDER BY r.tx, r.id
+		LIMIT $3) r ON true
+	ORDER BY r.tx, r.id`
 
 // ReaderStatements are the statements the reader runs on ReaderDB at every
 // wake-up, for its connection to prepare (pgpool.Config.Prepare, with
@@ -109,14 +106,13 @@ const (
 // notifications read at every run: it rates the generic plan above a
 // custom plan's cost, by estimate only.
 func ReaderStatements() []string {
-	return []string{readNotifications, readReadEvents, readAllLeft}
+	return []string{readStream, readLeft}
 }
 
 // reader is the replica's one reader of newly committed rows.
 type reader struct {
 	hub     *Hub
-	notes   Position // the last notification read
-	reads   Position // the last read-state change read
+	pos     Position // the last row read: a notification or a change of state
 	failLog *lograte.Limiter
 	// caughtUp is Postgres's time at the last read that found every
 	// committed notification read: every row not read yet is from a
@@ -210,8 +206,7 @@ func (r *reader) position(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.notes = Position{Tx: st.horizon}
-	r.reads = Position{Tx: st.horizon}
+	r.pos = Position{Tx: st.horizon}
 	r.caughtUp = st.at
 	r.history = st.history
 	r.hub.seen(st)
@@ -262,98 +257,103 @@ func readStateOf(ctx context.Context, db DB) (dbState, error) {
 	return st, err
 }
 
-// read reads and delivers one page of each table. more: a page was full,
-// read again at once; held: committed rows wait behind an older transaction.
-//
-// Read-state changes are read only below where the notifications were read
-// (that read's horizon, or its last row when the page was full): a read-all
-// frame never overtakes a notification it covers, whose own frame says
-// unread.
+// read reads and delivers one page of rows, notifications and changes of
+// state in one order. more: the page was full, read again at once; held:
+// committed rows wait behind an older transaction.
 func (r *reader) read(ctx context.Context) (more, held bool, err error) {
-	moreN, heldN, bound, err := r.readNotifications(ctx)
-	if err != nil {
-		return false, false, err
-	}
-	moreR, heldR, err := r.readReadEvents(ctx, bound)
-	if err != nil {
-		return false, false, err
-	}
-	return moreN || moreR, heldN || heldR, nil
+	return r.readStream(ctx)
 }
 
-// delivery is a frame for one user's sockets.
+// delivery is a frame for one user's sockets, built only when they have
+// one here; ok is false for a row without a frame.
 type delivery struct {
 	user  string
-	frame func() (frame, error)
+	frame func() (f frame, ok bool, err error)
 }
 
-// deliver builds and sends the frames of users with a socket here.
+// deliver builds and sends the frames of users with a socket here. A frame
+// that cannot be built (Postgres failed reading what a watermark left out)
+// closes its user's sockets, which resume from their cursors and miss
+// nothing (the reader stands past the page), and fails the read once the
+// other users' frames are sent.
 func (r *reader) deliver(ds []delivery) error {
+	var failed error
 	for _, d := range ds {
 		if !r.hub.connected(d.user) {
 			continue
 		}
-		f, err := d.frame()
+		f, ok, err := d.frame()
 		if err != nil {
-			return err
+			r.hub.closeUser(d.user, ws.StatusInternalServerError, "try again")
+			failed = cmp.Or(failed, err)
+			continue
 		}
-		r.hub.deliver(d.user, f)
+		if ok {
+			r.hub.deliver(d.user, f)
+		}
 	}
-	return nil
+	return failed
 }
 
-// readNotifications reads and delivers one page of notifications. A row in
-// another history than the one the reader stands in means a restore or a
-// failover: the reader starts again at the new horizon, and every socket is
-// closed so that its app resumes (and, with a cursor from the old history,
-// starts over).
-func (r *reader) readNotifications(ctx context.Context) (more, held bool, bound uint64, err error) {
-	rows, err := r.hub.cfg.ReaderDB.Query(ctx, readNotifications, r.notes.Tx, r.notes.ID, readPage, r.caughtUp.Add(-r.hub.cfg.txSlack), feed.FutureSlack)
+// readStream reads and delivers one page of rows. A row in another history
+// than the one the reader stands in means a restore or a failover: the
+// reader starts again at the new horizon, and every socket is closed so
+// that its app resumes (and, with a cursor from the old history, starts
+// over).
+func (r *reader) readStream(ctx context.Context) (more, held bool, err error) {
+	db := r.hub.cfg.ReaderDB
+	rows, err := db.Query(ctx, readStream, r.pos.Tx, r.pos.ID, readPage, r.caughtUp.Add(-r.hub.cfg.txSlack), feed.FutureSlack)
 	if err != nil {
-		return false, false, 0, err
+		return false, false, err
 	}
 	defer rows.Close()
 	var st dbState
-	var ds []delivery
-	n := 0
+	var read []streamRow
 	for rows.Next() {
-		var tx *uint64
-		var user *string
-		var note feed.Notification
-		var fields orNull
 		dest, scanned := st.scanTargets()
-		dest = append(dest, &held, &tx, &user)
-		if err := rows.Scan(append(dest, fields.wrap(note.ScanTargets())...)...); err != nil {
-			return false, false, 0, err
+		row, ok, err := scanStreamRow(rows, append(dest, &held))
+		if err != nil {
+			return false, false, err
 		}
 		scanned()
-		if tx == nil {
+		if !ok {
 			break // nothing new: the state alone
 		}
-		fields.fill()
-		n++
-		pos := Position{Tx: *tx, ID: note.ID}
-		r.notes = pos
-		c := st.cursor(pos, note.CreatedAt)
-		ds = append(ds, delivery{user: *user, frame: func() (frame, error) { return notificationFrame(note, c, true) }})
+		read = append(read, row)
 	}
 	if err := rows.Err(); err != nil {
-		return false, false, 0, err
+		return false, false, err
 	}
 	rows.Close()
 	if st.history != r.history {
 		r.historyChanged(ctx, st)
-		return false, false, 0, nil
+		return false, false, nil
 	}
 	r.hub.seen(st)
-	more = n == readPage
-	bound = st.horizon
-	if more {
-		bound = r.notes.Tx
-	} else if !held {
+	if len(read) > 0 {
+		r.pos = read[len(read)-1].pos
+	}
+	more = len(read) == readPage
+	if !more && !held {
 		r.caughtUp = st.at
 	}
-	return more, held, bound, r.deliver(ds)
+	ds := make([]delivery, 0, len(read))
+	for _, row := range read {
+		c := st.cursor(row.pos, row.note.CreatedAt)
+		if row.state == nil {
+			note := row.note
+			ds = append(ds, delivery{user: row.user, frame: func() (frame, bool, error) {
+				f, err := notificationFrame(note, c, true)
+				return f, true, err
+			}})
+			continue
+		}
+		state := *row.state
+		ds = append(ds, delivery{user: row.user, frame: func() (frame, bool, error) {
+			return stateFrameOf(ctx, db, state, c, r.hub.cfg.txSlack)
+		}})
+	}
+	return more, held, r.deliver(ds)
 }
 
 // historyChanged repositions the reader in a new history and closes every
@@ -361,7 +361,7 @@ func (r *reader) readNotifications(ctx context.Context) (more, held bool, bound 
 func (r *reader) historyChanged(ctx context.Context, st dbState) {
 	r.hub.log.Warn("the database's history changed (a restore, or a failover to a standby): the live stream starts again at the new horizon and every socket reconnects",
 		"system_identifier_was", r.history.System, "system_identifier", st.history.System, "timeline_was", r.history.Timeline, "timeline", st.history.Timeline)
-	r.notes, r.reads = Position{Tx: st.horizon}, Position{Tx: st.horizon}
+	r.pos = Position{Tx: st.horizon}
 	r.caughtUp, r.history = st.at, st.history
 	r.hub.seen(st)
 	r.recordSwitch(ctx)
@@ -397,68 +397,4 @@ func (o *orNull) fill() {
 			o.targets[i].Elem().Set(p.Elem())
 		}
 	}
-}
-
-// readReadEvents reads and delivers one page of read-state changes. A
-// read-all's frame names what it left unread (committed after it was asked),
-// read once every transaction it could not see has ended.
-func (r *reader) readReadEvents(ctx context.Context, bound uint64) (more, held bool, err error) {
-	rows, err := r.hub.cfg.ReaderDB.Query(ctx, readReadEvents, r.reads.Tx, r.reads.ID, readPage, bound)
-	if err != nil {
-		return false, false, err
-	}
-	defer rows.Close()
-	type readAll struct {
-		msg      *readMessage
-		user     string
-		snapshot string
-		at       time.Time
-		seq      int64
-	}
-	var ds []delivery
-	var alls []readAll
-	var hz uint64
-	n := 0
-	for rows.Next() {
-		var tx *uint64
-		var id, throughSeq *int64
-		var user, readID, throughID, snapshot *string
-		var throughAt *time.Time
-		if err := rows.Scan(&hz, &held, &tx, &id, &user, &readID, &throughID, &throughAt, &throughSeq, &snapshot); err != nil {
-			return false, false, err
-		}
-		if tx == nil {
-			break
-		}
-		n++
-		r.reads = Position{Tx: *tx, ID: *id}
-		msg := &readMessage{Type: "read", ID: *readID, Through: *throughID}
-		if throughAt != nil && throughSeq != nil {
-			msg.Through = feed.ID{CreatedAt: *throughAt, Seq: *throughSeq}.String()
-			if snapshot != nil && r.hub.connected(*user) {
-				alls = append(alls, readAll{msg: msg, user: *user, snapshot: *snapshot, at: *throughAt, seq: *throughSeq})
-			}
-		}
-		ds = append(ds, delivery{user: *user, frame: func() (frame, error) { return textFrame(kindRead, msg, "") }})
-	}
-	if err := rows.Err(); err != nil {
-		return false, false, err
-	}
-	rows.Close()
-	for _, a := range alls {
-		left, err := r.hub.cfg.ReaderDB.Query(ctx, readAllLeft, a.user, a.snapshot, a.at, a.seq)
-		if err != nil {
-			return false, false, err
-		}
-		ids, err := pgx.CollectRows(left, func(row pgx.CollectableRow) (string, error) {
-			var id feed.ID
-			err := row.Scan(&id.CreatedAt, &id.Seq)
-			return id.String(), err
-		})
-		if err != nil {
-			return false, false, err
-		}
-		a.msg.Unread = ids
-	}
-	return n == readPage, held, r.deliver(ds)
 }

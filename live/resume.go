@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -39,6 +40,33 @@ const readSince = `WITH s AS MATERIALIZED (
 		LIMIT $5) n ON true
 	ORDER BY n.tx, n.id`
 
+// readResume is a user's stream after a position ($3, $4), as readSince
+// reads their notifications, merged with the changes of their states in
+// one commit-safe order (feed.States): at most $5 rows, with each
+// notification's states as they are now.
+var readResume = `WITH m AS MATERIALIZED ` + feed.Marks + `, s AS MATERIALIZED (
+		SELECT s.*, EXISTS (SELECT 1 FROM notifications h WHERE h.user_id = $1 AND h.tx >= s.hz AND h.tx < s.xmax AND (h.tx, h.id) > ($3::xid8, $4::bigint)
+				AND h.created_at >= $2 AND h.created_at < s.at + $6::interval)
+			OR EXISTS (SELECT 1 FROM state_events h WHERE h.user_id = $1 AND h.tx >= s.hz AND h.tx < s.xmax AND (h.tx, h.id) > ($3::xid8, $4::bigint)) AS held
+		FROM (` + readState + `) s(hz, xmax, at, sys, tl, wal, sync))
+	SELECT s.hz, s.xmax, s.at, s.sys, s.tl, s.wal, s.sync, s.held, r.*
+	FROM s CROSS JOIN m LEFT JOIN LATERAL (
+		SELECT * FROM ((
+			SELECT ` + streamNotificationColumns(feed.StateColumns) + ` FROM notifications n
+			WHERE n.user_id = $1 AND (n.tx, n.id) > ($3::xid8, $4::bigint) AND n.tx >= $3::xid8 AND n.tx < s.hz
+			  AND n.created_at >= $2 AND n.created_at < s.at + $6::interval
+			ORDER BY n.tx, n.id
+			LIMIT $5
+		) UNION ALL (
+			SELECT ` + streamStateColumns + ` FROM state_events e
+			WHERE e.user_id = $1 AND (e.tx, e.id) > ($3::xid8, $4::bigint) AND e.tx >= $3::xid8 AND e.tx < s.hz
+			ORDER BY e.tx, e.id
+			LIMIT $5
+		)) r
+		ORDER BY r.tx, r.id
+		LIMIT $5) r ON true
+	ORDER BY r.tx, r.id`
+
 // ResumeStatements are the statements every resume runs on DB (as do Since
 // and Now), for its connections to prepare (pgpool.Config.Prepare): a wave of
 // resumes (a replica's sockets moving at once) costs Postgres mostly their
@@ -46,7 +74,7 @@ const readSince = `WITH s AS MATERIALIZED (
 // live benchmark's wave, where Postgres settles on a generic plan by itself
 // after five runs on each connection.
 func ResumeStatements() []string {
-	return []string{readSince, readNow}
+	return []string{readResume, readNow, readSince, readLeft}
 }
 
 // Changes is a user's notifications committed after a cursor, in commit
@@ -129,14 +157,18 @@ func since(ctx context.Context, db DB, user string, after Cursor, limit int, sla
 }
 
 // readNow is where a user's stream stands now: the statement's state, and
-// the position of the user's last row below its horizon among those a read
-// from a cursor at now would consider (created within the slack $2 before
-// now), or none.
-const readNow = `WITH s AS MATERIALIZED (` + readState + `)
+// the position of the user's last row (a notification or a change of
+// state) below its horizon among those a read from a cursor at now would
+// consider (created within the slack $2 before now), or none.
+var readNow = `WITH s AS MATERIALIZED (` + readState + `)
 	SELECT s.*, coalesce(n.tx, '0'::xid8), coalesce(n.id, 0)
 	FROM s LEFT JOIN LATERAL (
-		SELECT n.tx, n.id FROM notifications n
-		WHERE n.user_id = $1 AND n.tx < s.hz AND n.created_at >= s.at - $2::interval AND n.created_at < s.at + $3::interval
+		SELECT * FROM ((
+			SELECT n.tx, n.id FROM notifications n
+			WHERE n.user_id = $1 AND n.tx < s.hz AND n.created_at >= s.at - $2::interval AND n.created_at < s.at + $3::interval
+			ORDER BY n.tx DESC, n.id DESC
+			LIMIT 1
+		) UNION ALL (` + strings.ReplaceAll(feed.LastStateEvent, "SLACK", "$2") + `)) n
 		ORDER BY n.tx DESC, n.id DESC
 		LIMIT 1) n ON true`
 
@@ -210,7 +242,8 @@ func continues(ctx context.Context, db DB, c Cursor, to History) (bool, error) {
 		return true, nil
 	}
 	var kept bool
-	err = db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM notifications WHERE id = $1 AND tx = $2::xid8)`, c.ID, c.Tx).Scan(&kept)
+	err = db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM notifications WHERE id = $1 AND tx = $2::xid8)
+		OR EXISTS (SELECT 1 FROM state_events WHERE id = $1 AND tx = $2::xid8)`, c.ID, c.Tx).Scan(&kept)
 	return kept, err
 }
 
@@ -252,9 +285,10 @@ func (h *Hub) catchUp(s *socket, from Cursor) {
 	}
 }
 
-// resumeRows sends the rows after the cursor and returns where the socket's
-// stream stands. A fresh socket starts at the horizon, read after the socket
-// was registered: what committed below it is in the feed the app loads after
+// resumeRows sends the rows after the cursor (notifications and changes
+// of state, in their one order) and returns where the socket's stream
+// stands. A fresh socket starts at the horizon, read after the socket was
+// registered: what committed below it is in the feed the app loads after
 // ready.
 func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor, error) {
 	if after == nil {
@@ -263,16 +297,12 @@ func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor,
 	end := *after
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		page, err := since(rctx, h.cfg.DB, s.user, end, resumePage, h.cfg.txSlack)
+		page, err := h.resumePage(rctx, s.user, end, resumePage)
 		cancel()
 		if err != nil {
 			return Cursor{}, err
 		}
-		for i, note := range page.Items {
-			f, err := notificationFrame(note, page.Cursors[i], false)
-			if err != nil {
-				return Cursor{}, err
-			}
+		for _, f := range page.frames {
 			if !s.resumed(ctx, f) {
 				if ctx.Err() != nil {
 					return Cursor{}, ctx.Err() // the hub is shutting down
@@ -280,9 +310,80 @@ func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor,
 				return Cursor{}, errSocketClosed
 			}
 		}
-		end = page.End
-		if !page.More {
+		end = page.end
+		if !page.more {
 			return end, nil
 		}
 	}
+}
+
+// resumed is one page of a resume: its frames, where it ends (as Since's
+// End), and whether a full page came back.
+type resumed struct {
+	frames []frame
+	end    Cursor
+	more   bool
+}
+
+// resumePage reads up to limit rows of user's stream after the cursor,
+// merged in commit order, below the read's horizon, and builds their
+// frames (a watermark's reads what it left out).
+func (h *Hub) resumePage(ctx context.Context, user string, after Cursor, limit int) (resumed, error) {
+	db := h.cfg.DB
+	rows, err := db.Query(ctx, readResume, user, after.At.Add(-h.cfg.txSlack), after.Tx, after.ID, limit+1, feed.FutureSlack)
+	if err != nil {
+		return resumed{}, err
+	}
+	defer rows.Close()
+	out := resumed{end: after}
+	var st dbState
+	var held bool
+	var read []streamRow
+	for rows.Next() {
+		dest, scanned := st.scanTargets()
+		row, ok, err := scanStreamRow(rows, append(dest, &held))
+		if err != nil {
+			return resumed{}, err
+		}
+		scanned()
+		if !ok {
+			break
+		}
+		if len(read) == limit {
+			out.more = true
+			break
+		}
+		read = append(read, row)
+	}
+	if err := rows.Err(); err != nil {
+		return resumed{}, err
+	}
+	rows.Close()
+	if err := follows(ctx, db, after, st); err != nil {
+		return resumed{}, err
+	}
+	for _, row := range read {
+		c := st.cursor(row.pos, row.note.CreatedAt)
+		var f frame
+		ok := true
+		if row.state == nil {
+			f, err = notificationFrame(row.note, c, false)
+		} else {
+			f, ok, err = stateFrameOf(ctx, db, *row.state, c, h.cfg.txSlack)
+		}
+		if err != nil {
+			return resumed{}, err
+		}
+		if ok {
+			out.frames = append(out.frames, f)
+		}
+		out.end = c
+	}
+	out.end = st.cursor(out.end.Position, out.end.At)
+	// As in since: at the horizon's time once every row below it was read
+	// and none of the user's waits above it.
+	if !out.more && !held && out.end.At.Before(st.at) {
+		out.end.At = st.at
+	}
+	return out, nil
 }

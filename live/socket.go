@@ -48,11 +48,11 @@ type socket struct {
 	gone     bool      // the connection is closed
 	resuming bool      // the resume, or a catch-up, is reading from Postgres: live frames are held
 	catching bool      // the resuming is a catch-up
-	behind   bool      // live notifications were dropped (a burst): catch up from Postgres after last
+	behind   bool      // live frames were dropped (a burst): catch up from Postgres after last
 	slow     bool      // counted as too slow
 	held     []frame   // live frames that arrived during the resume
-	last     Position  // the last notification queued
-	lastAt   time.Time // its created_at, or the time of the resume's end there
+	last     Position  // the place in the stream of the last frame queued (a notification or a change of state)
+	lastAt   time.Time // its cursor's time, or the time of the resume's end there
 	room     chan struct{}
 }
 
@@ -85,8 +85,8 @@ func (s *socket) writeNow(f frame) {
 }
 
 // offer takes a live frame from the reader: held while the socket resumes,
-// dropped when it is a notification already sent, or one a catch-up from
-// Postgres will send.
+// dropped when its place in the stream was sent already, or a catch-up from
+// Postgres will send it.
 func (s *socket) offer(f frame) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,7 +97,7 @@ func (s *socket) offer(f frame) {
 		if len(s.held) >= s.hub.cfg.QueueFrames {
 			s.fallBehindLocked()
 			if len(s.held) >= s.hub.cfg.QueueFrames {
-				s.tooSlowLocked() // read-state frames alone fill it
+				s.tooSlowLocked() // unpositioned frames alone fill it
 				return
 			}
 		}
@@ -108,7 +108,7 @@ func (s *socket) offer(f frame) {
 }
 
 func (s *socket) queueLiveLocked(f frame) {
-	if f.kind == kindNotification {
+	if f.kind.positioned() {
 		if !s.last.Less(f.pos) || s.behind {
 			return // sent by the resume already, or the catch-up sends it
 		}
@@ -129,12 +129,12 @@ func (s *socket) queueLiveLocked(f frame) {
 	s.enqueueLocked(f)
 }
 
-// fallBehindLocked drops the held notifications: a catch-up after the
-// resume reads them from Postgres.
+// fallBehindLocked drops the held frames of the stream: a catch-up after
+// the resume reads them from Postgres.
 func (s *socket) fallBehindLocked() {
 	kept := s.held[:0]
 	for _, f := range s.held {
-		if f.kind != kindNotification {
+		if !f.kind.positioned() {
 			kept = append(kept, f)
 		}
 	}
@@ -170,7 +170,7 @@ func (s *socket) enqueueLocked(f frame) {
 	s.startWriterLocked()
 }
 
-// resumed queues a resumed notification, waiting while the queue is over
+// resumed queues a resumed frame of the stream, waiting while the queue is over
 // half full so that a long resume never overflows it. False once the socket
 // is closing or ctx ends.
 func (s *socket) resumed(ctx context.Context, f frame) bool {
@@ -328,8 +328,7 @@ func (s *socket) write() {
 		}
 		now := s.hub.cfg.Clock.Now()
 		for _, f := range batch {
-			switch f.kind {
-			case kindNotification, kindRead, kindReady:
+			if f.kind.positioned() || f.kind == kindReady {
 				s.hub.metrics.frames.WithLabelValues(f.kind.label()).Inc()
 			}
 			if !f.at.IsZero() {
@@ -359,7 +358,7 @@ func (s *socket) drop() {
 // read reads what the client sends: pongs and pings keep the socket alive, a
 // close frame closes it, an app's {"type":"ping"} is answered
 // {"type":"pong"}, a seen message (one text frame) moves the user's seen
-// position when the hub records presence, anything else is discarded. A client silent for two
+// position, anything else is discarded. A client silent for two
 // ping intervals is gone. buffered holds bytes the handshake read ahead.
 func (s *socket) read(buffered []byte) {
 	closing := false // a close frame is queued: the writer closes the connection after it
@@ -399,7 +398,7 @@ func (s *socket) read(buffered []byte) {
 			switch {
 			case isAppPing(msg):
 				s.enqueue(appPong)
-			case s.hub.presence != nil:
+			default:
 				s.hub.clientMessage(s.user, msg)
 			}
 			continue

@@ -143,8 +143,8 @@ func TestAnEventStreamSendsTheWebSocketsFramesWithTheirCursorsAsEventIDs(t *test
 	}
 	_ = ingest.WakeUp(context.Background(), s.pool)
 	read := next(t, socket, "read", 1)[0]
-	if got, want := readEvent(t, br), []string{"data: " + string(read.Raw)}; !slices.Equal(got, want) {
-		t.Errorf("read event %q, want %q: no id, so the EventSource keeps its last", got, want)
+	if got, want := readEvent(t, br), []string{"id: " + read.Cursor, "data: " + string(read.Raw)}; read.Cursor == "" || !slices.Equal(got, want) {
+		t.Errorf("read event %q, want %q: a change of state is a place in the stream, its cursor the event's id", got, want)
 	}
 }
 
@@ -501,10 +501,10 @@ func TestAnEventStreamCountsAsPresentAndSeenMovesItsPosition(t *testing.T) {
 	testsignal.Eventually(t, "u1's presence to be recorded", 10*time.Second, present)
 	s.ingest(s.pool, items(t, "seen", "u1", 2))
 	frames := next(t, c, "notification", 2)
-	if err := s.hub.Seen("u1", "not-a-cursor"); err != live.ErrBadCursor {
+	if err := s.hub.Seen(context.Background(), "u1", "not-a-cursor"); err != live.ErrBadCursor {
 		t.Errorf("Seen with a cursor not issued here: %v, want ErrBadCursor", err)
 	}
-	if err := s.hub.Seen("u1", frames[0].Cursor); err != nil {
+	if err := s.hub.Seen(context.Background(), "u1", frames[0].Cursor); err != nil {
 		t.Fatal(err)
 	}
 	testsignal.Eventually(t, "the seen position to be recorded", 10*time.Second, func() bool {

@@ -31,8 +31,9 @@ func webhookSchemas(t *testing.T) map[string]*openapi3.Schema {
 		return item.Post.RequestBody.Value.Content.Get("application/json").Schema.Value
 	}
 	out := map[string]*openapi3.Schema{
-		webhook.NotificationCreated: body("notificationCreated"),
-		webhook.NotificationRead:    body("notificationRead"),
+		webhook.NotificationCreated:  body("notificationCreated"),
+		webhook.NotificationRead:     body("notificationRead"),
+		webhook.NotificationArchived: body("notificationArchived"),
 	}
 	for _, typ := range []string{webhook.PushSent, webhook.PushDelivered, webhook.PushFailed, webhook.PushSkipped, webhook.PushDeferred,
 		webhook.PushDigested, webhook.PushThrottled, webhook.PushSuppressed, webhook.PushCancelled} {
@@ -43,12 +44,13 @@ func webhookSchemas(t *testing.T) map[string]*openapi3.Schema {
 
 // Every kind of body a receiver gets is the one docs/openapi.yaml
 // describes: a notification, a read and a read-all, and pushes with and
-// without a device, a ticket or an error.
+// without a device, a ticket or an error. An archive and an archive-all
+// send notification.archived; unread and unarchive send nothing.
 func TestEveryDeliveryBodyIsTheOneTheOpenAPIWebhooksDescribe(t *testing.T) {
 	schemas := webhookSchemas(t)
 	e := newEnv(t, webhook.DelivererConfig{})
 	r := newReceiver(t)
-	e.endpoint(r.URL, webhook.NotificationCreated, webhook.NotificationRead, webhook.PushSent, webhook.PushDelivered, webhook.PushFailed, webhook.PushSkipped)
+	e.endpoint(r.URL, webhook.NotificationCreated, webhook.NotificationRead, webhook.NotificationArchived, webhook.PushSent, webhook.PushDelivered, webhook.PushFailed, webhook.PushSkipped)
 	e.ingest("export-1", "alice")
 	e.ingest("export-2", "alice")
 	var id feed.ID
@@ -60,6 +62,18 @@ func TestEveryDeliveryBodyIsTheOneTheOpenAPIWebhooksDescribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, _, err := store.MarkAllRead(context.Background(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.MarkUnread(context.Background(), "alice", id); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Archive(context.Background(), "alice", id); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Unarchive(context.Background(), "alice", id); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.MarkAllArchived(context.Background(), "alice"); err != nil {
 		t.Fatal(err)
 	}
 	e.exec(`INSERT INTO push_dispatches (notification_id, notification_created_at, user_id, token, state, error)
@@ -90,7 +104,7 @@ func TestEveryDeliveryBodyIsTheOneTheOpenAPIWebhooksDescribe(t *testing.T) {
 		}
 		seen[body.Type]++
 	}
-	want := map[string]int{webhook.NotificationCreated: 2, webhook.NotificationRead: 2, webhook.PushSkipped: 1, webhook.PushSent: 1, webhook.PushFailed: 1}
+	want := map[string]int{webhook.NotificationCreated: 2, webhook.NotificationRead: 2, webhook.NotificationArchived: 2, webhook.PushSkipped: 1, webhook.PushSent: 1, webhook.PushFailed: 1}
 	for typ, n := range want {
 		if seen[typ] != n {
 			t.Errorf("%d deliveries of %s, want %d (got %v)", seen[typ], typ, n, seen)

@@ -18,21 +18,22 @@ import (
 
 // Event types an endpoint can take.
 const (
-	NotificationCreated = "notification.created"
-	NotificationRead    = "notification.read"
-	PushSent            = "push.sent"
-	PushDelivered       = "push.delivered"
-	PushFailed          = "push.failed" // failed, receipt_error, receipt_missing
-	PushSkipped         = "push.skipped"
-	PushDeferred        = "push.deferred"
-	PushDigested        = "push.digested"
-	PushThrottled       = "push.throttled"
-	PushSuppressed      = "push.suppressed"
-	PushCancelled       = "push.cancelled"
+	NotificationCreated  = "notification.created"
+	NotificationRead     = "notification.read"
+	NotificationArchived = "notification.archived"
+	PushSent             = "push.sent"
+	PushDelivered        = "push.delivered"
+	PushFailed           = "push.failed" // failed, receipt_error, receipt_missing
+	PushSkipped          = "push.skipped"
+	PushDeferred         = "push.deferred"
+	PushDigested         = "push.digested"
+	PushThrottled        = "push.throttled"
+	PushSuppressed       = "push.suppressed"
+	PushCancelled        = "push.cancelled"
 )
 
 // EventTypes are every type, in the order the docs list them.
-var EventTypes = []string{NotificationCreated, NotificationRead, PushSent, PushDelivered, PushFailed,
+var EventTypes = []string{NotificationCreated, NotificationRead, NotificationArchived, PushSent, PushDelivered, PushFailed,
 	PushSkipped, PushDeferred, PushDigested, PushThrottled, PushSuppressed, PushCancelled}
 
 // Limits of an endpoint's definition.

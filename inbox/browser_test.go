@@ -175,13 +175,44 @@ func openBrowser(t *testing.T, options ...chromedp.ExecAllocatorOption) *page {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100)); err == nil {
-			path := filepath.Join(t.ArtifactDir(), "inbox.png")
+			path := filepath.Join(screenshots(t), "inbox.png")
 			if os.WriteFile(path, png, 0o644) == nil {
-				t.Logf("screenshot after %q: %s (keep it with go test -artifacts)", p.step, path)
+				t.Logf("screenshot after %q: %s", p.step, path)
 			}
 		}
 	})
 	return p
+}
+
+// screenshots is the folder a test keeps its screenshots in:
+// $SPOOLCAST_SCREENSHOTS/<test name> when that is set (CI keeps it), else
+// the test's artifact directory (kept under go test -artifacts -outputdir,
+// a temporary one otherwise). PNGs are never committed.
+func screenshots(t *testing.T) string {
+	t.Helper()
+	root := os.Getenv("SPOOLCAST_SCREENSHOTS")
+	if root == "" {
+		return t.ArtifactDir()
+	}
+	dir := filepath.Join(root, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// shot keeps a screenshot of the page as it is now, named for the state it shows.
+func (p *page) shot(name string) {
+	p.t.Helper()
+	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(screenshots(p.t), name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Logf("screenshot of %s: %s", name, path)
 }
 
 // wait polls a JavaScript condition until it holds.

@@ -1,18 +1,19 @@
-// spoolcast inbox: the page central serves at /inbox, built on the SDK's
-// headless client, @spoolcast/client (sdk/js/packages/client), and bundled
-// with it into static/inbox.js by `make inbox`. It is the SDK's living
-// example of what an app does (docs/apps.md):
-//   1. subscribe to the live stream; once it is connected, load the feed,
-//      newest first, one page at a time as the user scrolls. Everything
-//      committed before the stream was live is in the pages, everything
-//      after comes to onNotification: once each, in commit order, across
-//      every reconnect (the client resumes from the last cursor it delivered);
-//   2. keep one item per id (an item may come in a page and live) in feed
-//      order (created_at, newest first: a late commit goes below newer ones);
-//   3. after a reconnect, read the read state again (read frames are live
-//      only); on a reset (the server refused the cursor), start over from
-//      the first page;
-//   4. mark read, mark all read, and keep the unread badge current.
+// spoolcast inbox: the page central serves at /inbox, built on the SDK:
+// the headless client, @spoolcast/client, and the store under the React
+// hooks, @spoolcast/react's (sdk/js/packages), without React, bundled into
+// static/inbox.js by `make inbox`. It is the SDK's living example of what
+// an app does (docs/apps.md):
+//   1. one store per signed-in user holds one subscription of the live
+//      stream and a list per tab (all, unread, archived), each loaded once
+//      the stream is connected and kept live: every notification once, in
+//      feed order, every change of state (read, unread, archived, seen),
+//      made here or in any other session of the user, moving it between
+//      lists at once, resumed after any drop (the client resumes from the
+//      last cursor it delivered, and the server replays what changed);
+//   2. the full page (tabs.ts) and the bell (bell.ts) are drawn from that
+//      store, so they agree; the preferences panel (preferences.ts) is
+//      over the client's preferences calls;
+//   3. a refused token signs out, with the server's reason.
 // "Notify me in this browser" subscribes the browser to Web Push and
 // registers the subscription as a device (see "notifications in this
 // browser" below, and sw.js, the service worker that shows each push).
@@ -20,41 +21,24 @@
 // No framework: plain DOM calls. Producer text is always set with
 // textContent, never as HTML.
 
-import {
-  ClientClosedError,
-  NotFoundError,
-  SpoolcastClient,
-  SpoolcastError,
-  UnauthorizedError,
-  type Notification,
-  type StreamStatus,
-  type Subscription,
-} from "@spoolcast/client";
+import { ClientClosedError, NotFoundError, SpoolcastClient, UnauthorizedError } from "@spoolcast/client";
+import { Store } from "@spoolcast/react/store";
+import { mountBell } from "./bell.js";
+import type { View } from "./items.js";
+import { mountPreferences } from "./preferences.js";
+import { mountPage, reason, showStatus } from "./tabs.js";
 
 const PAGE_SIZE = 20;
-
-interface Entry {
-  item: Notification;
-  li: HTMLLIElement;
-}
 
 const state = {
   token: null as string | null,
   client: null as SpoolcastClient | null, // one per sign-in: closing it ends its stream and requests
-  sub: null as Subscription | null,
+  store: null as Store | null, // the session's lists and counts, over the client
+  unmount: [] as (() => void)[], // the session's views
   session: 0, // bumped at every sign-in and sign-out: answers to an older session are dropped
-  items: new Map<string, Entry>(),
-  nextCursor: null as string | null, // the feed's cursor for the next (older) page
-  feedDone: false, // the last page has been read
-  loadingPage: false,
-  feedLoaded: false,
-  pageRetries: 0, // failed page loads in a row, for the backoff
 };
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T;
-
-/** reason is what the server said of a refusal (its problem's detail), else the error's message. */
-const reason = (err: unknown) => (err instanceof SpoolcastError ? (err.problem?.detail ?? err.message) : String((err as Error)?.message ?? err));
 
 // ---- sign-in ---------------------------------------------------------------
 
@@ -73,38 +57,25 @@ function initialToken(): string | null {
 }
 
 // showSignIn signs out: nothing of the last user stays on the page or in
-// flight (their items, cursors, timers, stream and requests, the token in
-// the form).
+// flight (their lists, counts, stream and requests, the token in the form).
 function showSignIn(message: string) {
   state.session++;
+  for (const unmount of state.unmount.splice(0)) unmount();
   state.client?.close();
-  state.client = state.sub = null;
+  state.client = state.store = null;
   state.token = null;
   sessionStorage.removeItem("spoolcast.token");
-  clearFeed();
-  clearTimeout(badgeTimer);
   $<HTMLTextAreaElement>("token").value = "";
   document.title = "Inbox · spoolcast";
   $("inbox").hidden = true;
-  $("read-all").hidden = true;
   $("sign-out").hidden = true;
-  $("badge").hidden = true;
   showPush("hidden");
   $("sign-in").hidden = false;
   $("sign-in-error").textContent = message;
-  setStatus("offline");
+  showStatus(null);
 }
 
-// clearFeed forgets every item and page cursor: the next connection loads
-// the feed from the top.
-function clearFeed() {
-  state.items.clear();
-  Object.assign(state, { nextCursor: null, feedDone: false, loadingPage: false, feedLoaded: false, pageRetries: 0 });
-  clearTimeout(pageTimer);
-  $("feed").replaceChildren();
-  $("more").textContent = "Loading…";
-  $("empty").hidden = true;
-}
+const signedOut = (err: UnauthorizedError) => showSignIn(`Signed out: ${err.problem?.detail || "the token was refused"}.`);
 
 // A WebSocket subprotocol carries the token, so it must be an HTTP token:
 // a JWT is (base64url and dots).
@@ -122,12 +93,46 @@ function signIn(input: string) {
   sessionStorage.setItem("spoolcast.token", token);
   // The page's own origin: central sends no CORS headers. The token is
   // the one pasted: a 401 signs out (below), there is nothing to renew it with.
-  state.client = new SpoolcastClient({ baseUrl: location.origin, token: () => token, reconnect: { maxDelay: 10_000 } });
+  const client = new SpoolcastClient({ baseUrl: location.origin, token: () => token, reconnect: { maxDelay: 10_000 } });
+  const store = new Store(client, PAGE_SIZE);
+  Object.assign(state, { client, store });
+  const session = state.session;
+  const view: View = {
+    store,
+    act(done, what) {
+      done.catch((err: unknown) => {
+        if (session !== state.session || err instanceof ClientClosedError) return;
+        if (err instanceof UnauthorizedError) return signedOut(err);
+        view.announce(`Could not ${what}: ${reason(err)}`);
+        console.warn(`${what}:`, err);
+      });
+    },
+    announce(text) {
+      const live = $("announcer");
+      live.textContent = "";
+      // A new text node, a moment later, so that the same words are said again.
+      setTimeout(() => (live.textContent = text), 50);
+    },
+  };
   $("sign-in").hidden = true;
   $("inbox").hidden = false;
-  $("read-all").hidden = false;
   $("sign-out").hidden = false;
-  openStream();
+  // A refused token, wherever it shows (the stream, a page, the counts), signs out.
+  const unsubscribe = store.subscribe(() => {
+    if (session !== state.session) return;
+    const errors = [store.getStatus()?.error, store.getCounts().error, ...(["all", "unread", "archived"] as const).map((s) => store.getFeed(s).error)];
+    const refused = errors.find((e) => e instanceof UnauthorizedError);
+    if (refused) queueMicrotask(() => session === state.session && signedOut(refused as UnauthorizedError));
+  });
+  state.unmount.push(
+    unsubscribe,
+    mountPage(view),
+    mountBell($("bell-root"), view, () => {
+      $("tab-all").click();
+      $("tab-all").focus();
+    }),
+    mountPreferences(client, store, view.act),
+  );
   void initPush();
 }
 
@@ -149,264 +154,13 @@ async function call<T>(fn: (client: SpoolcastClient) => Promise<T>): Promise<T> 
   } catch (err) {
     if (session !== state.session || err instanceof ClientClosedError) throw new Ignored();
     if (err instanceof UnauthorizedError) {
-      showSignIn(`Signed out: ${err.problem?.detail || "the token was refused"}.`);
+      signedOut(err);
       throw new Ignored();
     }
     throw err;
   }
   if (session !== state.session) throw new Ignored();
   return value;
-}
-
-// ---- the feed --------------------------------------------------------------
-
-let pageTimer: ReturnType<typeof setTimeout> | undefined;
-
-async function loadPage() {
-  if (state.loadingPage || state.feedDone) return;
-  state.loadingPage = true;
-  clearTimeout(pageTimer);
-  try {
-    const page = await call((c) => c.notifications.list({ limit: PAGE_SIZE, cursor: state.nextCursor }));
-    for (const item of page.data) addItem(item, "bottom");
-    state.nextCursor = page.nextCursor;
-    state.feedDone = !page.hasMore;
-    state.feedLoaded = true;
-    state.pageRetries = 0;
-  } catch (err) {
-    if (err instanceof Ignored) return;
-    // Try again by itself: with backoff, never sooner than Retry-After.
-    const retryAfter = err instanceof SpoolcastError ? (err.retryAfter ?? 0) : 0;
-    const delay = Math.max(retryAfter * 1000, Math.min(30000, 1000 * 2 ** state.pageRetries++) * (0.5 + Math.random() / 2));
-    $("more").textContent = `Could not load: ${reason(err)}. Trying again in ${Math.ceil(delay / 1000)} s…`;
-    pageTimer = setTimeout(loadPage, delay);
-    return;
-  } finally {
-    state.loadingPage = false;
-  }
-  $("more").textContent = state.feedDone ? (state.items.size ? "That's everything." : "") : "Loading…";
-  $("empty").hidden = state.items.size > 0;
-  refreshBadge();
-  // A short first page may not fill the screen: keep going while the
-  // sentinel is visible.
-  if (!state.feedDone && isVisible($("more"))) void loadPage();
-}
-
-function isVisible(el: HTMLElement) {
-  const r = el.getBoundingClientRect();
-  return r.top < window.innerHeight && r.bottom > 0;
-}
-
-// Infinite scroll: load the next page when the "Loading…" line comes into view.
-new IntersectionObserver((entries) => {
-  if (entries.some((e) => e.isIntersecting) && state.client && state.feedLoaded) void loadPage();
-}).observe($("more"));
-
-// createdMicros orders items as the feed does: createdAt carries
-// microseconds, which Date drops, and Go trims trailing zeros, so neither
-// Date nor comparing the strings would do.
-function createdMicros(iso: string): number {
-  const m = /^(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$/.exec(iso);
-  if (!m) return Date.parse(iso) * 1000;
-  return Date.parse(m[1]! + m[3]!) * 1000 + Number((m[2] ?? "").padEnd(6, "0").slice(0, 6));
-}
-
-// micros is an item's place in the feed's order, newest first. Items of
-// one ingest transaction share it (created_at is the transaction's start):
-// the feed lists those in the order they were written, which the stream
-// follows, so a live one goes above those of its time and a page's below
-// (see addItem). Ids are opaque, and their string order is not theirs.
-const micros = (item: Notification) => createdMicros(item.createdAt);
-
-// addItem shows an item once, whichever way it came: a page appends at the
-// bottom, a live one goes in at its place near the top.
-function addItem(item: Notification, where: "top" | "bottom"): boolean {
-  if (state.items.has(item.id)) return false;
-  const li = document.createElement("li");
-  li.dataset.id = item.id;
-  const title = document.createElement("p");
-  title.className = "title";
-  title.textContent = item.title;
-  li.append(title);
-  if (item.body) {
-    const body = document.createElement("p");
-    body.className = "body";
-    body.textContent = item.body;
-    li.append(body);
-  }
-  const meta = document.createElement("p");
-  meta.className = "meta";
-  meta.textContent = `${item.type} · ${new Date(item.createdAt).toLocaleString()}`;
-  li.append(meta);
-  li.classList.toggle("unread", !item.readAt);
-  li.tabIndex = 0; // reachable from the keyboard: Enter marks it read
-  li.addEventListener("click", () => void markRead(item.id));
-  li.addEventListener("keydown", (e) => e.key === "Enter" && void markRead(item.id));
-  const feed = $("feed");
-  if (where === "top") {
-    // A live one is almost always the newest; one that committed after a
-    // newer one goes below it, as the feed would list it.
-    let before = feed.firstElementChild as HTMLElement | null;
-    while (before && micros(state.items.get(before.dataset.id!)!.item) > micros(item)) before = before.nextElementSibling as HTMLElement | null;
-    feed.insertBefore(li, before);
-  } else {
-    feed.append(li);
-  }
-  state.items.set(item.id, { item: { ...item }, li });
-  $("empty").hidden = true;
-  return true;
-}
-
-function showRead(id: string) {
-  const entry = state.items.get(id);
-  if (!entry || entry.item.readAt) return;
-  entry.item.readAt = new Date().toISOString();
-  entry.li.classList.remove("unread");
-}
-
-// ---- read state ------------------------------------------------------------
-
-async function markRead(id: string) {
-  if (state.items.get(id)?.item.readAt) return;
-  try {
-    await call((c) => c.notifications.markRead(id));
-    showRead(id);
-    refreshBadge();
-  } catch (err) {
-    if (!(err instanceof Ignored)) console.warn("mark read:", err);
-  }
-}
-
-async function markAllRead() {
-  // What is shown now had committed when read-all is asked: it is covered.
-  // What arrives while the request runs may have committed after; the
-  // stream's read frame says which.
-  const shown = new Set(state.items.keys());
-  try {
-    const { readThrough } = await call((c) => c.notifications.markAllRead());
-    if (readThrough) showReadThrough(readThrough, [], shown);
-    refreshBadge();
-  } catch (err) {
-    if (!(err instanceof Ignored)) console.warn("mark all read:", err);
-  }
-}
-
-// showReadThrough shows what read-all covered: the item and everything
-// older in feed order, but for what committed after read-all was asked
-// (the read frame's "unread"), which stays as it is. An item not loaded
-// here (read-all in another session, on newer items than this one has)
-// means re-reading the read state. only, when set, limits it to those ids.
-function showReadThrough(id: string, unread: string[] = [], only: Set<string> | null = null) {
-  const through = state.items.get(id);
-  if (!through) {
-    void syncReadState();
-    return;
-  }
-  const left = new Set(unread);
-  for (const { item } of state.items.values()) {
-    if (micros(item) > micros(through.item) || left.has(item.id) || (only && !only.has(item.id))) continue;
-    showRead(item.id);
-  }
-}
-
-// syncReadState re-reads the read state of what is loaded here, 100 items
-// a page down to the oldest one shown (read frames sent while this session
-// was away are not replayed), then asks for the count again.
-async function syncReadState() {
-  const session = state.session;
-  let oldest: Notification | null = null;
-  for (const { item } of state.items.values()) if (!oldest || micros(item) < micros(oldest)) oldest = item;
-  try {
-    let cursor: string | null = null;
-    for (;;) {
-      const page = await call((c) => c.notifications.list({ limit: 100, cursor }));
-      for (const item of page.data) if (item.readAt) showRead(item.id);
-      const last = page.data[page.data.length - 1];
-      if (!page.hasMore || !oldest || !last || micros(last) < micros(oldest) || session !== state.session) break;
-      cursor = page.nextCursor;
-    }
-  } catch (err) {
-    if (!(err instanceof Ignored)) console.warn("read state:", err);
-  }
-  refreshBadge();
-}
-
-let badgeTimer: ReturnType<typeof setTimeout> | undefined;
-let badgeAsked = 0; // the latest count asked for: an older answer arriving late is dropped
-// refreshBadge asks the server, which knows about rows not loaded here;
-// bursts of calls are folded into one.
-function refreshBadge() {
-  clearTimeout(badgeTimer);
-  badgeTimer = setTimeout(async () => {
-    const asked = ++badgeAsked;
-    try {
-      const { count, capped } = await call((c) => c.notifications.unreadCount());
-      if (asked !== badgeAsked) return;
-      const badge = $("badge");
-      badge.textContent = capped ? "99+" : String(count);
-      badge.hidden = count === 0;
-      document.title = count ? `(${badge.textContent}) Inbox · spoolcast` : "Inbox · spoolcast";
-    } catch (err) {
-      if (!(err instanceof Ignored)) console.warn("unread count:", err);
-    }
-  }, 100);
-}
-
-// ---- the live stream -------------------------------------------------------
-
-function setStatus(s: "offline" | "live" | "reconnecting") {
-  const el = $("status");
-  el.dataset.state = s;
-  el.textContent = s;
-}
-
-// openStream subscribes this session's client. The client owns the
-// connection: it resumes from the last cursor it delivered after any drop,
-// backs off, falls back to server-sent events where upgrades are refused,
-// and tells the page what it is doing.
-function openStream() {
-  const { client, session } = state;
-  if (!client) return;
-  const current = () => session === state.session;
-  state.sub = client.subscribe({
-    onNotification(item) {
-      // Live, or missed while disconnected (sent before "ready").
-      if (addItem(item, "top")) state.items.get(item.id)!.li.classList.add("arrived");
-      refreshBadge();
-    },
-    onRead(e) {
-      if (e.id) showRead(e.id);
-      if (e.through) showReadThrough(e.through, e.unread);
-      refreshBadge();
-    },
-    onReset() {
-      // The server refused the cursor (a restore, a failover): start over
-      // from the top of the feed, which the connection that follows loads.
-      if (current()) clearFeed();
-    },
-    onStatus(s: StreamStatus) {
-      if (!current()) return;
-      if (s.state === "connected") {
-        setStatus("live");
-        if (!state.feedLoaded) {
-          // The first connection, or one after a reset: now load the feed.
-          // Everything committed before is in it; everything after comes live.
-          void loadPage();
-        } else {
-          // A reconnect: missed notifications came live, but not what was
-          // marked read meanwhile.
-          void syncReadState();
-        }
-      } else if (s.error instanceof UnauthorizedError) {
-        showSignIn(`Signed out: ${s.error.problem?.detail || "the token was refused"}.`);
-      } else if (s.state === "connecting" && s.reason !== "connect") {
-        setStatus("reconnecting");
-      } else if (s.state === "disconnected" && s.reason === "fatal") {
-        setStatus("offline");
-        console.warn("stream:", s.error);
-      }
-    },
-  });
 }
 
 // ---- notifications in this browser (Web Push) ------------------------------
@@ -630,7 +384,6 @@ $("sign-in-button").addEventListener("click", () => {
   const token = $<HTMLTextAreaElement>("token").value;
   if (token.trim()) signIn(token);
 });
-$("read-all").addEventListener("click", () => void markAllRead());
 $("sign-out").addEventListener("click", () => {
   const token = state.token;
   showSignIn("");

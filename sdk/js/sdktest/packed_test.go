@@ -150,6 +150,7 @@ func docBlocks(t *testing.T, path string) []docBlock {
 const packedApp = `import {
   SpoolcastClient, RateLimitedError, InvalidCursorError, SpoolcastError,
   type Notification, type StreamStatus, type Subscription, type Page, type Preferences, type Device, type ResetInfo,
+  type Counts, type StateEvent,
 } from "@spoolcast/client";
 
 const client = new SpoolcastClient({ baseUrl: "http://127.0.0.1:9", token: async () => "token", transport: "sse" });
@@ -161,6 +162,13 @@ export async function page(): Promise<Notification[]> {
 }
 export async function rest(): Promise<number> {
   await client.notifications.markRead("id");
+  await client.notifications.markUnread("id");
+  await client.notifications.archive("id");
+  await client.notifications.unarchive("id");
+  const { archivedThrough }: { archivedThrough: string | null } = await client.notifications.archiveAll();
+  const counts: Counts = await client.notifications.counts({ archived: true });
+  const archived: Page = await client.notifications.list({ status: "archived" });
+  void [archivedThrough, counts.unseen.capped, counts.archived?.count, archived.data[0]?.archivedAt, archived.data[0]?.seenAt];
   const { readThrough } = await client.notifications.markAllRead();
   const prefs: Preferences = await client.preferences.update({ quietHours: null, categories: { sdk: { push: false } } });
   const device: Device = await client.devices.registerExpo("ExponentPushToken[x]", "ios");
@@ -171,6 +179,12 @@ const sub: Subscription = client.subscribe({
   onNotification(n: Notification, info: { cursor: string }) { void n.createdAt.length; void info.cursor; },
   onStatus(s: StreamStatus) { if (s.state === "connected" && !s.resumed) void page(); },
   onReset(r: ResetInfo) { void r.cursor; },
+  onState(e: StateEvent, info: { cursor: string | null }) {
+    if (e.type === "archived") void e.unarchived.length;
+    if (e.type === "seen") void e.through;
+    void info.cursor;
+  },
+  onRead(e) { void e.unread; },
 });
 export function classify(err: unknown): number {
   if (err instanceof RateLimitedError) return err.retryAfter ?? 0;
@@ -197,13 +211,17 @@ console.log(ok ? "ok" : JSON.stringify({ statuses, closed: String(closed) }));
 const packedHooksApp = `import { StrictMode, type ReactElement } from "react";
 import { SpoolcastClient, type Notification, type StreamStatus } from "@spoolcast/client";
 import {
-  SpoolcastProvider, useNotifications, useUnreadCount, useStreamStatus, useSpoolcastClient,
-  type NotificationsResult, type UnreadState, type FeedState, type SpoolcastProviderProps,
+  SpoolcastProvider, useNotifications, useUnreadCount, useCounts, useStreamStatus, useSpoolcastClient,
+  type NotificationsResult, type NotificationsOptions, type UnreadState, type CountsState, type FeedState, type SpoolcastProviderProps,
 } from "@spoolcast/react";
 
 function Inbox(): ReactElement {
   const feed: NotificationsResult = useNotifications();
   const state: FeedState = feed;
+  const options: NotificationsOptions = { status: "archived" };
+  const archived: NotificationsResult = useNotifications(options);
+  const counts: CountsState = useCounts();
+  void archived.unarchive(state.items[0]?.id ?? "").catch(() => counts.archived.capped);
   const unread: UnreadState = useUnreadCount();
   const status: StreamStatus | null = useStreamStatus();
   const client: SpoolcastClient = useSpoolcastClient();

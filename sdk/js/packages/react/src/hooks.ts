@@ -1,6 +1,6 @@
-import { createContext, createElement, useContext, useEffect, useMemo, useSyncExternalStore, type ReactElement, type ReactNode } from "react";
-import type { SpoolcastClient, StreamStatus } from "@spoolcast/client";
-import { Store, type FeedState, type Need, type UnreadState } from "./store.js";
+import { createContext, createElement, useCallback, useContext, useEffect, useMemo, useSyncExternalStore, type ReactElement, type ReactNode } from "react";
+import type { NotificationStatus, SpoolcastClient, StreamStatus } from "@spoolcast/client";
+import { Store, type CountsState, type FeedState, type Need, type UnreadState } from "./store.js";
 
 const Context = createContext<Store | null>(null);
 
@@ -39,46 +39,84 @@ export function useSpoolcastClient(): SpoolcastClient {
   return useStore("useSpoolcastClient").client;
 }
 
-/** What useNotifications returns. */
+/** The options of useNotifications. */
+export interface NotificationsOptions {
+  /** Which list (a tab): `all` (the default: everything but the archived), `unread`, `archived`. */
+  status?: NotificationStatus;
+}
+
+/** What useNotifications returns: the list, and the marks, which every list and count follow at once. */
 export interface NotificationsResult extends FeedState {
-  /** Loads the next (older) page and merges it in; concurrent calls share one request. Never rejects: a failure is in `error`. */
+  /** The list shown. */
+  status: NotificationStatus;
+  /** Loads the list's next (older) page and merges it in; concurrent calls share one request. Never rejects: a failure is in `error`. */
   loadMore(): Promise<void>;
   /**
-   * Shows the notification read, and the unread count one lower, at once,
-   * then tells the server; if the server refuses, both are put back and the
-   * promise rejects with the SpoolcastError.
+   * Shows the notification read at once (it leaves the Unread list, the
+   * unread count one lower), then tells the server; if the server refuses,
+   * it is put back and the promise rejects with the SpoolcastError. The
+   * same holds for each mark below.
    */
   markRead(id: string): Promise<void>;
+  /** Shows it unread again (back in the Unread list, in feed order). */
+  markUnread(id: string): Promise<void>;
   /**
-   * Shows everything read and the count at zero at once, then tells the
-   * server (which covers what had committed when it was asked; what
-   * arrives later stays unread); if it refuses, both are put back and the
-   * promise rejects.
+   * Shows everything read and the unread count at zero at once; the server
+   * covers what had committed when it was asked, and what arrives later
+   * stays unread.
    */
   markAllRead(): Promise<void>;
+  /** Moves it from All and Unread to Archived, in feed order. */
+  archive(id: string): Promise<void>;
+  /** Moves it back from Archived. */
+  unarchive(id: string): Promise<void>;
+  /** Moves everything to Archived, as markAllRead marks everything read. */
+  archiveAll(): Promise<void>;
+  /**
+   * Tells the server the user has seen everything delivered (a bell was
+   * opened): the unseen count goes to zero, in every session, and pushes
+   * of what was seen may be suppressed.
+   */
+  markSeen(): void;
 }
 
 /**
- * useNotifications is the user's feed, newest first: the pages loaded so
- * far and every notification that arrived live, each once and in the
- * feed's order. The first page is loaded once the stream is connected, and
- * again when the server refused the stream's cursor (a reset); read state
- * follows this session's marks and other sessions' read frames, and is
- * read again after a reconnect.
+ * useNotifications is one list of the user's feed (`status`: all, unread,
+ * archived), newest first: the pages loaded so far and every notification
+ * that arrived or moved into it live, each once and in the feed's order.
+ * The first page is loaded once the stream is connected, and again when
+ * the server refused the stream's cursor (a reset). A change of state, made
+ * here or in any session of the user, moves a notification between lists
+ * at once: an archive takes it out of `all` and `unread` and puts it into
+ * `archived`. Each list is its own: hooks of different lists share the
+ * provider's one subscription.
  */
-export function useNotifications(): NotificationsResult {
+export function useNotifications(options: NotificationsOptions = {}): NotificationsResult {
+  const status = options.status ?? "all";
   const store = useStore("useNotifications");
-  useHold(store, "feed");
-  const feed = useSyncExternalStore(store.subscribe, store.getFeed, store.getFeed);
+  useHold(store, `feed:${status}`);
+  const get = useCallback(() => store.getFeed(status), [store, status]);
+  const feed = useSyncExternalStore(store.subscribe, get, get);
   return useMemo(
-    () => ({ ...feed, loadMore: store.loadMore, markRead: store.markRead, markAllRead: store.markAllRead }),
-    [feed, store],
+    () => ({
+      ...feed,
+      status,
+      loadMore: () => store.loadMore(status),
+      markRead: store.markRead,
+      markUnread: store.markUnread,
+      markAllRead: store.markAllRead,
+      archive: store.archive,
+      unarchive: store.unarchive,
+      archiveAll: store.archiveAll,
+      markSeen: store.markSeen,
+    }),
+    [feed, store, status],
   );
 }
 
 /**
  * useUnreadCount is the user's unread count, live: moved at once by
- * arrivals, marks and other sessions' read frames, then confirmed by the
+ * arrivals, marks and other sessions' changes, then confirmed by the
  * server, and read again after every reconnect. `capped`: there are more
  * than 100 (show "99+").
  */
@@ -86,6 +124,18 @@ export function useUnreadCount(): UnreadState {
   const store = useStore("useUnreadCount");
   useHold(store, "count");
   return useSyncExternalStore(store.subscribe, store.getUnread, store.getUnread);
+}
+
+/**
+ * useCounts is every count in one (`GET /v1/notifications/counts`): unread
+ * (the Unread tab), unseen (a bell's "new") and archived, live as
+ * useUnreadCount is, each capped as the server caps it (`capped`: more
+ * than 100, show "99+").
+ */
+export function useCounts(): CountsState {
+  const store = useStore("useCounts");
+  useHold(store, "counts");
+  return useSyncExternalStore(store.subscribe, store.getCounts, store.getCounts);
 }
 
 /**

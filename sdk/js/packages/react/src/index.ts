@@ -2,6 +2,6 @@
 // live subscription per provider. React is a peer dependency; nothing here
 // uses the DOM, so it runs under React Native too. See README.md.
 
-export { SpoolcastProvider, useNotifications, useUnreadCount, useStreamStatus, useSpoolcastClient } from "./hooks.js";
-export type { SpoolcastProviderProps, NotificationsResult } from "./hooks.js";
-export type { FeedState, UnreadState } from "./store.js";
+export { SpoolcastProvider, useNotifications, useUnreadCount, useCounts, useStreamStatus, useSpoolcastClient } from "./hooks.js";
+export type { SpoolcastProviderProps, NotificationsOptions, NotificationsResult } from "./hooks.js";
+export type { FeedState, UnreadState, CountsState } from "./store.js";

@@ -1,27 +1,34 @@
 // The state one provider shares among its hooks: one subscription of the
-// client, the feed it merges live notifications into, the unread count and
-// the stream's status. Hooks read it with useSyncExternalStore and hold it
-// while mounted; the subscription opens with the first hold and closes a
-// moment after the last release, so that React's StrictMode (mount,
-// unmount, mount again) keeps one subscription instead of opening two.
+// client, a list per tab (all, unread, archived) that live notifications
+// and state changes are merged into, the counts and the stream's status.
+// Hooks read it with useSyncExternalStore and hold it while mounted; the
+// subscription opens with the first hold and closes a moment after the
+// last release, so that React's StrictMode (mount, unmount, mount again)
+// keeps one subscription instead of opening two. Nothing here is React's:
+// a page without React (the inbox) drives the same store.
 //
-// It keeps the client's promise on the screen: the first page is loaded
-// once the stream is connected (everything committed before is in it,
-// everything after comes live), each id is shown once, in feed order, and a
-// cursor the server refuses (onReset) reloads the first page.
+// It keeps the client's promise on the screen: a list's first page is
+// loaded once the stream is connected (everything committed before is in
+// it, everything after comes live), each id is shown once, in feed order,
+// in every list it belongs to, and a cursor the server refused (onReset)
+// loads the lists again. A change (a frame, or a mark of this session)
+// moves a notification between lists at once: an archive takes it out of
+// `all` and `unread` and puts it in `archived`, where it belongs in feed
+// order. A page answers as of when it was read, so the changes that came
+// while it was on its way are applied to it again (they are idempotent).
 
-import type { Notification, ReadEvent, SpoolcastClient, SpoolcastError, StreamStatus, Subscription, UnreadCount } from "@spoolcast/client";
+import type { Count, Notification, NotificationStatus, SpoolcastClient, SpoolcastError, StateEvent, StreamStatus, Subscription } from "@spoolcast/client";
 
 // The timers of every platform React runs on; declared here so that the
 // package compiles without the DOM's types (it uses no DOM API).
 declare function setTimeout(fn: () => void, ms?: number): unknown;
 declare function clearTimeout(handle: unknown): void;
 
-/** What useNotifications shows. */
+/** What useNotifications shows of one list. */
 export interface FeedState {
-  /** Newest first (the feed's order), once per id: the pages loaded and the notifications that arrived live. */
+  /** Newest first (the feed's order), once per id: the pages loaded and the notifications that arrived or moved here live. */
   items: readonly Notification[];
-  /** The first page is not in yet (before the stream connects, and again after a reset). */
+  /** The first page is not in yet (before the stream connects, and again after a reset, while what was shown stays). */
   loading: boolean;
   /** loadMore's page is on its way. */
   loadingMore: boolean;
@@ -32,33 +39,49 @@ export interface FeedState {
 }
 
 /** What useUnreadCount shows. */
-export interface UnreadState extends UnreadCount {
+export interface UnreadState extends Count {
   /** No count has been read yet. */
   loading: boolean;
   /** The last count that could not be read; null after one could. */
   error: SpoolcastError | null;
 }
 
-/** What a hook holds the store for: each opens the subscription; the feed and the count also load theirs. */
-export type Need = "feed" | "count" | "status";
+/** What useCounts shows: each count as the server caps it (up to 100; `capped`: more, show "99+"). */
+export interface CountsState {
+  /** Unread and not archived: the Unread tab's. */
+  unread: Count;
+  /** Not seen yet: a bell's "new". */
+  unseen: Count;
+  /** Archived. */
+  archived: Count;
+  /** No counts have been read yet. */
+  loading: boolean;
+  /** The last counts that could not be read; null after they could. */
+  error: SpoolcastError | null;
+}
 
-/** A count refresh waits this long after a frame, so that a burst costs one request (ms). */
+/** What a hook holds the store for: each opens the subscription; a list, and the counts, also load theirs. */
+export type Need = "count" | "counts" | "status" | `feed:${NotificationStatus}`;
+
+/** A count refresh waits this long after a change, so that a burst costs one request (ms). */
 const COUNT_DELAY = 250;
 /** The most a failed first page waits before it is tried again (ms), unless the server asks for longer. */
 const PAGE_RETRY_MAX = 30_000;
-/** Read state is re-read this many notifications a page after a resume. */
-const SYNC_PAGE = 100;
+/** The server's cap: counted up to this, `capped` past it. */
+const CAP = 100;
 
 /**
  * createdMicros orders notifications as the feed does: `createdAt` carries
  * microseconds, which a Date drops, and the server trims trailing zeros,
  * so neither a Date nor comparing the strings would do.
  */
-function createdMicros(iso: string): number {
+export function createdMicros(iso: string): number {
   const m = /^(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$/.exec(iso);
   if (!m) return Date.parse(iso) * 1000;
   return Date.parse(m[1]! + m[3]!) * 1000 + Number((m[2] ?? "").padEnd(6, "0").slice(0, 6));
 }
+
+const micros = (n: Notification) => createdMicros(n.createdAt);
 
 /**
  * merge puts each notification not yet in items at its place in feed order,
@@ -78,12 +101,12 @@ export function merge(items: readonly Notification[], more: readonly Notificatio
     if (ids.has(n.id)) continue;
     ids.add(n.id);
     out ??= items.slice();
-    const t = createdMicros(n.createdAt);
+    const t = micros(n);
     let lo = 0;
     let hi = out.length;
     while (lo < hi) {
       const mid = (lo + hi) >> 1;
-      const m = createdMicros(out[mid]!.createdAt);
+      const m = micros(out[mid]!);
       if (m > t || (m === t && !live)) lo = mid + 1;
       else hi = mid;
     }
@@ -92,33 +115,65 @@ export function merge(items: readonly Notification[], more: readonly Notificatio
   return out ?? items;
 }
 
-/** The notification as read now, unless it is already. */
-const asRead = (n: Notification, at: string): Notification => (n.readAt ? n : { ...n, readAt: at });
+/** belongs says whether n is in the list: `all` and `unread` leave the archived out. */
+export const belongs = (status: NotificationStatus, n: Notification): boolean =>
+  status === "archived" ? !!n.archivedAt : !n.archivedAt && (status === "all" || !n.readAt);
+
+/** The list's query: `all` is the feed's default, and asked as such. */
+const statusQuery = (status: NotificationStatus) => (status === "all" ? {} : { status });
+
+/** What each count counts, as the server does. */
+const COUNTED = {
+  unread: (n: Notification) => !n.readAt && !n.archivedAt,
+  unseen: (n: Notification) => !n.seenAt && !n.archivedAt,
+  archived: (n: Notification) => !!n.archivedAt,
+} as const;
+type CountName = keyof typeof COUNTED;
+
+/** A state a change sets: read, archived or seen (a time), or not (null). */
+type Field = "readAt" | "archivedAt" | "seenAt";
+
+/** A change to notifications, kept while pages are on their way, to be applied again to what they bring. */
+type Entry = { seq: number; change?: (n: Notification) => Notification; moved?: readonly Notification[]; arrived?: Notification };
+
+/** One list (a tab) of the feed. */
+interface List {
+  status: NotificationStatus;
+  feed: FeedState;
+  /** The feed's cursor for the next (older) page. */
+  nextCursor: string | null;
+  /** The createdAt (micros) of the last page's last item: what is older comes with the next page, not live. */
+  edge: number;
+  /** A first page came: items older than edge wait for their page. */
+  loaded: boolean;
+  /** Bumped by a reload: answers to pages asked before it are dropped. */
+  gen: number;
+  first?: Promise<void>;
+  more?: Promise<void>;
+  retry?: unknown;
+  retries: number;
+}
 
 /** Store is one provider's shared state. @internal */
 export class Store {
-  feed: FeedState = { items: [], loading: true, loadingMore: false, hasMore: false, error: null };
+  counts: CountsState = { unread: { count: 0, capped: false }, unseen: { count: 0, capped: false }, archived: { count: 0, capped: false }, loading: true, error: null };
   unread: UnreadState = { count: 0, capped: false, loading: true, error: null };
   status: StreamStatus | null = null;
 
   private readonly listeners = new Set<() => void>();
+  private readonly lists = new Map<NotificationStatus, List>();
   private sub?: Subscription;
   /** Where the next subscription resumes: the last one's cursor. */
   private cursor: string | null = null;
   private holds = 0;
-  private readonly needs = { feed: 0, count: 0, status: 0 };
+  private readonly needs = new Map<Need, number>();
   private closeTimer?: unknown;
-  /** The feed's cursor for the next (older) page. */
-  private nextCursor: string | null = null;
-  /** Bumped by a reset: answers to pages asked before it are dropped. */
-  private feedGen = 0;
-  private firstPage?: Promise<void>;
-  private morePage?: Promise<void>;
-  private pageRetry?: unknown;
-  private pageRetries = 0;
-  private syncing = false;
+  /** The changes since the oldest page still on its way was asked, and where each page started. */
+  private log: Entry[] = [];
+  private seq = 0;
+  private readonly pending = new Set<{ from: number }>();
   private countTimer?: unknown;
-  /** Bumped by each count request and each frame that changes the count: an answer older than either is dropped. */
+  /** Bumped by each counts request and each change that moves a count: an answer older than either is dropped. */
   private countSeq = 0;
 
   constructor(
@@ -133,14 +188,15 @@ export class Store {
     return () => this.listeners.delete(listener);
   };
 
-  getFeed = (): FeedState => this.feed;
+  getFeed = (status: NotificationStatus = "all"): FeedState => this.list(status).feed;
+  getCounts = (): CountsState => this.counts;
   getUnread = (): UnreadState => this.unread;
   getStatus = (): StreamStatus | null => this.status;
 
   /** hold is a mounted hook's claim: the subscription stays open until every claim is released. */
   hold(need: Need): () => void {
     this.holds++;
-    this.needs[need]++;
+    this.needs.set(need, (this.needs.get(need) ?? 0) + 1);
     if (this.closeTimer !== undefined) {
       clearTimeout(this.closeTimer);
       this.closeTimer = undefined;
@@ -149,90 +205,87 @@ export class Store {
       this.open();
     } else if (this.status?.state === "connected" || this.status?.reason === "fatal") {
       // The stream is live already: a page read now misses nothing.
-      if (need === "feed" && this.feed.loading) void this.loadFirst();
-      if (need === "count") this.refreshCount(0);
+      const list = need.startsWith("feed:") ? this.list(need.slice(5) as NotificationStatus) : undefined;
+      if (list?.feed.loading) void this.loadFirst(list);
+      if (need === "count" || need === "counts") this.refreshCounts(0);
     }
     let held = true;
     return () => {
       if (!held) return;
       held = false;
       this.holds--;
-      this.needs[need]--;
+      this.needs.set(need, this.needs.get(need)! - 1);
       // Later, not now: StrictMode releases and holds again at once.
       if (this.holds === 0) this.closeTimer = setTimeout(() => this.close());
     };
   }
 
-  /** loadMore loads the page after the last one; concurrent calls share it. Failures are in `feed.error`. */
-  loadMore = (): Promise<void> => {
-    if (this.morePage) return this.morePage;
-    if (this.feed.loading || !this.feed.hasMore || !this.nextCursor) return Promise.resolve();
-    const gen = this.feedGen;
-    const cursor = this.nextCursor;
-    this.setFeed({ loadingMore: true });
+  /** loadMore loads the page after the last one of a list; concurrent calls share it. Failures are in the list's `error`. */
+  loadMore = (status: NotificationStatus = "all"): Promise<void> => {
+    const list = this.list(status);
+    if (list.more) return list.more;
+    if (list.feed.loading || !list.feed.hasMore || !list.nextCursor) return Promise.resolve();
+    const gen = list.gen;
+    const cursor = list.nextCursor;
+    const req = this.begin();
+    this.setFeed(list, { loadingMore: true });
     const p = this.client.notifications
-      .list({ limit: this.pageSize, cursor })
+      .list({ limit: this.pageSize, cursor, ...statusQuery(status) })
       .then(
         (page) => {
-          if (gen !== this.feedGen) return;
-          this.nextCursor = page.nextCursor;
-          this.setFeed({ items: merge(this.feed.items, page.data, false), hasMore: page.hasMore, error: null });
+          if (gen !== list.gen) return;
+          list.nextCursor = page.nextCursor;
+          const edge = page.data.length ? micros(page.data.at(-1)!) : list.edge;
+          // What is shown is as recent as anything: the page only adds.
+          const more = this.replay(page.data, req.from, status, page.hasMore, edge);
+          list.edge = edge;
+          this.setFeed(list, { items: merge(list.feed.items, more, false), hasMore: page.hasMore, error: null });
         },
         (err: SpoolcastError) => {
-          if (gen === this.feedGen) this.setFeed({ error: err });
+          if (gen === list.gen) this.setFeed(list, { error: err });
         },
       )
       .finally(() => {
-        if (this.morePage === p) this.morePage = undefined;
-        if (gen === this.feedGen) this.setFeed({ loadingMore: false });
+        this.end(req);
+        if (list.more === p) list.more = undefined;
+        if (gen === list.gen) this.setFeed(list, { loadingMore: false });
       });
-    this.morePage = p;
+    list.more = p;
     return p;
   };
 
-  /**
-   * markRead shows the notification read and the count one lower at once,
-   * then tells the server; if the server refuses, both are put back and
-   * the error thrown. Marking a notification read again asks nothing.
-   */
-  markRead = async (id: string): Promise<void> => {
-    const item = this.feed.items.find((n) => n.id === id);
-    if (item?.readAt) return;
-    const at = new Date().toISOString();
-    if (item) {
-      this.setItems((n) => (n.id === id ? asRead(n, at) : n));
-      this.adjustCount(-1);
-    }
-    try {
-      await this.client.notifications.markRead(id);
-    } catch (err) {
-      this.setItems((n) => (n.id === id && n.readAt === at ? { ...n, readAt: null } : n));
-      this.refreshCount(0);
-      throw err;
-    }
-    this.refreshCount();
-  };
+  /** markRead shows the notification read at once (out of the Unread tab, the counts following), then tells the server; refused, it is put back and the error thrown. */
+  markRead = (id: string): Promise<void> => this.mark(id, "readAt", true, () => this.client.notifications.markRead(id));
+  /** markUnread shows it unread at once, then tells the server; refused, it is put back and the error thrown. */
+  markUnread = (id: string): Promise<void> => this.mark(id, "readAt", false, () => this.client.notifications.markUnread(id));
+  /** archive moves it to the Archived tab at once, then tells the server; refused, it is put back and the error thrown. */
+  archive = (id: string): Promise<void> => this.mark(id, "archivedAt", true, () => this.client.notifications.archive(id));
+  /** unarchive moves it back at once, then tells the server; refused, it is put back and the error thrown. */
+  unarchive = (id: string): Promise<void> => this.mark(id, "archivedAt", false, () => this.client.notifications.unarchive(id));
 
   /**
-   * markAllRead shows everything read and the count at zero at once, then
-   * tells the server, which covers what had committed when it is asked;
-   * what arrives meanwhile stays as the stream says. If the server
+   * markAllRead shows everything read and the unread count at zero at once,
+   * then tells the server, which covers what had committed when it is
+   * asked; what arrives meanwhile stays as the stream says. If the server
    * refuses, what was shown is put back and the error thrown.
    */
-  markAllRead = async (): Promise<void> => {
+  markAllRead = (): Promise<void> => this.markAll("readAt", ["unread"], () => this.client.notifications.markAllRead());
+
+  /** archiveAll moves everything to the Archived tab at once, then tells the server; refused, it is all put back and the error thrown. */
+  archiveAll = (): Promise<void> => this.markAll("archivedAt", ["unread", "unseen"], () => this.client.notifications.archiveAll());
+
+  /**
+   * markSeen tells the server the user has seen everything delivered so far
+   * (a bell opened), so that pushes of it may be suppressed: the unseen
+   * count goes to zero at once, and every session of the user follows.
+   */
+  markSeen = (): void => {
+    if (!this.sub) return;
+    this.sub.seen();
     const at = new Date().toISOString();
-    const marked = new Set(this.feed.items.filter((n) => !n.readAt).map((n) => n.id));
-    this.setItems((n) => (marked.has(n.id) ? asRead(n, at) : n));
+    this.apply((n) => (n.seenAt ? n : { ...n, seenAt: at }));
     this.countSeq++;
-    this.setUnread({ count: 0, capped: false });
-    try {
-      await this.client.notifications.markAllRead();
-    } catch (err) {
-      this.setItems((n) => (marked.has(n.id) && n.readAt === at ? { ...n, readAt: null } : n));
-      this.refreshCount(0);
-      throw err;
-    }
-    this.refreshCount();
+    this.setCounts({ unseen: { count: 0, capped: false } });
   };
 
   // ---- the subscription -----------------------------------------------------
@@ -243,7 +296,7 @@ export class Store {
         cursor: this.cursor,
         onNotification: (n) => this.arrived(n),
         onStatus: (s) => this.statusChanged(s),
-        onRead: (e) => this.read(e),
+        onState: (e) => this.changed(e),
         onReset: () => this.reset(),
       });
     } catch (err) {
@@ -259,154 +312,311 @@ export class Store {
     if (!sub) return;
     this.sub = undefined;
     this.cursor = sub.cursor;
-    clearTimeout(this.pageRetry);
+    for (const list of this.lists.values()) clearTimeout(list.retry);
     clearTimeout(this.countTimer);
-    this.pageRetry = this.countTimer = undefined;
+    this.countTimer = undefined;
     sub.close();
   }
 
   private statusChanged(s: StreamStatus): void {
     if (!this.sub && s.reason !== "closed") return;
     this.setStatus(s);
-    if (s.state === "connected") this.connected(s.resumed === true);
-    // A stream that cannot be had (403, stream-disabled, …) still shows the feed and the count, without live.
-    else if (s.state === "disconnected" && s.reason === "fatal") this.connected(false);
+    // A stream that cannot be had (403, stream-disabled, …) still shows the lists and the counts, without live.
+    if (s.state === "connected" || (s.state === "disconnected" && s.reason === "fatal")) this.connected();
   }
 
   /**
    * connected loads what the hooks need now that the stream is live:
-   * everything committed before this moment is in a page read from now on.
-   * After a resume, the read state of what is shown is read again: read
-   * frames are live only, and some may have been missed meanwhile.
+   * everything committed before this moment is in a page read from now on,
+   * and a resume brought every change made meanwhile.
    */
-  private connected(resumed: boolean): void {
-    if (this.needs.feed > 0) {
-      if (this.feed.loading) void this.loadFirst();
-      else if (resumed) void this.syncReadState();
-    }
-    this.refreshCount(0);
+  private connected(): void {
+    for (const list of this.lists.values()) if (list.feed.loading && this.needed(list)) void this.loadFirst(list);
+    this.refreshCounts(0);
   }
 
   private arrived(n: Notification): void {
     if (!this.sub) return;
-    const items = merge(this.feed.items, [n], true);
-    if (items !== this.feed.items) {
-      this.setFeed({ items });
-      if (!n.readAt) this.adjustCount(+1);
+    if (this.pending.size) this.log.push({ seq: ++this.seq, arrived: n });
+    const known = this.find(n.id);
+    for (const list of this.lists.values()) {
+      if (!belongs(list.status, n) || !this.inRange(list, n)) continue;
+      const items = merge(list.feed.items, [n], true);
+      if (items !== list.feed.items) this.setFeed(list, { items });
     }
-    this.refreshCount();
+    if (!known) for (const name of ["unread", "unseen", "archived"] as const) if (COUNTED[name](n)) this.adjust(name, +1);
+    this.refreshCounts();
   }
 
-  private read(e: ReadEvent): void {
+  /** changed applies a change of state that the stream told (made here or in another session). */
+  private changed(e: StateEvent): void {
     if (!this.sub) return;
     const at = new Date().toISOString();
-    if (e.id) {
-      const item = this.feed.items.find((n) => n.id === e.id);
-      if (item && !item.readAt) {
-        this.setItems((n) => (n.id === e.id ? asRead(n, at) : n));
-        this.adjustCount(-1);
-      }
+    switch (e.type) {
+      case "read":
+        if (e.id) this.one(e.id, "readAt", at);
+        if (e.through) this.through(e.through, "readAt", at, e.unread);
+        break;
+      case "unread":
+        this.one(e.id, "readAt", null);
+        break;
+      case "archived":
+        if (e.id) this.one(e.id, "archivedAt", at);
+        if (e.through) this.through(e.through, "archivedAt", at, e.unarchived);
+        break;
+      case "unarchived":
+        this.one(e.id, "archivedAt", null);
+        break;
+      case "seen":
+        this.through(e.through, "seenAt", at, []);
+        break;
     }
-    if (e.through) {
-      const through = this.feed.items.find((n) => n.id === e.through);
-      if (through) {
-        // The notification and everything older in feed order, but for
-        // what committed after the read-all was asked.
-        const unread = new Set(e.unread);
-        const t = createdMicros(through.createdAt);
-        this.setItems((n) => (!unread.has(n.id) && createdMicros(n.createdAt) <= t ? asRead(n, at) : n));
-      } else {
-        void this.syncReadState(); // newer than anything loaded here: ask
-      }
-    }
-    this.refreshCount();
+    this.refreshCounts();
   }
 
-  /** reset: the server refused the cursor; the stream is live again from now. Show the first page again. */
+  /** one sets field of notification id. One not loaded here may belong to a list now: the lists it may join are read again. */
+  private one(id: string, field: Field, value: string | null): void {
+    const known = this.find(id);
+    this.apply((n) => (n.id === id && !n[field] !== !value ? { ...n, [field]: value } : n));
+    if (known) return;
+    const joins: NotificationStatus[] = field === "archivedAt" ? (value ? ["archived"] : ["all", "unread"]) : field === "readAt" && !value ? ["unread"] : [];
+    for (const s of joins) this.reload(this.lists.get(s));
+  }
+
+  /**
+   * through sets field of the notification id and of everything before it
+   * in feed order, but for the ids in except (they committed after it was
+   * asked). Without id loaded here there is no telling which are before it:
+   * the lists are read again.
+   */
+  private through(id: string, field: Field, at: string, except: readonly string[]): void {
+    const t = this.find(id);
+    if (!t) {
+      if (field !== "seenAt") for (const list of this.lists.values()) this.reload(list);
+      return;
+    }
+    const tm = micros(t);
+    const left = new Set(except);
+    this.apply((n) => (!n[field] && !left.has(n.id) && micros(n) <= tm ? { ...n, [field]: at } : n));
+  }
+
+  /** reset: the server refused the cursor; the stream is live again from now. Every list is read again. */
   private reset(): void {
-    this.feedGen++;
-    this.firstPage = this.morePage = undefined;
-    clearTimeout(this.pageRetry);
-    this.nextCursor = null;
-    this.pageRetries = 0;
-    this.setFeed({ items: [], loading: true, loadingMore: false, hasMore: false, error: null });
-    if (this.needs.feed > 0) void this.loadFirst();
-    if (this.needs.count > 0) this.refreshCount(0);
+    for (const list of this.lists.values()) this.reload(list, true);
+    if (this.needs.get("count") || this.needs.get("counts")) this.refreshCounts(0);
   }
 
-  // ---- pages and counts -----------------------------------------------------
+  // ---- changes --------------------------------------------------------------
 
-  private loadFirst(): Promise<void> {
-    if (this.firstPage) return this.firstPage;
-    const gen = this.feedGen;
-    clearTimeout(this.pageRetry);
-    const p = this.client.notifications.list({ limit: this.pageSize }).then(
+  /**
+   * mark sets field (to now, or null) at once, asks the server, and puts it
+   * back if refused. The server is asked even when it shows so already:
+   * another session may have changed it a moment ago, and its frame not
+   * have come yet.
+   */
+  private async mark(id: string, field: Field, on: boolean, ask: () => Promise<void>): Promise<void> {
+    const item = this.find(id);
+    const at = on ? new Date().toISOString() : null;
+    const was = item?.[field] ?? null;
+    if (!was !== !on) this.apply((n) => (n.id === id ? { ...n, [field]: at } : n));
+    try {
+      await ask();
+    } catch (err) {
+      this.apply((n) => (n.id === id && n[field] === at ? { ...n, [field]: was } : n));
+      this.refreshCounts(0);
+      throw err;
+    }
+    this.refreshCounts();
+  }
+
+  /** markAll sets field on everything shown at once, the counts it empties at zero, asks the server, and puts back what it set if refused. */
+  private async markAll(field: Field, zero: CountName[], ask: () => Promise<unknown>): Promise<void> {
+    const at = new Date().toISOString();
+    const marked = new Set([...this.known().values()].filter((n) => !n[field]).map((n) => n.id));
+    this.apply((n) => (marked.has(n.id) ? { ...n, [field]: at } : n));
+    this.countSeq++;
+    for (const name of zero) this.setCounts({ [name]: { count: 0, capped: false } });
+    try {
+      await ask();
+    } catch (err) {
+      this.apply((n) => (marked.has(n.id) && n[field] === at ? { ...n, [field]: null } : n));
+      this.refreshCounts(0);
+      throw err;
+    }
+    this.refreshCounts();
+  }
+
+  /**
+   * apply changes every notification shown: each takes its new state in
+   * every list, leaves the lists it no longer belongs to and joins those it
+   * now does (in feed order, if the list's pages reach it), and the counts
+   * move by what changed. Kept, while pages are on their way, to be
+   * applied again to what they bring.
+   */
+  private apply(change: (n: Notification) => Notification): void {
+    const changed = new Map<string, Notification>();
+    for (const n of this.known().values()) {
+      const m = change(n);
+      if (m === n) continue;
+      changed.set(n.id, m);
+      for (const name of ["unread", "unseen", "archived"] as const) {
+        const by = Number(COUNTED[name](m)) - Number(COUNTED[name](n));
+        if (by) this.adjust(name, by);
+      }
+    }
+    // What changed may join a list whose page is on its way: kept with the change.
+    if (this.pending.size) this.log.push({ seq: ++this.seq, change, moved: [...changed.values()] });
+    if (!changed.size) return;
+    for (const list of this.lists.values()) {
+      const kept = list.feed.items.flatMap((n) => {
+        const m = changed.get(n.id);
+        return !m ? [n] : belongs(list.status, m) ? [m] : [];
+      });
+      const shown = new Set(kept.map((n) => n.id));
+      const joining = [...changed.values()].filter((m) => !shown.has(m.id) && belongs(list.status, m) && this.inRange(list, m));
+      const items = merge(kept, joining, false);
+      if (items.length !== list.feed.items.length || items.some((n, i) => n !== list.feed.items[i])) this.setFeed(list, { items });
+    }
+  }
+
+  /** known is every notification shown in any list, by id. */
+  private known(): Map<string, Notification> {
+    const all = new Map<string, Notification>();
+    for (const list of this.lists.values()) for (const n of list.feed.items) if (!all.has(n.id)) all.set(n.id, n);
+    return all;
+  }
+
+  private find(id: string): Notification | undefined {
+    for (const list of this.lists.values()) {
+      const n = list.feed.items.find((x) => x.id === id);
+      if (n) return n;
+    }
+    return undefined;
+  }
+
+  /** inRange: n is within what the list's pages reach, so it is shown live; an older one comes with its page. */
+  private inRange(list: List, n: Notification): boolean {
+    return !list.loaded || !list.feed.hasMore || micros(n) >= list.edge;
+  }
+
+  // ---- pages ----------------------------------------------------------------
+
+  private list(status: NotificationStatus): List {
+    let list = this.lists.get(status);
+    if (!list) {
+      list = {
+        status,
+        feed: { items: [], loading: true, loadingMore: false, hasMore: false, error: null },
+        nextCursor: null,
+        edge: -Infinity,
+        loaded: false,
+        gen: 0,
+        retries: 0,
+      };
+      this.lists.set(status, list);
+    }
+    return list;
+  }
+
+  private needed(list: List): boolean {
+    return (this.needs.get(`feed:${list.status}`) ?? 0) > 0;
+  }
+
+  /** begin notes a page request: the changes from here on are kept for its answer. */
+  private begin(): { from: number } {
+    const req = { from: this.seq };
+    this.pending.add(req);
+    return req;
+  }
+
+  private end(req: { from: number }): void {
+    this.pending.delete(req);
+    let from = Infinity;
+    for (const r of this.pending) from = Math.min(from, r.from);
+    this.log = this.log.filter((e) => e.seq > from);
+  }
+
+  /**
+   * replay applies to a page's items the changes made since it was asked,
+   * brings in what arrived meanwhile, and keeps what belongs to the list
+   * and is within the page's reach (edge, when there is more).
+   */
+  private replay(items: readonly Notification[], from: number, status: NotificationStatus, hasMore: boolean, edge: number): readonly Notification[] {
+    let out = items;
+    for (const e of this.log) {
+      if (e.seq <= from) continue;
+      if (e.change) out = merge(out.map(e.change), e.moved!, false);
+      else if (e.arrived) out = merge(out, [e.arrived], true);
+    }
+    return out.filter((n) => belongs(status, n) && (!hasMore || micros(n) >= edge));
+  }
+
+  /** reload reads a loaded list's first page again, in place of what it shows (kept on screen meanwhile). */
+  private reload(list: List | undefined, always = false): void {
+    if (!list || (!list.loaded && !list.first && !always)) return;
+    list.gen++;
+    list.first = list.more = undefined;
+    clearTimeout(list.retry);
+    list.retries = 0;
+    this.setFeed(list, { loading: true, loadingMore: false, error: null });
+    if (this.needed(list) || list.loaded) void this.loadFirst(list);
+  }
+
+  private loadFirst(list: List): Promise<void> {
+    if (list.first) return list.first;
+    const gen = list.gen;
+    clearTimeout(list.retry);
+    const req = this.begin();
+    const p = this.client.notifications.list({ limit: this.pageSize, ...statusQuery(list.status) }).then(
       (page) => {
-        if (gen !== this.feedGen) return;
-        this.pageRetries = 0;
-        this.nextCursor = page.nextCursor;
-        this.setFeed({ items: merge(this.feed.items, page.data, false), loading: false, hasMore: page.hasMore, error: null });
+        if (gen !== list.gen) return;
+        list.retries = 0;
+        list.nextCursor = page.nextCursor;
+        list.loaded = true;
+        list.edge = page.data.length ? micros(page.data.at(-1)!) : -Infinity;
+        this.setFeed(list, { items: this.replay(page.data, req.from, list.status, page.hasMore, list.edge), loading: false, hasMore: page.hasMore, error: null });
       },
       (err: SpoolcastError) => {
-        if (gen !== this.feedGen || !this.sub) return;
-        this.setFeed({ error: err });
+        if (gen !== list.gen || !this.sub) return;
+        this.setFeed(list, { error: err });
         // Tried again by itself, with backoff, never sooner than Retry-After.
-        const delay = Math.max((err.retryAfter ?? 0) * 1000, Math.random() * Math.min(PAGE_RETRY_MAX, 1000 * 2 ** this.pageRetries++));
-        this.pageRetry = setTimeout(() => {
-          this.pageRetry = undefined;
-          if (this.sub && this.needs.feed > 0) void this.loadFirst();
+        const delay = Math.max((err.retryAfter ?? 0) * 1000, Math.random() * Math.min(PAGE_RETRY_MAX, 1000 * 2 ** list.retries++));
+        list.retry = setTimeout(() => {
+          list.retry = undefined;
+          if (this.sub && gen === list.gen) void this.loadFirst(list);
         }, delay);
       },
     );
-    this.firstPage = p;
+    list.first = p;
     void p.finally(() => {
-      if (this.firstPage === p) this.firstPage = undefined;
+      this.end(req);
+      if (list.first === p) list.first = undefined;
     });
     return p;
   }
 
-  /** syncReadState reads again the read state of what is shown, down to the oldest one. */
-  private async syncReadState(): Promise<void> {
-    if (this.syncing || this.feed.loading) return;
-    this.syncing = true;
-    const gen = this.feedGen;
-    const oldest = this.feed.items.at(-1);
-    try {
-      let cursor: string | null = null;
-      for (;;) {
-        const page = await this.client.notifications.list({ limit: SYNC_PAGE, cursor });
-        if (gen !== this.feedGen) return;
-        const read = new Map(page.data.filter((n) => n.readAt).map((n) => [n.id, n.readAt!]));
-        this.setItems((n) => (!n.readAt && read.has(n.id) ? { ...n, readAt: read.get(n.id)! } : n));
-        const last = page.data.at(-1);
-        if (!page.hasMore || !oldest || !last || createdMicros(last.createdAt) < createdMicros(oldest.createdAt)) break;
-        cursor = page.nextCursor;
-      }
-    } catch {
-      // The next resume, or a read frame, tries again.
-    } finally {
-      this.syncing = false;
-    }
-  }
+  // ---- counts ---------------------------------------------------------------
 
-  /** adjustCount moves the count by a frame or a mark, at once; a capped count is left to the server. */
-  private adjustCount(by: number): void {
-    if (this.unread.loading || this.unread.capped) return;
+  /** adjust moves a count by a change, at once; a capped count is left to the server. */
+  private adjust(name: CountName, by: number): void {
+    const c = this.counts[name];
+    if (this.counts.loading || c.capped) return;
     this.countSeq++;
-    const count = Math.max(0, this.unread.count + by);
-    this.setUnread(count > 100 ? { count: 100, capped: true } : { count });
+    const count = Math.max(0, c.count + by);
+    this.setCounts({ [name]: count > CAP ? { count: CAP, capped: true } : { count, capped: false } });
   }
 
-  /** refreshCount asks the server for the count after delay; bursts fold into one request. */
-  private refreshCount(delay = COUNT_DELAY): void {
-    if (this.needs.count === 0 || !this.sub) return;
+  /** refreshCounts asks the server for the counts after delay; bursts fold into one request. */
+  private refreshCounts(delay = COUNT_DELAY): void {
+    const all = (this.needs.get("counts") ?? 0) > 0;
+    if ((!all && !this.needs.get("count")) || !this.sub) return;
     clearTimeout(this.countTimer);
     this.countTimer = setTimeout(() => {
       this.countTimer = undefined;
       const seq = ++this.countSeq;
-      this.client.notifications.unreadCount().then(
-        ({ count, capped }) => seq === this.countSeq && this.setUnread({ count, capped, loading: false, error: null }),
-        (err: SpoolcastError) => seq === this.countSeq && this.setUnread({ error: err }),
+      this.client.notifications.counts({ archived: all }).then(
+        (c) => seq === this.countSeq && this.setCounts({ ...c, loading: false, error: null }),
+        (err: SpoolcastError) => seq === this.countSeq && this.setCounts({ error: err }),
       );
     }, delay);
   }
@@ -417,23 +627,17 @@ export class Store {
     for (const l of [...this.listeners]) l();
   }
 
-  private setFeed(change: Partial<FeedState>): void {
-    this.feed = { ...this.feed, ...change };
+  private setFeed(list: List, change: Partial<FeedState>): void {
+    list.feed = { ...list.feed, ...change };
     this.emit();
   }
 
-  private setItems(fn: (n: Notification) => Notification): void {
-    let changed = false;
-    const items = this.feed.items.map((n) => {
-      const m = fn(n);
-      changed ||= m !== n;
-      return m;
-    });
-    if (changed) this.setFeed({ items });
-  }
-
-  private setUnread(change: Partial<UnreadState>): void {
-    this.unread = { ...this.unread, ...change };
+  private setCounts(change: Partial<CountsState>): void {
+    const c = (this.counts = { ...this.counts, ...change });
+    const u = this.unread;
+    if (u.count !== c.unread.count || u.capped !== c.unread.capped || u.loading !== c.loading || u.error !== c.error) {
+      this.unread = { count: c.unread.count, capped: c.unread.capped, loading: c.loading, error: c.error };
+    }
     this.emit();
   }
 

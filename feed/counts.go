@@ -139,7 +139,7 @@ func (s *Store) countSpans(ctx context.Context, userID string, cs []*tally, bran
 		limit := args.add(UnreadCap + 1 - c.n)
 		parts := make([]string, len(branches[i]))
 		for j, b := range branches[i] {
-			parts[j] = branchSQL(b, spans[i][j], `SELECT 1`, &args, &slack) + ` LIMIT ` + limit
+			parts[j] = branchSQL(b, spans[i][j], `SELECT 1`, &args, &slack, nil) + ` LIMIT ` + limit
 		}
 		rows := parts[0]
 		if len(parts) > 1 {

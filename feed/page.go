@@ -148,18 +148,13 @@ func (s *Store) readPage(ctx context.Context, q Query, branches []branch, spans 
 	args := queryArgs{q.UserID}
 	limit, up := args.add(n), args.add(upper)
 	var slack string
-	var afterAt, afterID string
+	var after *[2]string
 	if q.After != nil {
-		afterAt, afterID = args.add(q.After.CreatedAt), args.add(q.After.ID)
+		after = &[2]string{args.add(q.After.CreatedAt), args.add(q.After.ID)}
 	}
 	parts := make([]string, len(branches))
 	for i, b := range branches {
-		sql := branchSQL(b, spans[i], `SELECT `+rowColumns, &args, &slack) + ` AND n.created_at <= ` + up
-		if q.After != nil {
-			// A row comparison matches the index order, so the scan starts
-			// right at the cursor whatever its depth.
-			sql += ` AND (n.created_at, n.id) < (` + afterAt + `, ` + afterID + `)`
-		}
+		sql := branchSQL(b, spans[i], `SELECT `+rowColumns, &args, &slack, after) + ` AND n.created_at <= ` + up
 		parts[i] = sql + ` ORDER BY n.created_at DESC, n.id DESC LIMIT ` + limit
 	}
 	page := parts[0]

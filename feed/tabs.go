@@ -35,6 +35,13 @@ type branch struct {
 	// (nil: anywhere), or none at all (ok false). A read of the weeks
 	// before the newest reads the branch only there.
 	reach func(t markTimes) (from *time.Time, ok bool)
+	// below, when set, is a watermark's newest in feed order (its at and
+	// id columns): the branch's rows lie at or before it. A page after a
+	// cursor bounds the scan by the earlier of the two as one row
+	// comparison: given two, Postgres starts the scan at one of them, and
+	// starting at the watermark walks every row between it and a deep
+	// cursor.
+	below [2]string
 }
 
 // The conditions shared by the tabs' branches.
@@ -106,7 +113,7 @@ func tabBranches(tab Status) []branch {
 				}},
 			// Below archive-all: all of it but what it left out, read by
 			// the feed's index.
-			{where: `(n.created_at, n.id) <= (m.a_at, m.a_id) AND ` + isArchived,
+			{where: isArchived, below: [2]string{"m.a_at", "m.a_id"},
 				reach: func(t markTimes) (*time.Time, bool) { return nil, finite(t.aAt) }},
 		}
 	case Unread:
@@ -203,13 +210,29 @@ const rowColumns = NotificationFields + `, n.tx, n.read_at, n.read_tx, n.read_se
 // branchSQL is b over sp for user $1, with IngestSlack's placeholder in
 // place (slack, added to args the first time a branch needs it: Postgres
 // cannot type an argument no statement uses).
-func branchSQL(b branch, sp span, head string, args *queryArgs, slack *string) string {
+// after, when set, is a cursor's at and id placeholders: the rows are read
+// before it.
+func branchSQL(b branch, sp span, head string, args *queryArgs, slack *string, after *[2]string) string {
 	where := b.where
 	if strings.Contains(where, "SLACK") {
 		if *slack == "" {
 			*slack = args.add(IngestSlack)
 		}
 		where = strings.ReplaceAll(where, "SLACK", *slack)
+	}
+	switch {
+	case b.below != [2]string{} && after != nil:
+		// The earlier of the watermark (inclusive) and the cursor
+		// (exclusive: inclusive of the id before it, ids being integers).
+		w, at, id := `(`+b.below[0]+`, `+b.below[1]+`)`, after[0]+`::timestamptz`, after[1]+`::bigint - 1`
+		first := w + ` <= (` + at + `, ` + id + `)`
+		where += ` AND (n.created_at, n.id) <= (CASE WHEN ` + first + ` THEN ` + b.below[0] + ` ELSE ` + at + ` END, CASE WHEN ` + first + ` THEN ` + b.below[1] + ` ELSE ` + id + ` END)`
+	case b.below != [2]string{}:
+		where += ` AND (n.created_at, n.id) <= (` + b.below[0] + `, ` + b.below[1] + `)`
+	case after != nil:
+		// A row comparison matches the index order, so the scan starts
+		// right at the cursor whatever its depth.
+		where += ` AND (n.created_at, n.id) < (` + after[0] + `, ` + after[1] + `)`
 	}
 	return sp.bound(head+` FROM `+sp.source()+` WHERE n.user_id = $1 AND `+where, args)
 }

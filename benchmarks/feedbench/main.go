@@ -44,15 +44,18 @@ func main() {
 		iterations  = flag.Int("n", 2000, "keyset pages read per depth")
 		offsetIters = flag.Int("offset-n", 30, "OFFSET pages read per depth")
 		databaseURL = flag.String("database-url", "", "Postgres maintenance URL (default: start a local cluster)")
+		pages       = flag.Bool("pages", true, "measure pages at depth against a plain table and OFFSET")
+		tabs        = flag.Bool("tabs", true, "then measure the tabs (all, unread, archived) and the counts with states set")
+		tabIters    = flag.Int("tabs-n", 500, "pages read per tab and depth")
 	)
 	flag.Parse()
-	if err := run(*rows, *weeks, *iterations, *offsetIters, *databaseURL); err != nil {
+	if err := run(*rows, *weeks, *iterations, *offsetIters, *databaseURL, *pages, *tabs, *tabIters); err != nil {
 		fmt.Fprintln(os.Stderr, "feedbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rows, weeks, iterations, offsetIters int, adminURL string) error {
+func run(rows, weeks, iterations, offsetIters int, adminURL string, pages, tabs bool, tabIters int) error {
 	ctx := context.Background()
 	tmp, err := os.MkdirTemp("", "feedbench-")
 	if err != nil {
@@ -75,11 +78,13 @@ func run(rows, weeks, iterations, offsetIters int, adminURL string) error {
 		return err
 	}
 	defer pool.Close()
-	flat, err := loadDatabase(ctx, adminURL, "bench_feed_flat", rows, weeks, true)
-	if err != nil {
-		return err
+	var flat *pgxpool.Pool
+	if pages {
+		if flat, err = loadDatabase(ctx, adminURL, "bench_feed_flat", rows, weeks, true); err != nil {
+			return err
+		}
+		defer flat.Close()
 	}
-	defer flat.Close()
 	var deep, partitions int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM notifications WHERE user_id = 'deep'").Scan(&deep); err != nil {
 		return err
@@ -109,6 +114,9 @@ func run(rows, weeks, iterations, offsetIters int, adminURL string) error {
 		return err
 	}
 
+	if !pages {
+		return measureTabs(ctx, pool, api, token, tabIters)
+	}
 	type result struct {
 		depth                int
 		keysetP50, keysetP99 time.Duration
@@ -197,6 +205,9 @@ func run(rows, weeks, iterations, offsetIters int, adminURL string) error {
 		fmt.Printf("| %d | %s | %s | %.2f× | %s | %s | %.2f× | %s | %.0f× |\n", r.depth, r.keysetP50.Round(time.Microsecond), r.keysetP99.Round(time.Microsecond),
 			float64(r.keysetP50)/float64(results[0].keysetP50), r.queryP50.Round(time.Microsecond), r.flatP50.Round(time.Microsecond),
 			float64(r.queryP50)/float64(r.flatP50), r.offsetP50.Round(time.Microsecond), float64(r.offsetP50)/float64(r.queryP50))
+	}
+	if tabs {
+		return measureTabs(ctx, pool, api, token, tabIters)
 	}
 	return nil
 }

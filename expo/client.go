@@ -66,6 +66,10 @@ type Message struct {
 	Sound string         `json:"sound,omitempty"`
 	// Priority is Expo's delivery priority: "high" for critical notifications.
 	Priority string `json:"priority,omitempty"`
+	// ContentAvailable wakes the app in the background on iOS
+	// (content-available): with no title, body or sound, the message is
+	// silent, data for the app alone.
+	ContentAvailable bool `json:"_contentAvailable,omitempty"`
 }
 
 // Ticket is Expo's answer to one message of a send: an id to ask for its

@@ -521,5 +521,20 @@ func TestAPushShowsANotificationAndItsClickGoesToTheInbox(t *testing.T) {
 	if asked := click(""); asked != "open "+inbox { // "": the generic one, untagged, is all that is left
 		t.Errorf("a click with no inbox open asks %q; want it opened", asked)
 	}
+
+	// A clear (the notification was read on another device) closes what is
+	// shown for its ids, and shows nothing of its own.
+	push(`{"title":"Disk almost full","body":"92% used","data":{"notification_id":"n-2","category":"ops"}}`,
+		`{"title":"Disk almost full","body":"92% used","tag":"n-2","data":{"notification_id":"n-2","url":"`+inbox+`"}}`)
+	push(`{"title":"Backup done","body":"nightly","data":{"notification_id":"n-3","category":"ops"}}`,
+		`{"title":"Backup done","body":"nightly","tag":"n-3","data":{"notification_id":"n-3","url":"`+inbox+`"}}`)
+	p.step = "clear n-2"
+	if _, err := chromedp.Call(p.ctx, serviceworker.DeliverPushMessage, serviceworker.DeliverPushMessageParams{Origin: s.origin(), RegistrationID: id, Data: `{"type":"clear","ids":["n-2","n-9"]}`}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(p.ctx, chromedp.Poll[chromedp.Void](`new Promise(r => setTimeout(r, 250)).then(() => `+notifications+`).then(ns => ns.length === 1 && ns[0].includes('"tag":"n-3"'))`,
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Errorf("after a clear of n-2 the worker shows %q; want n-3 alone", eval[[]string](p, notifications))
+	}
 	p.step = "done"
 }

@@ -295,3 +295,59 @@ func TestMigration19DownAndUpAgain(t *testing.T) {
 		t.Errorf("%d read webhooks from a state event; want 1 (the endpoint takes no archived)", n)
 	}
 }
+
+// Migration 20 adds the clears: a read (here a state event) writes one clear
+// per device whose push of it was sent or delivered, once however often it
+// is read, and a read-all one per pushed notification it covers. Taken back
+// it drops them; applied again it writes them anew.
+func TestMigration20WritesAClearPerDeviceThatGotThePush(t *testing.T) {
+	url := pgtest.DB(t)
+	pool := pgtest.Connect(t, url)
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var at string
+	var ids []int64
+	for i := range 2 {
+		var id int64
+		if err := pool.QueryRow(ctx, `INSERT INTO notifications (user_id, created_at, type, category, producer, idempotency_key, notification_key, title)
+			VALUES ('ada', date_trunc('second', now()) - interval '1 minute', 't', 'c', 'p', $1, $1, 't') RETURNING id, created_at::text`, "k"+string(rune('0'+i))).Scan(&id, &at); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		exec(`INSERT INTO push_dispatches (notification_id, notification_created_at, user_id, token, state)
+			VALUES ($1, $2, 'ada', 'ExponentPushToken[sent]', 'sent'), ($1, $2, 'ada', 'ExponentPushToken[failed]', 'failed'), ($1, $2, 'ada', NULL, 'skipped')`, id, at)
+	}
+	read := func() {
+		t.Helper()
+		exec(`INSERT INTO state_events (user_id, kind, note_at, note_seq) VALUES ('ada', 'read', $1, $2)`, at, ids[0])
+	}
+	read()
+	read()
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM push_clears WHERE token = 'ExponentPushToken[sent]' AND notification_id = $1 AND state = 'queued'`, ids[0]); n != 1 ||
+		pgtest.Count(t, pool, `SELECT count(*) FROM push_clears`) != 1 {
+		t.Errorf("a read twice wrote %d clears for the device that got the push; want 1, and none other", n)
+	}
+	exec(`INSERT INTO state_events (user_id, kind, note_at, note_seq, snapshot) VALUES ('ada', 'read_all', $1, $2, pg_current_snapshot())`, at, ids[1])
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM push_clears`); n != 2 {
+		t.Errorf("after a read-all %d clears; want 2", n)
+	}
+	if err := migrations.DownTo(ctx, url, 19); err != nil {
+		t.Fatal(err)
+	}
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM pg_class WHERE relname IN ('push_clears', 'push_clear_devices')`); n != 0 {
+		t.Errorf("after down to 19: %d of push_clears and push_clear_devices left", n)
+	}
+	read() // no trigger left
+	if applied, err := migrations.Up(ctx, url, nil); err != nil || len(applied) == 0 || applied[0] != 20 {
+		t.Fatalf("up again applied %v, %v; want migration 20 first", applied, err)
+	}
+	read()
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM push_clears`); n != 1 {
+		t.Errorf("after up again a read wrote %d clears; want 1", n)
+	}
+}

@@ -37,7 +37,20 @@ type Delivery struct {
 	CreatedAt      time.Time  `json:"created_at"`
 	SentAt         *time.Time `json:"sent_at"`
 	UpdatedAt      time.Time  `json:"updated_at"`
-	seq            int64
+	// Clear is the clear sent to the device once the notification was read
+	// or archived; absent when there is none.
+	Clear *DeliveryClear `json:"clear,omitempty"`
+	seq   int64
+}
+
+// DeliveryClear is what became of a dispatch's clear (see
+// DispatcherConfig.ClearOnRead).
+type DeliveryClear struct {
+	State     string     `json:"state"` // queued, sending, sent, failed, skipped
+	Error     *string    `json:"error"`
+	TicketID  *string    `json:"ticket_id"`
+	CreatedAt time.Time  `json:"created_at"` // when the read or archive committed
+	SentAt    *time.Time `json:"sent_at"`
 }
 
 // DeliveryQuery selects a page of the delivery log.
@@ -87,10 +100,12 @@ func Deliveries(ctx context.Context, db DeliveryReader, q DeliveryQuery) (Delive
 	// kept as long as the log keeps it.
 	sql := `SELECT d.id, d.created_at, d.notification_id, d.notification_created_at,
 			coalesce(n.title, s.title, ''), coalesce(n.category, s.category, ''),
-			d.user_id, d.token, d.state, d.error, d.ticket_id, d.sent_at, d.updated_at
+			d.user_id, d.token, d.state, d.error, d.ticket_id, d.sent_at, d.updated_at,
+			c.state, c.error, c.ticket_id, c.created_at, c.sent_at
 		FROM push_dispatches d
 		LEFT JOIN notifications n ON d.state <> 'cancelled' AND n.id = d.notification_id AND n.created_at = d.notification_created_at
 		LEFT JOIN scheduled_notifications s ON d.state = 'cancelled' AND s.id = d.notification_id
+		LEFT JOIN push_clears c ON c.notification_id = d.notification_id AND c.token = d.token
 		WHERE true`
 	args := []any{limit + 1}
 	if q.UserID != "" {
@@ -117,7 +132,15 @@ func Deliveries(ctx context.Context, db DeliveryReader, q DeliveryQuery) (Delive
 		var d Delivery
 		var nid int64
 		var ncreated time.Time
-		err := r.Scan(&d.seq, &d.CreatedAt, &nid, &ncreated, &d.Title, &d.Category, &d.UserID, &d.Token, &d.State, &d.Error, &d.TicketID, &d.SentAt, &d.UpdatedAt)
+		var clearState *string
+		var clear DeliveryClear
+		var clearCreated *time.Time
+		err := r.Scan(&d.seq, &d.CreatedAt, &nid, &ncreated, &d.Title, &d.Category, &d.UserID, &d.Token, &d.State, &d.Error, &d.TicketID, &d.SentAt, &d.UpdatedAt,
+			&clearState, &clear.Error, &clear.TicketID, &clearCreated, &clear.SentAt)
+		if clearState != nil && clearCreated != nil {
+			clear.State, clear.CreatedAt = *clearState, *clearCreated
+			d.Clear = &clear
+		}
 		d.ID = encodeCursor(d.CreatedAt, d.seq)
 		if d.State != StateCancelled {
 			id := feed.ID{CreatedAt: ncreated, Seq: nid}.String()

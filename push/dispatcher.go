@@ -83,6 +83,11 @@ type DispatcherConfig struct {
 	WebTTL time.Duration
 	// WebTimeout bounds one Web Push request. Default DefaultWebTimeout.
 	WebTimeout time.Duration
+	// ClearOnRead sends, when a notification is read or archived (by item
+	// or under a read-all or archive-all), a silent message to each of the
+	// user's devices that got its push, so that its banner comes down
+	// (--push-clear-on-read). Off, the clears are recorded skipped.
+	ClearOnRead bool
 	// Clock times the interval and the gauges and tells which notifications
 	// are past MaxAge. Default the wall clock.
 	Clock clock.Clock
@@ -106,6 +111,8 @@ type Dispatcher struct {
 	passMu    sync.Mutex
 	inflight  map[uint64]struct{}
 	lastSweep atomic.Int64
+	// lastClearSweep is when sweepClears last ran (UnixNano on the clock).
+	lastClearSweep atomic.Int64
 
 	// sends is the context of the passes' writes and requests to Expo once
 	// they have taken their notifications: Stop leaves it running, and ends
@@ -187,11 +194,11 @@ func (d *Dispatcher) Start(ctx context.Context) {
 		d.sends, d.abortSends = context.WithCancel(ctx)
 	}
 	d.mu.Unlock()
-	loops := make([]func(context.Context), 0, d.cfg.Workers+1)
+	loops := make([]func(context.Context), 0, d.cfg.Workers+2)
 	for range d.cfg.Workers {
 		loops = append(loops, d.loop)
 	}
-	if !d.svc.Start(ctx, append(loops, d.gauges)...) && !d.svc.Started() {
+	if !d.svc.Start(ctx, append(loops, d.gauges, d.clearLoop)...) && !d.svc.Started() {
 		d.abort() // a Start after Stop: nothing runs, and nothing may send
 	}
 }

@@ -18,5 +18,7 @@
 // dispatcher that stops gives back to the queue only what surely did not
 // reach its provider. No one holds the shared slots (DESIGN.md 11): Web Push
 // sends are bounded per push service origin and per user, and one pass at a
-// time keeps trying a failing Expo.
+// time keeps trying a failing Expo. A notification read or archived is
+// cleared, once, from the devices that got its push (dispatch_clear.go):
+// a silent message, at most one a second per device, never sent twice.
 package push

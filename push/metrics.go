@@ -21,6 +21,7 @@ type Metrics struct {
 	policy         *prometheus.CounterVec
 	webSent        *prometheus.CounterVec
 	webTook        prometheus.Histogram
+	clears         *prometheus.CounterVec
 }
 
 // Results of a message sent, the values of spoolcast_push_sent_total's result label.
@@ -57,8 +58,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Notifications by delivery policy outcome: passed (no policy held the push), deferred (quiet hours), digested (joined a digest), digest (a digest's one push dispatched), throttled, suppressed (seen first), critical (a critical push passed quiet hours or a throttle), cancelled (a scheduled notification cancelled), fail_open (quiet hours unreadable: pushed).", "outcome"),
 		webSent: metric.CounterVec("spoolcast_webpush_sent_total",
 			"Web Push messages by outcome: delivered (the push service took it), gone (404/410: subscription disabled), rate_limited (429: sent again after Retry-After, once), too_large, rejected (4xx, VAPID refused), unavailable (5xx, not retried), unknown (no answer: not retried), not_sent (given back to the queue), invalid.", "outcome"),
+		clears: metric.CounterVec("spoolcast_push_clears_total",
+			"Clears (a silent message naming notifications read or archived, so that the device takes their banners down), one per device and message, by provider (expo, webpush) and result: sent (the provider took it), failed (refused, the device gone, or no answer: never sent again), retried (429, 5xx or not reached: sent again later), skipped (--push-clear-on-read off, past --push-max-age, the device disabled, Web Push not set up).", "provider", "result"),
 		webTook: metric.Histogram("spoolcast_webpush_request_duration_seconds",
 			"Web Push request time, to the push service's answer or the failure.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
+	}
+	for _, p := range []string{ProviderExpo, ProviderWebPush} {
+		for _, r := range []string{ClearSent, ClearFailed, ClearRetried, ClearSkipped} {
+			m.clears.WithLabelValues(p, r)
+		}
 	}
 	for _, o := range webOutcomes {
 		m.webSent.WithLabelValues(o)
@@ -83,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.requestTook.WithLabelValues(e)
 	}
 	if reg != nil {
-		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released, m.orphans, m.webBusy, m.policy, m.webSent, m.webTook)
+		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released, m.orphans, m.webBusy, m.policy, m.webSent, m.webTook, m.clears)
 	}
 	return m
 }

@@ -42,6 +42,7 @@ type pushFlags struct {
 	webAllowPrivate bool
 	webConcurrency  int           // 0 is push.DefaultWebConcurrency
 	webTTL          time.Duration // 0 is push.DefaultWebTTL
+	clearOnRead     bool
 }
 
 func (p *pushFlags) register(fs *flag.FlagSet) {
@@ -67,6 +68,7 @@ func (p *pushFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&p.webAllowPrivate, "webpush-allow-private", false, "let browsers' subscriptions name push endpoints on loopback, link-local and private addresses (tests, development; `spoolcast dev` sets it). Off, they are refused when registered and when dialled")
 	fs.IntVar(&p.webConcurrency, "webpush-concurrency", push.DefaultWebConcurrency, "most Web Push requests in flight from this replica, twice as many started or waiting; one push service takes at most three quarters of each and one user at most an eighth, so that a push service that stalls, or a user's subscriptions on origins they control, leave the rest to the others")
 	fs.DurationVar(&p.webTTL, "webpush-ttl", push.DefaultWebTTL, "how long a push service keeps a message for a browser that is offline (the TTL header)")
+	fs.BoolVar(&p.clearOnRead, "push-clear-on-read", true, "when a notification is read or archived (one by one, or by read-all or archive-all), send each of the user's devices that got its push a silent message naming it ({\"type\":\"clear\",\"ids\":[…]}: Expo data-only with _contentAvailable, Web Push with a 1h TTL), so that its banner comes down on every device; at most one a second per device, once per notification and device, for pushes of the last 3 days. On by default: a banner left on a phone for something read on the laptop is what users report. Off, nothing is sent and the clears are recorded skipped")
 	fs.IntVar(&p.maxDevices, "max-devices-per-user", push.DefaultMaxEnabledPerUser, "most enabled push devices a user keeps; registering one more disables the user's least recently seen (disabled_reason replaced)")
 }
 
@@ -144,7 +146,7 @@ func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <
 	if w.dispatcher, err = push.NewDispatcher(push.DispatcherConfig{
 		DB: pool, Sender: client, Preferences: prefs, Devices: devices, Wake: wake,
 		MaxAge: p.maxAge, Throttle: p.throttle, SuppressIfSeen: p.suppressIfSeen, Metrics: metrics, Logger: logger,
-		WebPush: web, WebConcurrency: p.webConcurrency, WebTTL: p.webTTL,
+		WebPush: web, WebConcurrency: p.webConcurrency, WebTTL: p.webTTL, ClearOnRead: p.clearOnRead,
 	}); err != nil {
 		return nil, err
 	}

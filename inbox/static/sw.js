@@ -12,6 +12,9 @@
 // The payload central sends (decrypted by the browser):
 //   {"title": "…", "body": "…", "data": {"notification_id": "…", "category": "…",
 //    "digest": {"key": "…", "count": 3}}}   (digest only for digests)
+// and, when notifications were read or archived on any device, a clear:
+//   {"type": "clear", "ids": ["…", …]}
+// which closes the notifications shown for those ids (tagged with them).
 "use strict";
 
 // The inbox page: the scope without its trailing slash (/inbox).
@@ -22,8 +25,33 @@ const INBOX = self.registration.scope.replace(/\/$/, "");
 self.addEventListener("install", () => self.skipWaiting());
 
 self.addEventListener("push", (event) => {
-  event.waitUntil(show(event.data));
+  const ids = clearIDs(event.data);
+  event.waitUntil(ids ? clear(ids) : show(event.data));
 });
+
+// clearIDs returns the ids of a clear, or null for any other push.
+function clearIDs(data) {
+  try {
+    const message = data ? data.json() : null;
+    if (message && message.type === "clear" && Array.isArray(message.ids)) {
+      return message.ids.filter((id) => typeof id === "string");
+    }
+  } catch {
+    // not JSON: a notification to show
+  }
+  return null;
+}
+
+// clear closes the notifications shown for ids, and shows nothing: a
+// clear comes only to a browser that got the push it takes down.
+async function clear(ids) {
+  const wanted = new Set(ids);
+  const shown = await self.registration.getNotifications();
+  for (const n of shown) {
+    const id = n.data && typeof n.data.notification_id === "string" ? n.data.notification_id : n.tag;
+    if (wanted.has(n.tag) || wanted.has(id)) n.close();
+  }
+}
 
 // show always shows something: a push the worker shows nothing for counts
 // against the site (browsers show a generic notice of their own, and may

@@ -42,3 +42,4 @@ export {
   ClientClosedError,
 } from "./errors.js";
 export type { Problem } from "./errors.js";
+export { clearPresentedOnRead, handleClearMessage, clearedIds, type ExpoNotificationsLike, type PresentedNotification } from "./expo.js";

@@ -1,0 +1,447 @@
+package push
+
+// This file holds the clears: a notification read or archived on one device
+// takes its banner off the user's other devices that got its push, by a
+// silent message naming it. Migration 20's trigger writes one push_clears
+// row per notification and device in the transaction of the change; a pass
+// here claims due rows (queued → sending, in the claiming statement), sends
+// one message per device with up to clearMaxIDs ids, and records what each
+// came to. A row is never sent twice: one left sending by a replica killed
+// mid-send ends failed, as a push Expo may have taken does.
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/startstop"
+	"github.com/spoolcast/spoolcast/push/webpush"
+)
+
+// Limits of the clears.
+const (
+	// clearMaxIDs is the most notifications one clear names; more go in the
+	// device's next one, a second later.
+	clearMaxIDs = 100
+	// clearInterval is how often due clears are sent: the reads of a second
+	// go to a device in one message, and a device gets at most one a second
+	// (push_clear_devices keeps that across replicas).
+	clearInterval = time.Second
+	// clearBatch is the most devices one pass sends to.
+	clearBatch = 500
+	// clearRetry is how long a clear its provider did not take (a 429, a
+	// 5xx, a request that never reached it) waits before its next try.
+	clearRetry = 5 * time.Second
+	// clearKeep is how long a clear's row is kept: past the 3 days of pushes
+	// a read clears (migration 20), so that a notification read again
+	// never clears twice.
+	clearKeep = 4 * 24 * time.Hour
+	// clearSweepInterval is how often expired, interrupted and old clears
+	// are swept.
+	clearSweepInterval = 15 * time.Second
+)
+
+// ClearTTL is how long a push service keeps a clear for a browser that is
+// offline: a clear for a banner long gone is pointless.
+const ClearTTL = time.Hour
+
+// Results of a clear, the values of spoolcast_push_clears_total's result label.
+const (
+	ClearSent    = "sent"    // the provider took it (Expo: a ticket; Web Push: 201)
+	ClearFailed  = "failed"  // refused, the device gone, or the outcome unknown: never sent again
+	ClearRetried = "retried" // the provider took nothing (429, 5xx, no connection): sent again later
+	ClearSkipped = "skipped" // --push-clear-on-read off, past --push-max-age, the device disabled, or Web Push not set up
+)
+
+// Providers, the values of spoolcast_push_clears_total's provider label.
+const (
+	ProviderExpo    = "expo"
+	ProviderWebPush = "webpush"
+)
+
+// clearPayload is what the app or the service worker receives: the public
+// ids of the notifications whose banners to take down.
+type clearPayload struct {
+	Type string   `json:"type"`
+	IDs  []string `json:"ids"`
+}
+
+// clearDevice is one device's claimed clears, sent as one message.
+type clearDevice struct {
+	token   string
+	user    string
+	ids     []int64
+	public  []string
+	enabled bool // still enabled, and the user's
+	sub     webpush.Subscription
+	claimed time.Time
+}
+
+// clearOutcome is what became of one device's clear.
+type clearOutcome struct {
+	dev    *clearDevice
+	state  string // StateSent, StateFailed, StateSkipped, or StateQueued: given back, due at due
+	ticket string
+	err    string
+	due    time.Time
+	gone   bool
+	held   bool // given back unsent, to keep the user within their share
+}
+
+func provider(token string) string {
+	if IsWebToken(token) {
+		return ProviderWebPush
+	}
+	return ProviderExpo
+}
+
+// clearLoop runs a clear pass every clearInterval.
+func (d *Dispatcher) clearLoop(ctx context.Context) {
+	startstop.Every(ctx, startstop.Schedule{Interval: clearInterval, Clock: d.cfg.Clock}, func(ctx context.Context) bool {
+		n, err := d.clearPass(ctx, d.sendContext())
+		if err != nil && ctx.Err() == nil {
+			d.failLog.Do(func(suppressed int64) {
+				d.log.Error("clear pass failed", "err", err, "suppressed", suppressed)
+			})
+		}
+		return n == clearBatch && err == nil
+	})
+}
+
+// ClearPass sends the due clears (or, with ClearOnRead off, records them
+// skipped) and returns to how many devices.
+func (d *Dispatcher) ClearPass(ctx context.Context) (int, error) { return d.clearPass(ctx, ctx) }
+
+// clearPass is ClearPass with two contexts, as pass: stop ends the claim,
+// sends is the context of the requests and records after it.
+func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
+	d.sweepClears(stop)
+	if !d.cfg.ClearOnRead {
+		return d.skipClears(stop)
+	}
+	devs, err := d.claimClears(stop)
+	if err != nil || len(devs) == 0 {
+		return 0, err
+	}
+	var phones, browsers []*clearDevice
+	var outcomes []clearOutcome
+	for _, dev := range devs {
+		switch {
+		case !dev.enabled:
+			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: "the device was disabled, or signed in as another user, since the push"})
+		case IsWebToken(dev.token) && d.cfg.WebPush == nil:
+			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: "Web Push is not set up on this replica (--vapid-key-file)"})
+		case IsWebToken(dev.token):
+			browsers = append(browsers, dev)
+		default:
+			phones = append(phones, dev)
+		}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		out := d.sendExpoClears(sends, phones)
+		mu.Lock()
+		outcomes = append(outcomes, out...)
+		mu.Unlock()
+	})
+	out := d.sendWebClears(sends, browsers)
+	wg.Wait()
+	outcomes = append(outcomes, out...)
+	bg := context.WithoutCancel(sends)
+	if err := d.persist(bg, func(ctx context.Context) error { return d.recordClears(ctx, outcomes) }); err != nil {
+		// Left sending: the sweep ends them failed, never sends them again.
+		return len(devs), fmt.Errorf("record clears: %w", err)
+	}
+	var gone, goneWeb []string
+	var since, sinceWeb []time.Time
+	for _, o := range outcomes {
+		if o.held {
+			continue
+		}
+		result := map[string]string{StateSent: ClearSent, StateFailed: ClearFailed, StateSkipped: ClearSkipped, StateQueued: ClearRetried}[o.state]
+		d.cfg.Metrics.clears.WithLabelValues(provider(o.dev.token), result).Inc()
+		switch {
+		case o.gone && IsWebToken(o.dev.token):
+			goneWeb, sinceWeb = append(goneWeb, o.dev.token), append(sinceWeb, o.dev.claimed)
+		case o.gone:
+			gone, since = append(gone, o.dev.token), append(since, o.dev.claimed)
+		}
+	}
+	if err := d.cfg.Devices.disableUnreachable(bg, gone, since); err != nil {
+		d.log.Warn("disable tokens Expo no longer knows", "err", err)
+	}
+	if err := d.cfg.Devices.disableAsOf(bg, goneWeb, sinceWeb, DisabledGone); err != nil {
+		d.log.Warn("disable gone web subscriptions", "err", err)
+	}
+	return len(devs), nil
+}
+
+// claimClears takes the due clears of up to clearBatch devices, at most
+// clearMaxIDs each, of devices that got none in the last second. The
+// device's row in push_clear_devices is the gate: its upsert takes the row's
+// lock and checks the last clear's time again on the newest version, so two
+// replicas never both pass it within a second (locked in token order, so
+// they never deadlock). The rows move to sending in the same statement.
+func (d *Dispatcher) claimClears(ctx context.Context) ([]*clearDevice, error) {
+	rows, err := d.cfg.DB.Query(ctx, `WITH candidates AS (
+			SELECT c.token FROM push_clears c
+			WHERE c.state = 'queued' AND c.due_at <= greatest(now(), $3)
+			  AND NOT EXISTS (SELECT 1 FROM push_clear_devices g WHERE g.token = c.token AND g.sent_at > now() - $4::interval)
+			GROUP BY c.token ORDER BY min(c.due_at) LIMIT $1
+		), gate AS (
+			INSERT INTO push_clear_devices AS g (token, sent_at)
+			SELECT token, now() FROM candidates ORDER BY token
+			ON CONFLICT (token) DO UPDATE SET sent_at = EXCLUDED.sent_at WHERE g.sent_at <= EXCLUDED.sent_at - $4::interval
+			RETURNING token
+		), picked AS (
+			SELECT notification_id, token FROM (
+				SELECT c.notification_id, c.token, row_number() OVER (PARTITION BY c.token ORDER BY c.due_at, c.notification_id) AS n
+				FROM push_clears c WHERE c.state = 'queued' AND c.due_at <= greatest(now(), $3) AND c.token IN (SELECT token FROM gate)) p
+			WHERE n <= $5
+		), claimed AS (
+			UPDATE push_clears c SET state = 'sending', claimed_by = $2, sent_at = now()
+			FROM picked p WHERE c.notification_id = p.notification_id AND c.token = p.token AND c.state = 'queued'
+			RETURNING c.notification_id, c.notification_created_at, c.token, c.user_id, c.sent_at
+		)
+		SELECT c.notification_id, c.notification_created_at, c.token, c.user_id, c.sent_at,
+		       coalesce(v.enabled AND v.user_id = c.user_id, false), coalesce(v.endpoint, ''), coalesce(v.p256dh, ''), coalesce(v.auth, '')
+		FROM claimed c LEFT JOIN devices v ON v.token = c.token
+		ORDER BY c.token, c.notification_created_at, c.notification_id`,
+		clearBatch, d.cfg.Replica, d.cfg.Clock.Now(), clearInterval, clearMaxIDs)
+	if err != nil {
+		return nil, fmt.Errorf("claim clears: %w", err)
+	}
+	return collectClears(rows)
+}
+
+// collectClears groups the claimed rows by device, in feed order.
+func collectClears(rows pgx.Rows) ([]*clearDevice, error) {
+	defer rows.Close()
+	byToken := map[string]*clearDevice{}
+	var out []*clearDevice
+	for rows.Next() {
+		var id int64
+		var created, claimed time.Time
+		var token, user string
+		var enabled bool
+		var sub webpush.Subscription
+		if err := rows.Scan(&id, &created, &token, &user, &claimed, &enabled, &sub.Endpoint, &sub.P256dh, &sub.Auth); err != nil {
+			return nil, fmt.Errorf("claim clears: %w", err)
+		}
+		dev := byToken[token]
+		if dev == nil {
+			dev = &clearDevice{token: token, user: user, enabled: enabled && (!IsWebToken(token) || sub.Endpoint != ""), sub: sub, claimed: claimed}
+			byToken[token] = dev
+			out = append(out, dev)
+		}
+		dev.ids = append(dev.ids, id)
+		dev.public = append(dev.public, feed.ID{CreatedAt: created, Seq: id}.String())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim clears: %w", err)
+	}
+	return out, nil
+}
+
+// sendExpoClears sends the phones' clears to Expo, 100 messages a request:
+// data only (no title, body or sound), content-available, normal priority.
+// What Expo did not take (a 429, a 5xx, no connection, after the client's
+// own retries) is given back for clearRetry; a request written whole whose
+// answer was lost is not sent again.
+func (d *Dispatcher) sendExpoClears(ctx context.Context, devs []*clearDevice) []clearOutcome {
+	out := make([]clearOutcome, 0, len(devs))
+	for lo := 0; lo < len(devs); lo += expo.MaxMessagesPerSend {
+		batch := devs[lo:min(lo+expo.MaxMessagesPerSend, len(devs))]
+		msgs := make([]expo.Message, len(batch))
+		for i, dev := range batch {
+			msgs[i] = expo.Message{To: dev.token, Priority: "normal", ContentAvailable: true,
+				Data: map[string]any{"type": "clear", "ids": dev.public}}
+		}
+		tickets, err := d.cfg.Sender.Send(ctx, msgs)
+		var re *expo.RequestError
+		for i, dev := range batch {
+			o := clearOutcome{dev: dev}
+			switch {
+			case errors.Is(err, expo.ErrNotSent), errors.As(err, &re) && !re.Unknown && re.Retryable():
+				o.state, o.due, o.err = StateQueued, d.cfg.Clock.Now().Add(clearRetry), fmt.Sprintf("Expo took nothing (%v); sending again", err)
+			case errors.As(err, &re) && re.Unknown:
+				o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %v; not retried, a retry could deliver twice", err)
+			case err != nil:
+				o.state, o.err = StateFailed, err.Error()
+			case tickets[i].Status == "ok":
+				o.state, o.ticket = StateSent, tickets[i].ID
+			default:
+				o.state, o.err = StateFailed, strings.TrimSpace(tickets[i].Code()+": "+tickets[i].Message)
+				o.gone = tickets[i].Code() == expo.DeviceNotRegistered
+			}
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// clearWebPerUser is the most browsers of one user a pass sends clears to:
+// the user's others wait for the next pass, a second later, so that no
+// user's subscriptions (whose push services the user chooses) hold the
+// pass's slots.
+const clearWebPerUser = 4
+
+// sendWebClears sends the browsers' clears, encrypted, urgency normal,
+// kept by the push service at most ClearTTL; a quarter of WebConcurrency
+// at a time, at most half of those to one push service origin (a slow one
+// waits on its own share), each bounded by WebTimeout. A 429, a 5xx or a
+// push service not reached is given back (after its Retry-After, or
+// clearRetry); no answer to a request written whole is not sent again.
+func (d *Dispatcher) sendWebClears(ctx context.Context, devs []*clearDevice) []clearOutcome {
+	out := make([]clearOutcome, len(devs))
+	n := max(1, d.cfg.WebConcurrency/4)
+	slots := make(chan struct{}, n)
+	origins := map[string]chan struct{}{}
+	users := map[string]int{}
+	var wg sync.WaitGroup
+	for i, dev := range devs {
+		if users[dev.user]++; users[dev.user] > clearWebPerUser {
+			out[i] = clearOutcome{dev: dev, state: StateQueued, due: d.cfg.Clock.Now().Add(clearInterval), held: true}
+			continue
+		}
+		key := pushOrigin(dev.sub.Endpoint)
+		share := origins[key]
+		if share == nil {
+			share = make(chan struct{}, max(1, n/2))
+			origins[key] = share
+		}
+		wg.Go(func() {
+			share <- struct{}{}
+			slots <- struct{}{}
+			defer func() { <-slots; <-share }()
+			out[i] = d.sendWebClear(ctx, dev)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func (d *Dispatcher) sendWebClear(ctx context.Context, dev *clearDevice) clearOutcome {
+	o := clearOutcome{dev: dev}
+	payload, _ := json.Marshal(clearPayload{Type: "clear", IDs: dev.public})
+	sctx, cancel := context.WithTimeout(ctx, d.cfg.WebTimeout)
+	start := time.Now()
+	res := d.cfg.WebPush.Send(sctx, dev.sub, webpush.Message{Payload: payload, TTL: ClearTTL, Urgency: webpush.UrgencyNormal})
+	cancel()
+	d.cfg.Metrics.webTook.Observe(time.Since(start).Seconds())
+	now := d.cfg.Clock.Now()
+	switch res.Outcome {
+	case webpush.Delivered:
+		o.state, o.ticket = StateSent, res.MessageID
+	case webpush.RateLimited, webpush.Unavailable:
+		o.state, o.due, o.err = StateQueued, now.Add(cmp.Or(res.RetryAfter, clearRetry)), fmt.Sprintf("push service took nothing (%d %s); sending again", res.Status, res.Body)
+	case webpush.NotSent:
+		o.state, o.due, o.err = StateQueued, now.Add(clearRetry), fmt.Sprintf("push service not reached (%v); sending again", res.Err)
+	case webpush.Gone:
+		o.state, o.err, o.gone = StateFailed, fmt.Sprintf("subscription gone (%d)", res.Status), true
+	case webpush.Unknown:
+		o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %v; not retried, a retry could deliver twice", res.Err)
+	default:
+		o.state = StateFailed
+		if o.err = fmt.Sprintf("push service refused it (%d %s)", res.Status, res.Body); res.Err != nil {
+			o.err = res.Err.Error()
+		}
+	}
+	return o
+}
+
+// recordClears writes what became of the claimed clears: only rows still
+// sending under this replica's claim change. A clear given back is queued
+// again, due later.
+func (d *Dispatcher) recordClears(ctx context.Context, outcomes []clearOutcome) error {
+	var ids []int64
+	var tokens, states, tickets, errs []string
+	var due []*time.Time
+	for _, o := range outcomes {
+		var at *time.Time
+		if o.state == StateQueued {
+			at = &o.due
+		}
+		for _, id := range o.dev.ids {
+			ids, tokens, states = append(ids, id), append(tokens, o.dev.token), append(states, o.state)
+			tickets, errs, due = append(tickets, o.ticket), append(errs, o.err), append(due, at)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := d.cfg.DB.Exec(ctx, `UPDATE push_clears c
+		SET state = u.state, ticket_id = NULLIF(u.ticket, ''), error = NULLIF(u.error, ''), due_at = coalesce(u.due, c.due_at),
+		    sent_at = CASE WHEN u.state = 'queued' THEN NULL ELSE c.sent_at END
+		FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[]) AS u(nid, token, state, ticket, error, due)
+		WHERE c.notification_id = u.nid AND c.token = u.token AND c.state = 'sending' AND c.claimed_by = $7`,
+		ids, tokens, states, tickets, errs, due, d.cfg.Replica)
+	return err
+}
+
+// skipClears records the due clears skipped, with ClearOnRead off: turned
+// on later, the replicas do not send clears of reads long past.
+func (d *Dispatcher) skipClears(ctx context.Context) (int, error) {
+	rows, err := d.cfg.DB.Query(ctx, `WITH due AS (
+			SELECT notification_id, token FROM push_clears WHERE state = 'queued' ORDER BY due_at, token LIMIT $1 FOR UPDATE SKIP LOCKED
+		)
+		UPDATE push_clears c SET state = 'skipped', error = 'not sent: --push-clear-on-read is off'
+		FROM due WHERE c.notification_id = due.notification_id AND c.token = due.token
+		RETURNING c.token`, clearBatch*clearMaxIDs)
+	if err != nil {
+		return 0, fmt.Errorf("skip clears: %w", err)
+	}
+	tokens, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("skip clears: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, t := range tokens {
+		if !seen[t] {
+			seen[t] = true
+			d.cfg.Metrics.clears.WithLabelValues(provider(t), ClearSkipped).Inc()
+		}
+	}
+	return len(seen), nil
+}
+
+// sweepClears, at most every clearSweepInterval: clears left sending past
+// the lease (a replica killed mid-send) end failed, never sent again, as
+// their provider may have taken them; clears due longer than --push-max-age
+// end skipped; rows past clearKeep, and devices' gates past their second,
+// go.
+func (d *Dispatcher) sweepClears(ctx context.Context) {
+	now := d.cfg.Clock.Now()
+	last := d.lastClearSweep.Load()
+	if now.UnixNano()-last < int64(clearSweepInterval) || !d.lastClearSweep.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`UPDATE push_clears SET state = 'failed', error = 'interrupted: its replica stopped mid-send; not sent again, the provider may have taken it'
+			WHERE state = 'sending' AND sent_at < greatest(now(), $1) - $2::interval`, []any{now, d.cfg.Lease}},
+		{`UPDATE push_clears SET state = 'skipped', error = 'expired: due more than --push-max-age ago'
+			WHERE state = 'queued' AND created_at < greatest(now(), $1) - $2::interval`, []any{now, d.cfg.MaxAge}},
+		{`DELETE FROM push_clears WHERE created_at < now() - $1::interval`, []any{clearKeep}},
+		{`DELETE FROM push_clear_devices WHERE sent_at < now() - $1::interval`, []any{time.Hour}},
+	} {
+		if _, err := d.cfg.DB.Exec(ctx, q.sql, q.args...); err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("sweep the clears", "err", err)
+			}
+			return
+		}
+	}
+}

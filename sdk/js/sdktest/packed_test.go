@@ -266,6 +266,13 @@ const expoStubs = `declare module "expo-notifications" {
   export interface ExpoPushToken { type: "expo"; data: string }
   export function requestPermissionsAsync(): Promise<NotificationPermissionsStatus>;
   export function getExpoPushTokenAsync(options?: { projectId?: string }): Promise<ExpoPushToken>;
+  export interface NotificationContent { title: string | null; body: string | null; data: Record<string, any> }
+  export interface NotificationRequest { identifier: string; content: NotificationContent }
+  export interface Notification { date: number; request: NotificationRequest }
+  export interface EventSubscription { remove(): void }
+  export function getPresentedNotificationsAsync(): Promise<Notification[]>;
+  export function dismissNotificationAsync(notificationIdentifier: string): Promise<void>;
+  export function addNotificationReceivedListener(listener: (event: Notification) => void): EventSubscription;
 }
 declare module "react-native" {
   import type { ReactElement, ReactNode } from "react";

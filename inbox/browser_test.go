@@ -219,7 +219,18 @@ func (p *page) shot(name string) {
 func (p *page) wait(what, cond string) {
 	p.t.Helper()
 	p.step = what
-	if _, err := chromedp.Run(p.ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+	deadline := time.Now().Add(30 * time.Second)
+	var err error
+	for {
+		_, err = chromedp.Run(p.ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(time.Until(deadline))))
+		// A poll begun while a navigation replaces the page's context
+		// fails at once: poll again in the new one.
+		if err == nil || !strings.Contains(err.Error(), "Cannot find context with specified id") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
 		text, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.body.innerText`))
 		p.t.Fatalf("%s: %v\nthe page shows:\n%s", what, err, text)
 	}

@@ -1,0 +1,225 @@
+// Command e2e measures the whole pipeline from a producer's POST to the
+// app: the time from when each event was due at the relay to the arrival
+// of its notification frame on each recipient's open stream, and to the
+// arrival of its push request at Expo, at fixed offered rates (open loop).
+//
+//	go run ./benchmarks/e2e                 # 200, 500, 1000 events/s, 10,000 sockets
+//	go run ./benchmarks/e2e -quick          # 200/s for 5 s, 500 sockets
+//
+// It starts, on this machine, a durable Postgres cluster, one relay and
+// -replicas central replicas (subprocesses of the real binary, push on,
+// pointed at a fake Expo that notes when each push request arrives), and
+// -sockets users, each with one Expo device and one stream open (half
+// WebSocket, half server-sent events), split evenly between the replicas.
+// For each rate it posts realistic events (random UUIDv4 keys, 1–3
+// recipients, ~300 bytes) over keep-alive connections, then waits out a
+// grace period for stragglers, and reports the latency quantiles, the
+// stages between (relay accept, forward, commit → frame, commit → push),
+// missing and duplicated frames and pushes, and each process's CPU per
+// event. Tables go to stdout, a CSV and an SVG plot to -out.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	var (
+		sockets  = flag.Int("sockets", 10000, "users, each with one Expo device and one open stream (half WebSocket, half SSE)")
+		rates    = flag.String("rates", "200,500,1000", "offered rates, events/s, comma-separated, each run in turn")
+		duration = flag.Duration("duration", 15*time.Second, "measured time per rate, after -warmup")
+		warmup   = flag.Duration("warmup", 3*time.Second, "unmeasured time per rate before measuring")
+		grace    = flag.Duration("grace", 20*time.Second, "longest wait after a rate's last request for its frames and pushes")
+		replicas = flag.Int("replicas", 1, "central replicas, behind nothing: sockets split evenly, push dispatch on each")
+		expoRate = flag.Int("expo-rate", 0, "central's --expo-rate (pushes/s per replica; 0: no cap, the fake answers at once)")
+		quick    = flag.Bool("quick", false, "a smoke run: one rate of 200/s for 5 s after 2 s, 500 sockets")
+		out      = flag.String("out", "benchmarks/e2e/out", "directory of the CSV and SVG")
+		binary   = flag.String("spoolcast", "", "spoolcast binary (default: build ./cmd/spoolcast)")
+		keep     = flag.Bool("keep", false, "keep the working directory (the processes' logs) after the run")
+	)
+	flag.Parse()
+	if *quick {
+		*rates, *duration, *warmup, *sockets = "200", 5*time.Second, 2*time.Second, 500
+	}
+	cfg := config{sockets: *sockets, duration: *duration, warmup: *warmup, grace: *grace, replicas: *replicas,
+		expoRate: *expoRate, out: *out, binary: *binary, keep: *keep}
+	for f := range strings.SplitSeq(*rates, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "e2e: -rates %q: want rates, such as 200,500,1000\n", *rates)
+			os.Exit(2)
+		}
+		cfg.rates = append(cfg.rates, n)
+	}
+	if cfg.replicas < 1 || cfg.sockets < cfg.replicas {
+		fmt.Fprintln(os.Stderr, "e2e: want at least one replica and a socket per replica")
+		os.Exit(2)
+	}
+	code, err := run(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+type config struct {
+	sockets, replicas, expoRate int
+	rates                       []int
+	duration, warmup, grace     time.Duration
+	out, binary                 string
+	keep                        bool
+}
+
+func run(cfg config) (int, error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// This process holds a socket per user and the generator's
+	// connections; a replica holds its share of the sockets.
+	if limit, err := raiseFileLimit(uint64(cfg.sockets + workers + 1024)); err != nil {
+		fmt.Printf("e2e: open files limited to %d (%v): fewer sockets may open than asked\n", limit, err)
+	} else {
+		fmt.Printf("e2e: open-file limit %d\n", limit)
+	}
+	dir, err := os.MkdirTemp("", "spoolcast-e2e-")
+	if err != nil {
+		return 0, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // Postgres runs as its own user under root
+		return 0, err
+	}
+	defer func() {
+		if cfg.keep {
+			fmt.Println("e2e: logs kept in", dir)
+		} else {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	bin := cfg.binary
+	if bin == "" {
+		bin = filepath.Join(dir, "spoolcast")
+		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/spoolcast").CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("build spoolcast (run from the repository's root): %w\n%s", err, out)
+		}
+	}
+	l := &ledger{}
+	w, err := setUp(ctx, dir, bin, cfg.replicas, cfg.expoRate, l)
+	defer w.tearDown()
+	if err != nil {
+		return 0, fmt.Errorf("set up: %w (logs in %s; -keep keeps them)", err, dir)
+	}
+	var bases []string
+	for _, c := range w.centrals {
+		bases = append(bases, c.base)
+	}
+	began := time.Now()
+	a, err := openApps(ctx, bases, w.issuer, cfg.sockets, l)
+	if err != nil {
+		return 0, fmt.Errorf("open the apps: %w", err)
+	}
+	defer a.close()
+	fmt.Printf("e2e: %d users, a device and a stream each (%d WebSocket, %d SSE) on %d replica(s), in %s; %d CPUs, load average %s\n",
+		cfg.sockets, (cfg.sockets+1)/2, cfg.sockets/2, cfg.replicas, time.Since(began).Round(100*time.Millisecond), runtime.NumCPU(), loadAverage())
+
+	meters := []meter{{"relay", func() time.Duration { return procCPU(w.relay.pid()) }}}
+	for _, c := range w.centrals {
+		meters = append(meters, meter{c.name, func() time.Duration { return procCPU(c.pid()) }})
+	}
+	meters = append(meters, meter{"Postgres", w.cluster.CPU}, meter{"benchmark", selfCPU})
+	rssOf := []*proc{w.relay}
+	rssOf = append(rssOf, w.centrals...)
+
+	var results []result
+	for _, rate := range cfg.rates {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		res := measure(ctx, cfg, w.relay.base, rate, l, a, meters, rssOf)
+		res.print()
+		results = append(results, res)
+	}
+	l.mu.Lock()
+	strays := l.strays
+	l.mu.Unlock()
+	code := report(cfg, results, strays, a.dropped.Load())
+	if err := writeCSV(cfg, results); err != nil {
+		return 0, err
+	}
+	if err := writeSVG(cfg, results); err != nil {
+		return 0, err
+	}
+	fmt.Printf("\nwrote %s and %s\n", filepath.Join(cfg.out, "e2e.csv"), filepath.Join(cfg.out, "e2e.svg"))
+	return code, nil
+}
+
+// meter reads one process's CPU time so far.
+type meter struct {
+	name string
+	cpu  func() time.Duration
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// measure offers one rate: warm-up, the measured window (CPU read at its
+// two ends), then the grace period for stragglers.
+func measure(ctx context.Context, cfg config, relay string, rate int, l *ledger, a *apps, meters []meter, rssOf []*proc) result {
+	total := int(float64(rate) * (cfg.warmup + cfg.duration).Seconds())
+	evs := l.add(total)
+	t0 := time.Now().Add(100 * time.Millisecond)
+	from, to := t0.Add(cfg.warmup), t0.Add(cfg.warmup+cfg.duration)
+	res := result{rate: rate, sockets: cfg.sockets, duration: cfg.duration, load: loadAverage()}
+	cpuDone := make(chan struct{})
+	go func() {
+		defer close(cpuDone)
+		time.Sleep(time.Until(from))
+		before := make([]time.Duration, len(meters))
+		for i, m := range meters {
+			before[i] = m.cpu()
+		}
+		time.Sleep(time.Until(to))
+		for i, m := range meters {
+			res.cpu = append(res.cpu, named{m.name, m.cpu() - before[i]})
+		}
+		for _, p := range rssOf {
+			res.rss = append(res.rss, namedBytes{p.name, procRSS(p.pid())})
+		}
+		res.load = loadAverage()
+	}()
+	res.lag = produce(ctx, relay, evs, rate, cfg.sockets, t0, l)
+	<-cpuDone
+	sent := time.Now()
+	for {
+		frames, pushes := l.outstanding(evs)
+		if frames == 0 && pushes == 0 || time.Since(sent) > cfg.grace || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	res.waited = time.Since(sent)
+	// Duplicates come soon after the first copy, if they come.
+	time.Sleep(time.Second)
+	res.tally(l, evs, from, to)
+	res.dropped = a.dropped.Load()
+	return res
+}

@@ -20,9 +20,33 @@ import (
 // request reached Expo and the answer was lost (outcome unknown: not sent
 // again, at most once).
 func checkPushes(ctx context.Context, db *pgx.Conn, w *world) ([]invariant, error) {
-	pushes := map[string]int{}
+	// Pushes by device and notification; clears (the silent messages that
+	// take a read notification's banner down) by device and the ids each
+	// names.
+	pushes, clears := map[string]int{}, map[string]int{}
 	for _, m := range w.expo.Messages() {
+		if m.Data["type"] == "clear" {
+			ids, _ := m.Data["ids"].([]any)
+			for _, id := range ids {
+				clears[fmt.Sprint(m.To, " ", id)]++
+			}
+			continue
+		}
 		pushes[fmt.Sprint(m.To, " ", m.Data["notification_id"])]++
+	}
+	clearTwice, clearLostTwice, clearUnpushed := 0, 0, 0
+	for k, n := range clears {
+		if pushes[k] == 0 {
+			clearUnpushed++
+		}
+		if n > 1 {
+			to, id, _ := strings.Cut(k, " ")
+			if w.arrivals.arrivedIn(clearKey(to), id, &w.loss) {
+				clearLostTwice++ // its clear row was lost in the asynchronous failover, and written again by a later read
+				continue
+			}
+			clearTwice++
+		}
 	}
 	twice, lostTwice := 0, 0
 	for k, n := range pushes {
@@ -99,6 +123,9 @@ func checkPushes(ctx context.Context, db *pgx.Conn, w *world) ([]invariant, erro
 	return []invariant{
 		{"each device got each push at most once", twice == 0,
 			fmt.Sprintf("%d pushes reached Expo; %d more than once; %d more than once whose first send's dispatch row the asynchronous failover lost (allowed)", len(pushes), twice, lostTwice)},
+		{"a clear went only to a device that got the push, at most once", clearTwice == 0 && clearUnpushed == 0,
+			fmt.Sprintf("%d clears of a notification on a device; %d more than once; %d to a device that never got its push; %d more than once whose first clear's row the asynchronous failover lost (allowed)",
+				len(clears), clearTwice, clearUnpushed, clearLostTwice)},
 		{"every notification's push ended (none lost, none stuck queued)", stuck == 0 && unexplained == 0 && undispatched == 0,
 			fmt.Sprintf("dispatches: %s; %d stuck, %d failed or skipped without a reason, %d notifications with no dispatch", strings.Join(states, ", "), stuck, unexplained, undispatched)},
 		{"a push failed only on the provider's final answer, or its answer lost after Expo took it", len(wrong) == 0,
@@ -205,3 +232,7 @@ func checkPolicies(ctx context.Context, db *pgx.Conn, w *world, l *ledger) ([]in
 			fmt.Sprintf("%d digest pushes reached Expo; %d (user, key) pairs pushed more than they gathered %s", digestPushes, over, strings.Join(examples, "; "))},
 	}, nil
 }
+
+// clearKey is the device key under which the arrivals recorder keeps the
+// clears a device got, apart from its pushes.
+func clearKey(token string) string { return "clear:" + token }

@@ -395,6 +395,14 @@ func (e *expoArrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a := arrival{at: at, status: rec.status, took: time.Since(at)}
 	e.mu.Lock()
 	for _, m := range msgs {
+		if m.Data["type"] == "clear" {
+			ids, _ := m.Data["ids"].([]any)
+			for _, id := range ids {
+				k := fmt.Sprint(clearKey(m.To), " ", id)
+				e.seen[k] = append(e.seen[k], a)
+			}
+			continue
+		}
 		k := fmt.Sprint(m.To, " ", m.Data["notification_id"])
 		e.seen[k] = append(e.seen[k], a)
 	}

@@ -100,7 +100,12 @@ func (d *Dispatcher) claim(ctx context.Context, token string) ([]queued, error) 
 		SELECT c.notification_id, coalesce(c.notification_created_at, '-infinity'), c.enqueued_at, c.user_id, c.category,
 		       coalesce(n.title, ''), coalesce(n.body, ''), c.retaken, c.due_at, c.priority, coalesce(c.digest_key, ''),
 		       coalesce(extract(epoch FROM c.digest_window), 0)::int8, coalesce(c.digest_count, 0), c.seen_waited, c.decided
-		FROM c LEFT JOIN notifications n ON n.id = c.notification_id AND n.created_at = c.notification_created_at
+		FROM c LEFT JOIN LATERAL (
+			-- One probe of the primary key per claimed row (LIMIT keeps
+			-- the planner from joining the whole week's partition by hash:
+			-- it did, 6 ms a claim at 4,000 rows and growing with them).
+			SELECT n.title, n.body FROM notifications n
+			WHERE n.id = c.notification_id AND n.created_at = c.notification_created_at LIMIT 1) n ON true
 		ORDER BY c.due_at, c.notification_id`, d.cfg.BatchSize, token, d.cfg.Lease, d.cfg.Clock.Now())
 	if err != nil {
 		return nil, fmt.Errorf("claim the push queue: %w", err)

@@ -65,7 +65,7 @@ type Config struct {
 	// WakeUpInterval is the least time between the wake-ups the forwarder
 	// sends after its commits; commits in between are covered by a trailing
 	// wake-up, so it is also the longest a live reader waits for a hint.
-	// Default ingest.DefaultWakeUpInterval (20ms).
+	// Default ingest.DefaultWakeUpInterval (5ms).
 	WakeUpInterval time.Duration
 	// Metrics receives the forwarder's metrics. Default: not exported.
 	Metrics *Metrics

@@ -36,24 +36,27 @@ import (
 
 func main() {
 	var (
-		sockets  = flag.Int("sockets", 10000, "users, each with one Expo device and one open stream (half WebSocket, half SSE)")
-		rates    = flag.String("rates", "200,500,1000", "offered rates, events/s, comma-separated, each run in turn")
-		duration = flag.Duration("duration", 15*time.Second, "measured time per rate, after -warmup")
-		warmup   = flag.Duration("warmup", 3*time.Second, "unmeasured time per rate before measuring")
-		grace    = flag.Duration("grace", 20*time.Second, "longest wait after a rate's last request for its frames and pushes")
-		replicas = flag.Int("replicas", 1, "central replicas, behind nothing: sockets split evenly, push dispatch on each")
-		expoRate = flag.Int("expo-rate", 0, "central's --expo-rate (pushes/s per replica; 0: no cap, the fake answers at once)")
-		quick    = flag.Bool("quick", false, "a smoke run: one rate of 200/s for 5 s after 2 s, 500 sockets")
-		out      = flag.String("out", "benchmarks/e2e/out", "directory of the CSV and SVG")
-		binary   = flag.String("spoolcast", "", "spoolcast binary (default: build ./cmd/spoolcast)")
-		keep     = flag.Bool("keep", false, "keep the working directory (the processes' logs) after the run")
+		sockets     = flag.Int("sockets", 10000, "users, each with one Expo device and one open stream (half WebSocket, half SSE)")
+		rates       = flag.String("rates", "200,500,1000", "offered rates, events/s, comma-separated, each run in turn")
+		duration    = flag.Duration("duration", 15*time.Second, "measured time per rate, after -warmup")
+		warmup      = flag.Duration("warmup", 3*time.Second, "unmeasured time per rate before measuring")
+		grace       = flag.Duration("grace", 20*time.Second, "longest wait after a rate's last request for its frames and pushes")
+		replicas    = flag.Int("replicas", 1, "central replicas, behind nothing: sockets split evenly, push dispatch on each")
+		expoRate    = flag.Int("expo-rate", 0, "central's --expo-rate (pushes/s per replica; 0: no cap, the fake answers at once)")
+		quick       = flag.Bool("quick", false, "a smoke run: one rate of 200/s for 5 s after 2 s, 500 sockets")
+		out         = flag.String("out", "benchmarks/e2e/out", "directory of the CSV and SVG")
+		binary      = flag.String("spoolcast", "", "spoolcast binary (default: build ./cmd/spoolcast)")
+		keep        = flag.Bool("keep", false, "keep the working directory (the processes' logs) after the run")
+		relayArgs   = flag.String("relay-flags", "", "more flags for the relay, space-separated (e.g. --wake-up-interval 5ms)")
+		centralArgs = flag.String("central-flags", "", "more flags for each central replica, space-separated")
+		pgStats     = flag.Bool("pg-stats", false, "record Postgres's statements (pg_stat_statements) and print the costliest of each window")
 	)
 	flag.Parse()
 	if *quick {
 		*rates, *duration, *warmup, *sockets = "200", 5*time.Second, 2*time.Second, 500
 	}
 	cfg := config{sockets: *sockets, duration: *duration, warmup: *warmup, grace: *grace, replicas: *replicas,
-		expoRate: *expoRate, out: *out, binary: *binary, keep: *keep}
+		expoRate: *expoRate, out: *out, binary: *binary, keep: *keep, relayArgs: strings.Fields(*relayArgs), centralArgs: strings.Fields(*centralArgs), pgStats: *pgStats}
 	for f := range strings.SplitSeq(*rates, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
@@ -80,6 +83,8 @@ type config struct {
 	duration, warmup, grace     time.Duration
 	out, binary                 string
 	keep                        bool
+	relayArgs, centralArgs      []string
+	pgStats                     bool
 }
 
 func run(cfg config) (int, error) {
@@ -114,7 +119,7 @@ func run(cfg config) (int, error) {
 		}
 	}
 	l := &ledger{}
-	w, err := setUp(ctx, dir, bin, cfg.replicas, cfg.expoRate, l)
+	w, err := setUp(ctx, dir, bin, cfg, l)
 	defer w.tearDown()
 	if err != nil {
 		return 0, fmt.Errorf("set up: %w (logs in %s; -keep keeps them)", err, dir)
@@ -129,6 +134,13 @@ func run(cfg config) (int, error) {
 		return 0, fmt.Errorf("open the apps: %w", err)
 	}
 	defer a.close()
+	// The devices' statistics as a database in service has them: planned
+	// on the empty table of the setup, each push read all 10,000 devices.
+	// (Not the notifications': analyzed empty, they would be read by
+	// scans until autovacuum analyzes them again.)
+	if err := execOnce(ctx, w.cluster.URL, `ANALYZE devices`); err != nil {
+		return 0, fmt.Errorf("analyze: %w", err)
+	}
 	fmt.Printf("e2e: %d users, a device and a stream each (%d WebSocket, %d SSE) on %d replica(s), in %s; %d CPUs, load average %s\n",
 		cfg.sockets, (cfg.sockets+1)/2, cfg.sockets/2, cfg.replicas, time.Since(began).Round(100*time.Millisecond), runtime.NumCPU(), loadAverage())
 
@@ -145,7 +157,7 @@ func run(cfg config) (int, error) {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		res := measure(ctx, cfg, w.relay.base, rate, l, a, meters, rssOf)
+		res := measure(ctx, cfg, w.relay.base, w.cluster.URL, rate, l, a, meters, rssOf, append([]*proc{w.relay}, w.centrals...))
 		res.print()
 		results = append(results, res)
 	}
@@ -183,7 +195,7 @@ func loadAverage() string {
 
 // measure offers one rate: warm-up, the measured window (CPU read at its
 // two ends), then the grace period for stragglers.
-func measure(ctx context.Context, cfg config, relay string, rate int, l *ledger, a *apps, meters []meter, rssOf []*proc) result {
+func measure(ctx context.Context, cfg config, relay, pgURL string, rate int, l *ledger, a *apps, meters []meter, rssOf []*proc, scraped []*proc) result {
 	total := int(float64(rate) * (cfg.warmup + cfg.duration).Seconds())
 	evs := l.add(total)
 	t0 := time.Now().Add(100 * time.Millisecond)
@@ -197,9 +209,17 @@ func measure(ctx context.Context, cfg config, relay string, rate int, l *ledger,
 		for i, m := range meters {
 			before[i] = m.cpu()
 		}
+		countsBefore := scrapeAll(scraped)
+		if cfg.pgStats {
+			_ = execOnce(ctx, pgURL, `SELECT pg_stat_statements_reset()`)
+		}
 		time.Sleep(time.Until(to))
 		for i, m := range meters {
 			res.cpu = append(res.cpu, named{m.name, m.cpu() - before[i]})
+		}
+		res.counters = perSecond(countsBefore, scrapeAll(scraped), cfg.duration)
+		if cfg.pgStats {
+			res.statements = costliest(ctx, pgURL, cfg.duration)
 		}
 		for _, p := range rssOf {
 			res.rss = append(res.rss, namedBytes{p.name, procRSS(p.pid())})

@@ -32,6 +32,8 @@ type result struct {
 	accept, forward, commitFrame, toPushFromCommit quantiles
 	cpu                                            []named
 	rss                                            []namedBytes
+	counters                                       []named64 // per second over the window
+	statements                                     []string  // -pg-stats: the costliest statements of the window
 }
 
 type named struct {
@@ -133,6 +135,12 @@ func (r result) print() {
 		"frames %d (missing %d, duplicated %d), pushes %d (missing %d, duplicated %d); generator late >%s: %d (max %s); stragglers waited %s; load %s\n",
 		r.rate, r.sent, r.posted, r.accepted, r.failed, r.achieved, ms(r.toFrame.p50), ms(r.toFrame.p99), ms(r.toPush.p50), ms(r.toPush.p99),
 		r.frames, r.missingFrames, r.dupFrames, r.pushes, r.missingPushes, r.dupPushes, lateBy, r.lag.late, ms(r.lag.max), r.waited.Round(100*time.Millisecond), r.load)
+	if len(r.counters) > 0 {
+		fmt.Printf("  counters over the window: %v\n", r.counters)
+	}
+	for _, st := range r.statements {
+		fmt.Println("  " + st)
+	}
 	if !r.clean() {
 		fmt.Printf("  *** rate %d/s: %d failed POSTs, %d frames missing, %d duplicated, %d pushes missing, %d duplicated ***\n",
 			r.rate, r.failed, r.missingFrames, r.dupFrames, r.missingPushes, r.dupPushes)

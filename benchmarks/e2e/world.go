@@ -100,16 +100,26 @@ func (w *world) tearDown() {
 
 // setUp starts Postgres, the fake Expo (timed by l), the relay and the
 // central replicas, all on loopback.
-func setUp(ctx context.Context, dir, bin string, replicas, expoRate int, l *ledger) (*world, error) {
+func setUp(ctx context.Context, dir, bin string, cfg config, l *ledger) (*world, error) {
+	replicas, expoRate := cfg.replicas, cfg.expoRate
 	w := &world{}
 	var err error
-	w.cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Durable: true, Settings: []string{"max_connections=200"}})
+	settings := []string{"max_connections=200"}
+	if cfg.pgStats {
+		settings = append(settings, "shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all")
+	}
+	w.cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Durable: true, Settings: settings})
 	if err != nil {
 		return w, fmt.Errorf("start Postgres: %w", err)
 	}
 	w.stops = append(w.stops, func() { _ = w.cluster.Stop() })
 	if _, err := migrations.Up(ctx, w.cluster.URL, nil); err != nil {
 		return w, fmt.Errorf("migrate: %w", err)
+	}
+	if cfg.pgStats {
+		if err := execOnce(ctx, w.cluster.URL, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+			return w, err
+		}
 	}
 	expo := httptest.NewServer(&expoClock{next: expofake.New(), l: l})
 	w.stops = append(w.stops, expo.Close)
@@ -120,9 +130,9 @@ func setUp(ctx context.Context, dir, bin string, replicas, expoRate int, l *ledg
 	w.stops = append(w.stops, jwks.Close)
 
 	addr := freeAddr()
-	w.relay, err = startProc(ctx, "relay", bin, "http://"+addr, "/healthz", filepath.Join(dir, "relay.log"),
-		"relay", "--producer", "e2e", "--listen", addr, "--spool", filepath.Join(dir, "spool.db"),
-		"--database-url", w.cluster.URL, "--log-level", "warn")
+	relayArgs := append([]string{"relay", "--producer", "e2e", "--listen", addr, "--spool", filepath.Join(dir, "spool.db"),
+		"--database-url", w.cluster.URL, "--log-level", "warn"}, cfg.relayArgs...)
+	w.relay, err = startProc(ctx, "relay", bin, "http://"+addr, "/healthz", filepath.Join(dir, "relay.log"), relayArgs...)
 	if w.relay != nil {
 		w.stops = append(w.stops, w.relay.stop)
 	}
@@ -131,14 +141,14 @@ func setUp(ctx context.Context, dir, bin string, replicas, expoRate int, l *ledg
 	}
 	for i := range replicas {
 		addr := freeAddr()
-		c, err := startProc(ctx, fmt.Sprintf("central-%d", i), bin, "http://"+addr, "/readyz", filepath.Join(dir, fmt.Sprintf("central-%d.log", i)),
-			"central", "--listen", addr, "--database-url", w.cluster.URL,
+		args := append([]string{"central", "--listen", addr, "--database-url", w.cluster.URL,
 			"--oidc-issuer", issuerName, "--oidc-audience", audience, "--jwks-url", jwks.URL,
 			// Push on, nothing held: no throttle, no suppress-if-seen, no
 			// preference service; --expo-rate 0 lifts the send cap (the
 			// fake answers at once), unless -expo-rate sets one.
 			"--push=true", "--expo-url", expo.URL, "--expo-rate", strconv.Itoa(expoRate),
-			"--maintenance-interval", "0", "--log-level", "warn")
+			"--maintenance-interval", "0", "--log-level", "warn"}, cfg.centralArgs...)
+		c, err := startProc(ctx, fmt.Sprintf("central-%d", i), bin, "http://"+addr, "/readyz", filepath.Join(dir, fmt.Sprintf("central-%d.log", i)), args...)
 		if c != nil {
 			w.stops = append(w.stops, c.stop)
 			w.centrals = append(w.centrals, c)

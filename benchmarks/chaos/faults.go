@@ -78,6 +78,10 @@ func killRelay(ctx context.Context, w *world, rng *rand.Rand) (string, error) {
 
 func killCentral(ctx context.Context, w *world, rng *rand.Rand) (string, error) {
 	p := w.centrals[rng.IntN(len(w.centrals))]
+	// A send recorded up to its lease (2 min) before the kill may be one
+	// the replica had not made yet.
+	at := time.Now()
+	w.centralKilled.set(at.Add(-2*time.Minute), at.Add(time.Second))
 	if err := p.signal(syscall.SIGKILL, 10*time.Second); err != nil {
 		return p.name, err
 	}

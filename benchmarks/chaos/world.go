@@ -126,17 +126,21 @@ type world struct {
 	// loss is when commits may have been lost by the asynchronous
 	// failover (zero without one): checks allow what the design says such
 	// a failover cannot keep.
-	loss        lossWindow
-	relays      []*proc
-	centrals    []*proc
-	spoolMounts []string
-	expo        *expofake.Server
-	arrivals    *expoArrivals
-	expoURL     string
-	prefs       *prefsService
-	issuer      *devauth.Issuer
-	servers     []*http.Server
-	receiver    *receiver // the webhook subscriber
+	loss lossWindow
+	// centralKilled is when a central replica was killed (-9): a push it
+	// had recorded and not yet sent ends failed as interrupted, at most
+	// once by design, never having reached Expo.
+	centralKilled lossWindow
+	relays        []*proc
+	centrals      []*proc
+	spoolMounts   []string
+	expo          *expofake.Server
+	arrivals      *expoArrivals
+	expoURL       string
+	prefs         *prefsService
+	issuer        *devauth.Issuer
+	servers       []*http.Server
+	receiver      *receiver // the webhook subscriber
 	// serviceToken is the producers' token for central's internal ingress.
 	serviceToken string
 	receiverURL  string

@@ -7,7 +7,7 @@
 // focus going back to the bell.
 
 import type { Store } from "@spoolcast/react/store";
-import { ItemList, type View } from "./items.js";
+import { ItemList, onceATurn, type View } from "./items.js";
 import { shownCount } from "./tabs.js";
 
 /** How many of the latest the popover shows. */
@@ -96,16 +96,7 @@ export function mountBell(root: HTMLElement, view: View, onSeeAll: () => void): 
     onSeeAll();
   });
 
-  let queued = false;
-  const schedule = () => {
-    if (queued) return;
-    queued = true;
-    queueMicrotask(() => {
-      queued = false;
-      render();
-    });
-  };
-  const unsubscribe = store.subscribe(schedule);
+  const unsubscribe = store.subscribe(onceATurn(() => render()));
 
   function render() {
     const c = store.getCounts();

@@ -9,6 +9,22 @@ import type { Store } from "@spoolcast/react/store";
 import { timeElement } from "./time.js";
 
 /** What a view needs of the signed-in session. */
+/**
+ * onceATurn wraps draw so that the store's changes of one turn of the event
+ * loop draw once, after them.
+ */
+export function onceATurn(draw: () => void): () => void {
+  let queued = false;
+  return () => {
+    if (queued) return;
+    queued = true;
+    queueMicrotask(() => {
+      queued = false;
+      draw();
+    });
+  };
+}
+
 export interface View {
   store: Store;
   /** act awaits a mark: a refused token signs out; another failure is said in the live region. */

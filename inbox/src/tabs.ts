@@ -9,7 +9,7 @@
 
 import type { NotificationStatus, StreamStatus } from "@spoolcast/client";
 import type { FeedState } from "@spoolcast/react/store";
-import { ItemList, type View } from "./items.js";
+import { ItemList, onceATurn, type View } from "./items.js";
 
 /** A first page slower than this shows skeletons; a faster one shows nothing until it is in (ms). */
 const SKELETON_DELAY = 300;
@@ -119,16 +119,7 @@ export function mountPage(view: View): () => void {
 
   // ---- drawing --------------------------------------------------------------------
 
-  let queued = false;
-  const schedule = () => {
-    if (queued) return;
-    queued = true;
-    queueMicrotask(() => {
-      queued = false;
-      render();
-    });
-  };
-  const unsubscribe = store.subscribe(schedule);
+  const unsubscribe = store.subscribe(onceATurn(() => render()));
 
   function renderTab(t: Tab) {
     if (!t.release) return;

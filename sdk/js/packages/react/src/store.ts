@@ -175,6 +175,8 @@ export class Store {
   private countTimer?: unknown;
   /** Bumped by each counts request and each change that moves a count: an answer older than either is dropped. */
   private countSeq = 0;
+  /** The last mark of each notification still on its way to the server. */
+  private readonly marking = new Map<string, Promise<void>>();
 
   constructor(
     readonly client: SpoolcastClient,
@@ -419,12 +421,18 @@ export class Store {
     const at = on ? new Date().toISOString() : null;
     const was = item?.[field] ?? null;
     if (!was !== !on) this.apply((n) => (n.id === id ? { ...n, [field]: at } : n));
+    // One notification's marks reach the server in the order made: a read
+    // then an unread sent together could arrive the other way round.
+    const sent = (this.marking.get(id) ?? Promise.resolve()).then(ask, ask);
+    this.marking.set(id, sent);
     try {
-      await ask();
+      await sent;
     } catch (err) {
       this.apply((n) => (n.id === id && n[field] === at ? { ...n, [field]: was } : n));
       this.refreshCounts(0);
       throw err;
+    } finally {
+      if (this.marking.get(id) === sent) this.marking.delete(id);
     }
     this.refreshCounts();
   }

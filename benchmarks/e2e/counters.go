@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -117,4 +118,46 @@ func costliest(ctx context.Context, url string, window time.Duration) []string {
 		out = append(out, fmt.Sprintf("  %8.1f/s %7.1f ms/s  %s", float64(calls)/window.Seconds(), total/window.Seconds(), q))
 	}
 	return out
+}
+
+// diskWork is what the run wrote, summed since start: Postgres's WAL
+// (bytes, and the flushes that reached the disk) and its data pages
+// (checkpoints, the background writer and backends, 8 KiB each), and the
+// bytes the relay's process had the disk write (its spool).
+type diskWork struct {
+	walBytes, walSyncs, pageWrites, relayBytes int64
+}
+
+// readDiskWork reads the counters behind diskWork.
+func readDiskWork(ctx context.Context, url string, relayPID int) (diskWork, error) {
+	var d diskWork
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return d, err
+	}
+	defer conn.Close(ctx)
+	err = conn.QueryRow(ctx, `SELECT w.wal_bytes::bigint, w.wal_sync, b.buffers_checkpoint + b.buffers_clean + b.buffers_backend
+		FROM pg_stat_wal w, pg_stat_bgwriter b`).Scan(&d.walBytes, &d.walSyncs, &d.pageWrites)
+	d.relayBytes = procWriteBytes(relayPID)
+	return d, err
+}
+
+func (d diskWork) minus(e diskWork) diskWork {
+	return diskWork{d.walBytes - e.walBytes, d.walSyncs - e.walSyncs, d.pageWrites - e.pageWrites, d.relayBytes - e.relayBytes}
+}
+
+// procWriteBytes is the bytes a process caused to be written to storage,
+// from /proc/<pid>/io.
+func procWriteBytes(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "write_bytes:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }

@@ -5,6 +5,8 @@
 //
 //	go run ./benchmarks/e2e                 # 200, 500, 1000 events/s, 10,000 sockets
 //	go run ./benchmarks/e2e -quick          # 200/s for 5 s, 500 sockets
+//	go run ./benchmarks/e2e -replicas 2 -wave -rates 200   # a replica killed mid-run
+//	go run ./benchmarks/e2e -rates 200 -duration 30m -sample 1m   # the soak
 //
 // It starts, on this machine, a durable Postgres cluster, one relay and
 // -replicas central replicas (subprocesses of the real binary, push on,
@@ -50,13 +52,16 @@ func main() {
 		relayArgs   = flag.String("relay-flags", "", "more flags for the relay, space-separated (e.g. --wake-up-interval 5ms)")
 		centralArgs = flag.String("central-flags", "", "more flags for each central replica, space-separated")
 		pgStats     = flag.Bool("pg-stats", false, "record Postgres's statements (pg_stat_statements) and print the costliest of each window")
+		wave        = flag.Bool("wave", false, "kill (SIGKILL) the last replica in the middle of the last rate's window; its apps move to the others (needs -replicas 2 or more)")
+		every       = flag.Duration("sample", 0, "sample RSS, goroutines and table sizes this often, and report latency per interval (the soak: -duration 30m -sample 1m)")
 	)
 	flag.Parse()
 	if *quick {
 		*rates, *duration, *warmup, *sockets = "200", 5*time.Second, 2*time.Second, 500
 	}
 	cfg := config{sockets: *sockets, duration: *duration, warmup: *warmup, grace: *grace, replicas: *replicas,
-		expoRate: *expoRate, out: *out, binary: *binary, keep: *keep, relayArgs: strings.Fields(*relayArgs), centralArgs: strings.Fields(*centralArgs), pgStats: *pgStats}
+		expoRate: *expoRate, out: *out, binary: *binary, keep: *keep, relayArgs: strings.Fields(*relayArgs), centralArgs: strings.Fields(*centralArgs), pgStats: *pgStats,
+		wave: *wave, sample: *every}
 	for f := range strings.SplitSeq(*rates, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
@@ -67,6 +72,14 @@ func main() {
 	}
 	if cfg.replicas < 1 || cfg.sockets < cfg.replicas {
 		fmt.Fprintln(os.Stderr, "e2e: want at least one replica and a socket per replica")
+		os.Exit(2)
+	}
+	if cfg.wave && cfg.replicas < 2 {
+		fmt.Fprintln(os.Stderr, "e2e: -wave kills a replica: give -replicas 2 or more")
+		os.Exit(2)
+	}
+	if cfg.sample < 0 {
+		fmt.Fprintln(os.Stderr, "e2e: -sample must not be negative")
 		os.Exit(2)
 	}
 	code, err := run(cfg)
@@ -84,8 +97,13 @@ type config struct {
 	out, binary                 string
 	keep                        bool
 	relayArgs, centralArgs      []string
-	pgStats                     bool
+	pgStats, wave               bool
+	sample                      time.Duration
 }
+
+// pushLease is central's default push claim lease: the pushes a killed
+// replica had claimed wait this long before another replica sends them.
+const pushLease = 2 * time.Minute
 
 func run(cfg config) (int, error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -144,20 +162,18 @@ func run(cfg config) (int, error) {
 	fmt.Printf("e2e: %d users, a device and a stream each (%d WebSocket, %d SSE) on %d replica(s), in %s; %d CPUs, load average %s\n",
 		cfg.sockets, (cfg.sockets+1)/2, cfg.sockets/2, cfg.replicas, time.Since(began).Round(100*time.Millisecond), runtime.NumCPU(), loadAverage())
 
-	meters := []meter{{"relay", func() time.Duration { return procCPU(w.relay.pid()) }}}
+	meters := []meter{{"relay", lastCPU(w.relay)}}
 	for _, c := range w.centrals {
-		meters = append(meters, meter{c.name, func() time.Duration { return procCPU(c.pid()) }})
+		meters = append(meters, meter{c.name, lastCPU(c)})
 	}
 	meters = append(meters, meter{"Postgres", w.cluster.CPU}, meter{"benchmark", selfCPU})
-	rssOf := []*proc{w.relay}
-	rssOf = append(rssOf, w.centrals...)
 
 	var results []result
-	for _, rate := range cfg.rates {
+	for i, rate := range cfg.rates {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		res := measure(ctx, cfg, w.relay.base, w.cluster.URL, rate, l, a, meters, rssOf, append([]*proc{w.relay}, w.centrals...))
+		res := measure(ctx, cfg, w, rate, l, a, meters, i == len(cfg.rates)-1)
 		res.print()
 		results = append(results, res)
 	}
@@ -181,6 +197,18 @@ type meter struct {
 	cpu  func() time.Duration
 }
 
+// lastCPU reads p's CPU time so far, or the last it read once p is gone
+// (a replica the wave killed).
+func lastCPU(p *proc) func() time.Duration {
+	var last time.Duration
+	return func() time.Duration {
+		if d := procCPU(p.pid()); d > last {
+			last = d
+		}
+		return last
+	}
+}
+
 func loadAverage() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -194,13 +222,39 @@ func loadAverage() string {
 }
 
 // measure offers one rate: warm-up, the measured window (CPU read at its
-// two ends), then the grace period for stragglers.
-func measure(ctx context.Context, cfg config, relay, pgURL string, rate int, l *ledger, a *apps, meters []meter, rssOf []*proc, scraped []*proc) result {
+// two ends), then the grace period for stragglers. With -wave, the last
+// rate's window has a replica killed in its middle; with -sample, samples
+// are taken throughout.
+func measure(ctx context.Context, cfg config, w *world, rate int, l *ledger, a *apps, meters []meter, last bool) result {
+	relay, pgURL := w.relay.base, w.cluster.URL
+	scraped := append([]*proc{w.relay}, w.centrals...)
+	rssOf := scraped
 	total := int(float64(rate) * (cfg.warmup + cfg.duration).Seconds())
 	evs := l.add(total)
 	t0 := time.Now().Add(100 * time.Millisecond)
 	from, to := t0.Add(cfg.warmup), t0.Add(cfg.warmup+cfg.duration)
 	res := result{rate: rate, sockets: cfg.sockets, duration: cfg.duration, load: loadAverage()}
+	var killedAt time.Time
+	victim := w.centrals[len(w.centrals)-1]
+	killed := make(chan struct{})
+	if cfg.wave && last {
+		go func() {
+			defer close(killed)
+			time.Sleep(time.Until(from.Add(cfg.duration / 2)))
+			a.down.Store(int32(len(w.centrals) - 1))
+			killedAt = time.Now()
+			_ = victim.cmd.Process.Kill()
+		}()
+	} else {
+		close(killed)
+	}
+	stopSampling := make(chan struct{})
+	sampled := make(chan []sample, 1)
+	if cfg.sample > 0 {
+		go func() { sampled <- sampler(ctx, cfg.sample, pgURL, rssOf, t0, rate, stopSampling) }()
+	} else {
+		sampled <- nil
+	}
 	cpuDone := make(chan struct{})
 	go func() {
 		defer close(cpuDone)
@@ -210,6 +264,7 @@ func measure(ctx context.Context, cfg config, relay, pgURL string, rate int, l *
 			before[i] = m.cpu()
 		}
 		countsBefore := scrapeAll(scraped)
+		diskBefore, diskErr := readDiskWork(ctx, pgURL, w.relay.pid())
 		if cfg.pgStats {
 			_ = execOnce(ctx, pgURL, `SELECT pg_stat_statements_reset()`)
 		}
@@ -218,6 +273,9 @@ func measure(ctx context.Context, cfg config, relay, pgURL string, rate int, l *
 			res.cpu = append(res.cpu, named{m.name, m.cpu() - before[i]})
 		}
 		res.counters = perSecond(countsBefore, scrapeAll(scraped), cfg.duration)
+		if diskAfter, err := readDiskWork(ctx, pgURL, w.relay.pid()); err == nil && diskErr == nil {
+			res.disk = diskAfter.minus(diskBefore)
+		}
 		if cfg.pgStats {
 			res.statements = costliest(ctx, pgURL, cfg.duration)
 		}
@@ -228,10 +286,17 @@ func measure(ctx context.Context, cfg config, relay, pgURL string, rate int, l *
 	}()
 	res.lag = produce(ctx, relay, evs, rate, cfg.sockets, t0, l)
 	<-cpuDone
+	<-killed
+	close(stopSampling)
 	sent := time.Now()
+	grace := cfg.grace
+	if !killedAt.IsZero() {
+		// The pushes the killed replica had claimed wait out its lease.
+		grace = max(grace, pushLease+30*time.Second)
+	}
 	for {
 		frames, pushes := l.outstanding(evs)
-		if frames == 0 && pushes == 0 || time.Since(sent) > cfg.grace || ctx.Err() != nil {
+		if frames == 0 && pushes == 0 || time.Since(sent) > grace || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -241,5 +306,14 @@ func measure(ctx context.Context, cfg config, relay, pgURL string, rate int, l *
 	time.Sleep(time.Second)
 	res.tally(l, evs, from, to)
 	res.dropped = a.dropped.Load()
+	if !killedAt.IsZero() {
+		res.wave = tallyWave(l, evs, a.moved(), victim.name, killedAt, from, to)
+		if ends, err := explainMissing(ctx, pgURL, l, evs); err != nil {
+			fmt.Println("e2e: the missing pushes' dispatches:", err)
+		} else {
+			res.wave.pushEnds = ends
+		}
+	}
+	res.samples, res.ledger, res.evs, res.from = <-sampled, l, evs, from
 	return res
 }

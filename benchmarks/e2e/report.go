@@ -34,6 +34,13 @@ type result struct {
 	rss                                            []namedBytes
 	counters                                       []named64 // per second over the window
 	statements                                     []string  // -pg-stats: the costliest statements of the window
+	disk                                           diskWork  // over the window
+	missingExamples                                []string
+	wave                                           *waveResult
+	samples                                        []sample
+	ledger                                         *ledger
+	evs                                            []*event
+	from                                           time.Time
 }
 
 type named struct {
@@ -94,6 +101,10 @@ func (r *result) tally(l *ledger, evs []*event, from, to time.Time) {
 			switch {
 			case f.n == 0:
 				r.missingFrames++
+				if len(r.missingExamples) < 5 {
+					r.missingExamples = append(r.missingExamples, fmt.Sprintf("#%d to %s (due %s, answered %s, created %s)",
+						e.seq, userName(e.recipients[i]), e.due.Format("15:04:05.000"), e.answered.Format("15:04:05.000"), e.createdAt.Format("15:04:05.000")))
+				}
 			case f.n > 1:
 				r.dupFrames += f.n - 1
 			}
@@ -125,8 +136,16 @@ func (r *result) tally(l *ledger, evs []*event, from, to time.Time) {
 	r.accept, r.forward, r.commitFrame, r.toPushFromCommit = quantilesOf(accept), quantilesOf(forward), quantilesOf(commitFrame), quantilesOf(commitPush)
 }
 
+// clean: nothing failed, missing or duplicated. Pushes are at most once
+// across a crash: under -wave, the pushes the killed replica held when it
+// died end failed, outcome unknown (they may have left), and are reported,
+// not counted as missing; none is sent twice.
 func (r result) clean() bool {
-	return r.failed == 0 && r.missingFrames == 0 && r.dupFrames == 0 && r.missingPushes == 0 && r.dupPushes == 0
+	missingPushes := r.missingPushes
+	if r.wave != nil {
+		missingPushes -= atMostOnce(r.wave.pushEnds)
+	}
+	return r.failed == 0 && r.missingFrames == 0 && r.dupFrames == 0 && missingPushes == 0 && r.dupPushes == 0
 }
 
 // print is the rate's line as it finishes.
@@ -144,6 +163,9 @@ func (r result) print() {
 	if !r.clean() {
 		fmt.Printf("  *** rate %d/s: %d failed POSTs, %d frames missing, %d duplicated, %d pushes missing, %d duplicated ***\n",
 			r.rate, r.failed, r.missingFrames, r.dupFrames, r.missingPushes, r.dupPushes)
+		for _, x := range r.missingExamples {
+			fmt.Println("  frame missing: " + x)
+		}
 	}
 }
 
@@ -217,6 +239,27 @@ func report(cfg config, rs []result, strays int, dropped int64) int {
 				line += fmt.Sprintf(" %d MiB |", m.b>>20)
 			}
 			fmt.Println(line + " " + r.load + " |")
+		}
+	}
+	fmt.Println("\nWhat reached the disk in the window: Postgres's WAL and its flushes (fsyncs), its data pages written (8 KiB each), and the relay's writes (the spool)")
+	fmt.Println()
+	fmt.Println("| offered/s | WAL bytes/event | WAL flushes/s | data pages/s | relay bytes/event |")
+	fmt.Println("|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		if r.posted == 0 {
+			continue
+		}
+		secs := r.duration.Seconds()
+		fmt.Printf("| %d | %.0f | %.0f | %.0f | %.0f |\n", r.rate, float64(r.disk.walBytes)/float64(r.posted), float64(r.disk.walSyncs)/secs,
+			float64(r.disk.pageWrites)/secs, float64(r.disk.relayBytes)/float64(r.posted))
+	}
+	for _, r := range rs {
+		if r.wave != nil {
+			r.wave.print(r.rate)
+		}
+		if len(r.samples) > 0 {
+			fmt.Printf("\nrate %d/s:", r.rate)
+			printSamples(r.samples, r.ledger, r.evs, r.from)
 		}
 	}
 	code := 0

@@ -45,8 +45,8 @@ type apps struct {
 	// each resumes before any frame came.
 	readyCursors []string
 	moves        []move
-	readers sync.WaitGroup
-	closing atomic.Bool
+	readers      sync.WaitGroup
+	closing      atomic.Bool
 	// dropped counts streams that ended while the run went on and did not
 	// come back.
 	dropped atomic.Int64

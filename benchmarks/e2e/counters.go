@@ -33,7 +33,7 @@ func scrapeAll(ps []*proc) map[string]float64 {
 	out := map[string]float64{}
 	client := http.Client{Timeout: 2 * time.Second}
 	for _, p := range ps {
-		resp, err := client.Get(p.base + "/metrics")
+		resp, err := client.Get(p.ops + "/metrics")
 		if err != nil {
 			continue
 		}

@@ -25,6 +25,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -53,6 +55,7 @@ func main() {
 		centralArgs = flag.String("central-flags", "", "more flags for each central replica, space-separated")
 		pgStats     = flag.Bool("pg-stats", false, "record Postgres's statements (pg_stat_statements) and print the costliest of each window")
 		wave        = flag.Bool("wave", false, "kill (SIGKILL) the last replica in the middle of the last rate's window; its apps move to the others (needs -replicas 2 or more)")
+		pprof       = flag.Bool("pprof", false, "profile the first replica's CPU (Go's pprof, on an --ops-listen address of its own) over each measured window, or over the wave; the profiles go to -out")
 		every       = flag.Duration("sample", 0, "sample RSS, goroutines and table sizes this often, and report latency per interval (the soak: -duration 30m -sample 1m)")
 	)
 	flag.Parse()
@@ -61,7 +64,7 @@ func main() {
 	}
 	cfg := config{sockets: *sockets, duration: *duration, warmup: *warmup, grace: *grace, replicas: *replicas,
 		expoRate: *expoRate, out: *out, binary: *binary, keep: *keep, relayArgs: strings.Fields(*relayArgs), centralArgs: strings.Fields(*centralArgs), pgStats: *pgStats,
-		wave: *wave, sample: *every}
+		wave: *wave, sample: *every, pprof: *pprof}
 	for f := range strings.SplitSeq(*rates, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
@@ -97,7 +100,7 @@ type config struct {
 	out, binary                 string
 	keep                        bool
 	relayArgs, centralArgs      []string
-	pgStats, wave               bool
+	pgStats, wave, pprof        bool
 	sample                      time.Duration
 }
 
@@ -248,6 +251,22 @@ func measure(ctx context.Context, cfg config, w *world, rate int, l *ledger, a *
 	} else {
 		close(killed)
 	}
+	profiled := make(chan struct{})
+	if cfg.pprof {
+		start, secs, name := from, int(cfg.duration.Seconds()), fmt.Sprintf("e2e-%d.pprof", rate)
+		if cfg.wave && last {
+			start, secs, name = from.Add(cfg.duration/2), 5, fmt.Sprintf("e2e-%d-wave.pprof", rate)
+		}
+		go func() {
+			defer close(profiled)
+			time.Sleep(time.Until(start))
+			if err := profile(w.centrals[0].ops, secs, filepath.Join(cfg.out, name)); err != nil {
+				fmt.Println("e2e: profile:", err)
+			}
+		}()
+	} else {
+		close(profiled)
+	}
 	stopSampling := make(chan struct{})
 	sampled := make(chan []sample, 1)
 	if cfg.sample > 0 {
@@ -287,6 +306,7 @@ func measure(ctx context.Context, cfg config, w *world, rate int, l *ledger, a *
 	res.lag = produce(ctx, relay, evs, rate, cfg.sockets, t0, l)
 	<-cpuDone
 	<-killed
+	<-profiled
 	close(stopSampling)
 	sent := time.Now()
 	grace := cfg.grace
@@ -316,4 +336,30 @@ func measure(ctx context.Context, cfg config, w *world, rate int, l *ledger, a *
 	}
 	res.samples, res.ledger, res.evs, res.from = <-sampled, l, evs, from
 	return res
+}
+
+// profile writes secs seconds of a process's CPU profile to path.
+func profile(ops string, secs int, path string) error {
+	client := http.Client{Timeout: time.Duration(secs+30) * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", strings.TrimPrefix(ops, "http://"), secs))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", ops, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	fmt.Println("e2e: profile written to", path)
+	return f.Close()
 }

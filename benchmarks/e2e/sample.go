@@ -46,7 +46,7 @@ func sampler(ctx context.Context, every time.Duration, url string, ps []*proc, t
 			s := sample{at: now, events: int(now.Sub(t0).Seconds() * float64(rate))}
 			for _, p := range ps {
 				s.rss = append(s.rss, namedBytes{p.name, procRSS(p.pid())})
-				s.goroutines = append(s.goroutines, named64{p.name, gauge(p.base, "go_goroutines")})
+				s.goroutines = append(s.goroutines, named64{p.name, gauge(p.ops, "go_goroutines")})
 			}
 			s.tables, s.err = tableSizes(ctx, url)
 			out = append(out, s)

@@ -33,13 +33,16 @@ const (
 // proc is one spoolcast process of the run.
 type proc struct {
 	name, base, logPath string
-	cmd                 *exec.Cmd
-	done                chan struct{}
+	// ops is where /readyz, /metrics and /debug/pprof/ are served: base,
+	// or a replica's --ops-listen address under -pprof.
+	ops  string
+	cmd  *exec.Cmd
+	done chan struct{}
 }
 
 // startProc runs bin with args, its output into logPath, and waits until
-// base answers ready (200 on path).
-func startProc(ctx context.Context, name, bin, base, ready, logPath string, args ...string) (*proc, error) {
+// ops answers ready (200 on path).
+func startProc(ctx context.Context, name, bin, base, ops, ready, logPath string, args ...string) (*proc, error) {
 	log, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -50,7 +53,7 @@ func startProc(ctx context.Context, name, bin, base, ready, logPath string, args
 		log.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, base: base, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &proc{name: name, base: base, ops: ops, logPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); log.Close(); close(p.done) }()
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		select {
@@ -60,7 +63,7 @@ func startProc(ctx context.Context, name, bin, base, ready, logPath string, args
 			return p, ctx.Err()
 		default:
 		}
-		if resp, err := http.Get(base + ready); err == nil {
+		if resp, err := http.Get(ops + ready); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return p, nil
@@ -132,7 +135,7 @@ func setUp(ctx context.Context, dir, bin string, cfg config, l *ledger) (*world,
 	addr := freeAddr()
 	relayArgs := append([]string{"relay", "--producer", "e2e", "--listen", addr, "--spool", filepath.Join(dir, "spool.db"),
 		"--database-url", w.cluster.URL, "--log-level", "warn"}, cfg.relayArgs...)
-	w.relay, err = startProc(ctx, "relay", bin, "http://"+addr, "/healthz", filepath.Join(dir, "relay.log"), relayArgs...)
+	w.relay, err = startProc(ctx, "relay", bin, "http://"+addr, "http://"+addr, "/healthz", filepath.Join(dir, "relay.log"), relayArgs...)
 	if w.relay != nil {
 		w.stops = append(w.stops, w.relay.stop)
 	}
@@ -148,7 +151,12 @@ func setUp(ctx context.Context, dir, bin string, cfg config, l *ledger) (*world,
 			// fake answers at once), unless -expo-rate sets one.
 			"--push=true", "--expo-url", expo.URL, "--expo-rate", strconv.Itoa(expoRate),
 			"--maintenance-interval", "0", "--log-level", "warn"}, cfg.centralArgs...)
-		c, err := startProc(ctx, fmt.Sprintf("central-%d", i), bin, "http://"+addr, "/readyz", filepath.Join(dir, fmt.Sprintf("central-%d.log", i)), args...)
+		ops := addr
+		if cfg.pprof {
+			ops = freeAddr()
+			args = append(args, "--ops-listen", ops, "--pprof")
+		}
+		c, err := startProc(ctx, fmt.Sprintf("central-%d", i), bin, "http://"+addr, "http://"+ops, "/readyz", filepath.Join(dir, fmt.Sprintf("central-%d.log", i)), args...)
 		if c != nil {
 			w.stops = append(w.stops, c.stop)
 			w.centrals = append(w.centrals, c)

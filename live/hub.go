@@ -35,6 +35,13 @@ type Config struct {
 	// hold ReaderStatements prepared, with generic plans (every statement
 	// with arguments the reader runs is one of them). Default DB.
 	ReaderDB DB
+	// ResumeConns bounds the connections of DB that the stream's
+	// handshakes and resumes hold at once (a fresh socket's starting
+	// point, a cursor's check, a resume's pages): a wave of reconnections
+	// (thousands of apps whose replica died) waits for these, and leaves
+	// the rest of DB's connections to what shares them (push dispatch, the
+	// feed, the API). 0: no bound.
+	ResumeConns int
 	// Wake receives a value after ingest commits (the LISTEN connection's
 	// subscription); each makes the reader read at once. Nil: the reader polls.
 	Wake <-chan struct{}
@@ -90,6 +97,8 @@ func (c Config) Validate() error {
 		return errors.New("live: poll interval, ping interval and write timeout must not be negative")
 	case c.QueueFrames < 0 || c.QueueBytes < 0:
 		return errors.New("live: queue bounds must not be negative")
+	case c.ResumeConns < 0:
+		return errors.New("live: resume connections must not be negative")
 	}
 	return nil
 }
@@ -119,6 +128,10 @@ type Hub struct {
 	presence *presence
 	// seenBatch gathers the seen messages until the next write.
 	seenBatch seenBatch
+	// resumeTurns holds a token for each of DB's connections the
+	// handshakes and resumes may use at once (Config.ResumeConns); nil: no
+	// bound.
+	resumeTurns chan struct{}
 }
 
 // New returns a hub; Start begins reading.
@@ -151,6 +164,9 @@ func New(cfg Config) (*Hub, error) {
 		users:     map[string][]*socket{},
 		admitting: map[string]int{},
 		ready:     make(chan struct{}),
+	}
+	if cfg.ResumeConns > 0 {
+		h.resumeTurns = make(chan struct{}, cfg.ResumeConns)
 	}
 	h.reader.hub = h
 	if cfg.Presence {

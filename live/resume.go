@@ -292,6 +292,11 @@ func (h *Hub) catchUp(s *socket, from Cursor) {
 // ready.
 func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor, error) {
 	if after == nil {
+		done, err := h.resumeTurn(ctx)
+		if err != nil {
+			return Cursor{}, err
+		}
+		defer done()
 		return now(ctx, h.cfg.DB, s.user, h.cfg.txSlack)
 	}
 	end := *after
@@ -329,6 +334,11 @@ type resumed struct {
 // merged in commit order, below the read's horizon, and builds their
 // frames (a watermark's reads what it left out).
 func (h *Hub) resumePage(ctx context.Context, user string, after Cursor, limit int) (resumed, error) {
+	done, err := h.resumeTurn(ctx)
+	if err != nil {
+		return resumed{}, err
+	}
+	defer done()
 	db := h.cfg.DB
 	rows, err := db.Query(ctx, readResume, user, after.At.Add(-h.cfg.txSlack), after.Tx, after.ID, limit+1, feed.FutureSlack)
 	if err != nil {
@@ -386,4 +396,18 @@ func (h *Hub) resumePage(ctx context.Context, user string, after Cursor, limit i
 		out.end.At = st.at
 	}
 	return out, nil
+}
+
+// resumeTurn waits for one of the connections the handshakes and resumes
+// may hold (Config.ResumeConns) and returns its release.
+func (h *Hub) resumeTurn(ctx context.Context) (release func(), err error) {
+	if h.resumeTurns == nil {
+		return func() {}, nil
+	}
+	select {
+	case h.resumeTurns <- struct{}{}:
+		return func() { <-h.resumeTurns }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }

@@ -179,6 +179,11 @@ func (h *Hub) checkCursor(ctx context.Context, c Cursor) error {
 	if st := h.state.Load(); st != nil && c.History == st.history && c.Tx <= st.xmax {
 		return nil
 	}
+	done, err := h.resumeTurn(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	st, err := readStateOf(ctx, h.cfg.DB)
 	if err != nil {
 		return err

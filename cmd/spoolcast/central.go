@@ -90,7 +90,7 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.databaseReadURL, "database-read-url", "", "Postgres URL of a read replica (a streaming standby; several hosts in libpq's syntax, e.g. postgres://u@r1,r2/db?target_session_attrs=prefer-standby): feed pages, unread counts and the admin delivery log read from it while it is current and has replayed the caller's last write; unset, every read goes to --database-url")
 	fs.DurationVar(&o.maxReplicaLag, "max-replica-lag", 5*time.Second, "the most --database-read-url may lag behind the primary and serve reads (measured every second); a replica further behind, or down, sends reads to the primary, and a write's read-your-writes window is this plus 2s")
 	fs.StringVar(&o.jwtSecretFile, "service-jwt-secret-file", "", "file holding the HS256 secret of service tokens for /internal routes (unset: they answer 401)")
-	fs.IntVar(&o.dbMaxConns, "db-max-conns", 10, "Postgres connections central may open (to --database-url, and as many again to --database-read-url)")
+	fs.IntVar(&o.dbMaxConns, "db-max-conns", 10, "Postgres connections central may open (to --database-url, and as many again to --database-read-url); the live stream's handshakes and resumes hold at most half of them at once, so that a reconnect wave leaves the rest to push dispatch, the feed and the API")
 	fs.DurationVar(&o.dbConnectTimeout, "db-connect-timeout", 5*time.Second, "longest wait to open a Postgres connection")
 	fs.DurationVar(&o.dbStatementTimeout, "db-statement-timeout", 5*time.Second, "longest a request waits on Postgres; past it the request gets 503 + Retry-After and the statement is cancelled")
 	fs.DurationVar(&o.maintenanceInterval, "maintenance-interval", time.Hour, "how often central runs a maintenance pass (one replica at a time); 0 leaves it to `spoolcast maintain`")
@@ -313,7 +313,10 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		return fail(err)
 	}
 	if c.live, err = live.New(live.Config{
-		DB: c.pool, ReaderDB: c.readerPool, Wake: c.listener.Subscribe(), PollInterval: o.live.pollInterval, PingInterval: o.live.pingInterval,
+		// Half the pool at most for handshakes and resumes: a reconnect
+		// wave once held all of it, and pushes waited seconds behind it.
+		DB: c.pool, ReaderDB: c.readerPool, ResumeConns: max(1, o.dbMaxConns/2),
+		Wake: c.listener.Subscribe(), PollInterval: o.live.pollInterval, PingInterval: o.live.pingInterval,
 		QueueBytes: int(o.live.queueBytes), MaxSocketsPerUser: o.live.maxPerUser, MaxSockets: o.live.maxSockets,
 		Presence: o.push.suppressIfSeen > 0,
 		Metrics:  live.NewMetrics(reg), Logger: logger,

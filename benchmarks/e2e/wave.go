@@ -115,6 +115,9 @@ func (w *waveResult) print(rate int) {
 	fmt.Println("| events due | for | stayed: POST→frame p50 | p99 | max | moved: POST→frame p50 | p99 | max | POST→push p50 | p99 | max |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, x := range w.windows {
+		if !x.to.After(x.from) {
+			continue // the wave outlasted the window: -duration 20s or more gives it room
+		}
 		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.name, x.to.Sub(x.from).Round(100*time.Millisecond),
 			ms(x.stayed.p50), ms(x.stayed.p99), ms(x.stayed.mx), ms(x.movers.p50), ms(x.movers.p99), ms(x.movers.mx),
 			ms(x.push.p50), ms(x.push.p99), ms(x.push.mx))

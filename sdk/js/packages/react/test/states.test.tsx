@@ -157,7 +157,8 @@ describe("the hooks' tabs against real replicas", needsStates, () => {
     const them: Hooks = {};
     const a = show(mine, <Inbox hooks={me} />);
     const b = show(theirs, <Inbox hooks={them} tabs={["all"]} />);
-    await waitShown("three", a, (s) => join(s.tab("unread")) === "m3,m2,m1" && s.counts() === "unread 3 unseen 3 archived 0");
+    // Every tab loaded, All included: its items give the ids.
+    await waitShown("three", a, (s) => join(s.tab("all")) === "m3,m2,m1" && join(s.tab("unread")) === "m3,m2,m1" && s.counts() === "unread 3 unseen 3 archived 0");
     const m2 = me.all!.items[1]!.id;
 
     fail = true;

@@ -16,6 +16,9 @@ import (
 const (
 	// ScopeEmit lets a service send events.
 	ScopeEmit = "push:emit"
+	// ScopeTopics lets a service create topics, open or close them, and
+	// change their members.
+	ScopeTopics = "topics:manage"
 	// ScopePrefsRead is what central's own token carries when it asks the
 	// product's API for a user's push preferences: never enough to emit.
 	ScopePrefsRead = "prefs:read"

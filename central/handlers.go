@@ -145,6 +145,11 @@ const maxJSONBody = 64 << 10
 // readJSON decodes a small JSON body strictly into v, or answers 400, 413
 // (over maxJSONBody, the limit in the detail) or 415.
 func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	return readJSONUpTo(w, r, v, maxJSONBody)
+}
+
+// readJSONUpTo is readJSON for a body of at most maxJSONBody bytes.
+func readJSONUpTo(w http.ResponseWriter, r *http.Request, v any, maxJSONBody int64) bool {
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" && ct != "application/json; charset=utf-8" {
 		problem.Write(w, r, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType, "send Content-Type: application/json"))
 		return false

@@ -35,6 +35,7 @@ import (
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/sync/ingest"
+	"github.com/spoolcast/spoolcast/topics"
 	"github.com/spoolcast/spoolcast/webhook"
 )
 
@@ -89,6 +90,8 @@ type Config struct {
 	AdminRole string
 	// Devices registers push tokens. Default the store over DB.
 	Devices *push.Devices
+	// Topics keeps topics and their members. Default on DB.
+	Topics *topics.Store
 	// PushMetrics counts the cancellations of scheduled events; nil: not counted.
 	PushMetrics *push.Metrics
 	// VAPIDPublicKey is the Web Push key browsers subscribe with, served at
@@ -228,6 +231,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Preferences == nil {
 		cfg.Preferences = push.NewBuiltinPreferences(cfg.DB, nil, cfg.Logger)
 	}
+	if cfg.Topics == nil {
+		cfg.Topics = topics.NewStore(cfg.DB)
+	}
 	if cfg.Versions == nil {
 		cfg.Versions = apiversion.Default()
 	}
@@ -336,6 +342,7 @@ func (s *Server) routeAll() {
 	s.handleUser(http.MethodGet, "/v1/preferences", user, s.getPreferences)
 	s.handleUser(http.MethodPut, "/v1/preferences", user, s.putPreferences)
 
+	s.routeTopics()
 	s.handleService(http.MethodPost, "/internal/v1/events", auth.ScopeEmit, s.ingestEvent)
 	// A catch-all, so that cancelEvent reads the key from the escaped path.
 	s.handleService(http.MethodDelete, "/internal/v1/events/*key", auth.ScopeEmit, s.cancelEvent)

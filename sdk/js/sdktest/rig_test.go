@@ -25,6 +25,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/sync/ingest"
+	"github.com/spoolcast/spoolcast/topics"
 )
 
 // replica is one central process the rig can stop, kill and start again
@@ -251,9 +252,11 @@ func (r *rig) control() http.Handler {
 		TTL    float64  `json:"ttl"` // seconds
 		Titles []string `json:"titles"`
 		On     bool     `json:"on"`
+		// Members are added to a topic (/topics/{topic}).
+		Members []string `json:"members"`
 	}
 	decode := func(req *http.Request) error {
-		body.User, body.TTL, body.Titles, body.On = "", 0, nil, false
+		body.User, body.TTL, body.Titles, body.On, body.Members = "", 0, nil, false, nil
 		return json.NewDecoder(req.Body).Decode(&body)
 	}
 	var one sync.Mutex // one request at a time: the tests drive a single story
@@ -277,6 +280,15 @@ func (r *rig) control() http.Handler {
 	})
 	handle("POST /emit-together", func(req *http.Request) (any, error) {
 		return map[string]int{"emitted": len(body.Titles)}, r.emitTogether(req.Context(), body.User, body.Titles)
+	})
+	handle("POST /topics/{topic}", func(req *http.Request) (any, error) {
+		// A service's doing: the topic opened (on) or closed, members added.
+		store := topics.NewStore(r.db)
+		if _, _, err := store.Set(req.Context(), req.PathValue("topic"), body.On); err != nil {
+			return nil, err
+		}
+		c, err := store.ChangeMembers(req.Context(), req.PathValue("topic"), body.Members, nil)
+		return c, err
 	})
 	handle("POST /foreign-cursor", func(*http.Request) (any, error) {
 		return map[string]string{"cursor": foreignCursor()}, nil

@@ -6,6 +6,7 @@ import {
   toDevice,
   toNotification,
   toPreferences,
+  toTopicSubscription,
   type ArchiveAllResult,
   type Count,
   type Counts,
@@ -15,11 +16,14 @@ import {
   type Preferences,
   type PreferencesUpdate,
   type ReadAllResult,
+  type TopicPage,
+  type TopicSubscription,
   type UnreadCount,
   type WebPushSubscriptionJSON,
   type WireDevice,
   type WireNotification,
   type WirePreferences,
+  type WireTopicSubscription,
 } from "./types.js";
 
 /** count keeps a count's two fields (a missing one is zero). */
@@ -110,6 +114,16 @@ export interface PreferencesApi {
   update(changes: PreferencesUpdate): Promise<Preferences>;
 }
 
+/** `client.topics`: the topics the user is in, and joining and leaving the open ones. */
+export interface TopicsApi {
+  /** `GET /v1/topics`: a page of the user's topics by name, after `after` (default 100, at most 1000). */
+  list(options?: { after?: string; limit?: number }): Promise<TopicPage>;
+  /** `PUT /v1/topics/{topic}/subscription`: joins an open topic (a `NotFoundError` for one that is not open); the subscription the user had is kept. */
+  subscribe(topic: string): Promise<TopicSubscription>;
+  /** `DELETE /v1/topics/{topic}/subscription`: leaves an open topic; not being a member is no error. */
+  unsubscribe(topic: string): Promise<void>;
+}
+
 /**
  * SpoolcastClient is one user's connection to central: REST calls and live
  * subscriptions, sharing the token. It keeps no global state; `close()` ends
@@ -119,6 +133,7 @@ export class SpoolcastClient {
   readonly notifications: NotificationsApi;
   readonly devices: DevicesApi;
   readonly preferences: PreferencesApi;
+  readonly topics: TopicsApi;
   private readonly host: StreamHost;
   private readonly subs = new Set<Stream>();
   private readonly abort = new AbortController();
@@ -200,6 +215,18 @@ export class SpoolcastClient {
         if (c.quietHours !== undefined) body.quiet_hours = c.quietHours && { start: c.quietHours.start, end: c.quietHours.end, time_zone: c.quietHours.timeZone };
         return toPreferences(await req<WirePreferences>("PUT", "/v1/preferences", body));
       },
+    };
+    this.topics = {
+      list: async (o = {}) => {
+        const q = new URLSearchParams();
+        if (o.after !== undefined) q.set("after", o.after);
+        if (o.limit !== undefined) q.set("limit", String(o.limit));
+        const qs = q.toString();
+        const page = await req<{ data: WireTopicSubscription[]; next_after?: string }>("GET", "/v1/topics" + (qs ? "?" + qs : ""));
+        return { data: page.data.map(toTopicSubscription), nextAfter: page.next_after ?? null };
+      },
+      subscribe: async (topic) => toTopicSubscription(await req<WireTopicSubscription>("PUT", `/v1/topics/${id(topic)}/subscription`)),
+      unsubscribe: (topic) => req("DELETE", `/v1/topics/${id(topic)}/subscription`),
     };
   }
 

@@ -2,7 +2,7 @@
 // with no dependency at run time. See README.md.
 
 export { SpoolcastClient, API_VERSION } from "./client.js";
-export type { SpoolcastClientOptions, NotificationsApi, DevicesApi, PreferencesApi } from "./client.js";
+export type { SpoolcastClientOptions, NotificationsApi, DevicesApi, PreferencesApi, TopicsApi } from "./client.js";
 export type { SubscribeOptions, Subscription, StreamStatus, StreamState, StatusReason, TransportName, ResetInfo } from "./stream.js";
 export type { TokenFunction } from "./tokens.js";
 export type { WebSocketLike, WebSocketConstructor } from "./transports.js";
@@ -25,6 +25,8 @@ export type {
   Preferences,
   PreferencesUpdate,
   QuietHours,
+  TopicSubscription,
+  TopicPage,
 } from "./types.js";
 export {
   SpoolcastError,

@@ -99,6 +99,30 @@ export interface Device {
   lastSeenAt: string;
 }
 
+/** One of the user's topics (`GET /v1/topics`). */
+export interface TopicSubscription {
+  topic: string;
+  /** The user may leave it (`topics.unsubscribe`); a closed topic's members are managed by a service. */
+  open: boolean;
+  /** When the current subscription began: an event to the topic reaches the members subscribed when it was accepted. */
+  subscribedAt: string;
+}
+
+/** A page of the user's topics, by name. */
+export interface TopicPage {
+  data: TopicSubscription[];
+  /** The `after` of the next page, or null on the last. */
+  nextAfter: string | null;
+}
+
+export interface WireTopicSubscription {
+  topic: string;
+  open: boolean;
+  subscribed_at: string;
+}
+
+export const toTopicSubscription = (t: WireTopicSubscription): TopicSubscription => ({ topic: t.topic, open: t.open, subscribedAt: t.subscribed_at });
+
 /** What `PushSubscription.toJSON()` gives (wire: the same shape). */
 export interface WebPushSubscriptionJSON {
   endpoint?: string;

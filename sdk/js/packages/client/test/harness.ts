@@ -44,6 +44,9 @@ export const proxy = {
   refuseUpgrades: (on: boolean) => control("/proxy/refuse-upgrades", { on }),
 };
 
+/** setTopic does what a service does: creates the topic, opens or closes it, and adds members. */
+export const setTopic = (topic: string, open: boolean, members: string[] = []) => control(`/topics/${topic}`, { on: open, members });
+
 export const foreignCursor = async () => (await control<{ cursor: string }>("/foreign-cursor")).cursor;
 
 /** The transports every stream case runs over. */

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -18,8 +19,9 @@ import (
 )
 
 // maxMembersBody caps a membership change's body: 10,000 user ids of up
-// to 256 bytes each, quoted, with room to spare.
-const maxMembersBody = 4 << 20
+// to 256 bytes each, every byte escaped as JSON encoders may (\u003c is
+// six bytes), fit in 16 MiB.
+const maxMembersBody = 16 << 20
 
 func (s *Server) routeTopics() {
 	s.handleService(http.MethodPut, "/internal/v1/topics/:topic", auth.ScopeTopics, s.setTopic)
@@ -34,7 +36,11 @@ func (s *Server) routeTopics() {
 func (s *Server) topicError(w http.ResponseWriter, r *http.Request, what string, err error) {
 	switch {
 	case errors.Is(err, topics.ErrInvalid):
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error()))
+		p := problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
+		if strings.HasPrefix(err.Error(), "after: ") {
+			p = p.On("after")
+		}
+		problem.Write(w, r, p)
 	case errors.Is(err, topics.ErrNotFound):
 		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no such topic open to subscription"))
 	default:

@@ -82,6 +82,11 @@ func TestTopicsThroughTheAPI(t *testing.T) {
 	if r := h.request(http.MethodGet, "/v1/topics?limit=0", alice, ""); r.status != http.StatusBadRequest {
 		t.Errorf("limit 0: %d", r.status)
 	}
+	for _, after := range []string{"%FF", "a%00", ".."} {
+		if r := h.request(http.MethodGet, "/v1/topics?after="+after, alice, ""); r.status != http.StatusBadRequest || r.body["field"] != "after" {
+			t.Errorf("after=%s: %d %s; want 400 naming after", after, r.status, r.raw)
+		}
+	}
 	for range 2 {
 		if r := h.request(http.MethodDelete, "/v1/topics/releases/subscription", alice, ""); r.status != http.StatusNoContent {
 			t.Errorf("leave: %d %s", r.status, r.raw)

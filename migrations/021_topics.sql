@@ -9,7 +9,7 @@
 SET LOCAL lock_timeout = '5s';
 
 CREATE TABLE topics (
-    name       text        PRIMARY KEY CHECK (name ~ '^[a-z0-9._-]{1,128}$'),
+    name       text        PRIMARY KEY CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,127}$'),
     open       boolean     NOT NULL DEFAULT false,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()

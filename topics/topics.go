@@ -28,7 +28,9 @@ const (
 	MaxListPage = 1000
 )
 
-var namePattern = regexp.MustCompile(`^[a-z0-9._-]{1,128}$`)
+// namePattern: a letter or digit first, so that no name is a path's dot
+// segment ("." or "..", which URLs collapse).
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 
 // ErrInvalid is a request that breaks a rule; its text says which.
 var ErrInvalid = errors.New("invalid")
@@ -42,10 +44,10 @@ func invalid(format string, args ...any) error {
 }
 
 // CheckName reports whether name is a topic's name: 1–128 of a-z, 0-9,
-// '.', '_' and '-'.
+// '.', '_' and '-', the first a letter or digit.
 func CheckName(name string) error {
 	if !namePattern.MatchString(name) {
-		return invalid("topic %q: a topic's name is 1 to 128 of a-z, 0-9, '.', '_' and '-'", name)
+		return invalid("topic %.140q: a topic's name is 1 to 128 of a-z, 0-9, '.', '_' and '-', the first a letter or digit", name)
 	}
 	return nil
 }
@@ -133,6 +135,11 @@ func CheckChange(topic string, add, remove []string) error {
 // Adding a member keeps its subscription as it was; removing a user who
 // is not one changes nothing: the same change twice does nothing more.
 func (s *Store) ChangeMembers(ctx context.Context, topic string, add, remove []string) (Change, error) {
+	// Sorted and once each: two changes naming the same new members in
+	// other orders would otherwise each wait for a row the other inserted,
+	// and Postgres would end one as a deadlock.
+	add = slices.Compact(slices.Sorted(slices.Values(add)))
+	remove = slices.Compact(slices.Sorted(slices.Values(remove)))
 	if err := CheckChange(topic, add, remove); err != nil {
 		return Change{}, err
 	}
@@ -198,31 +205,30 @@ func (s *Store) Subscribe(ctx context.Context, user, topic string) (sub Subscrip
 	if err := CheckUser(user); err != nil {
 		return Subscription{}, false, err
 	}
-	var open bool
-	var added, before *time.Time
-	err = s.db.QueryRow(ctx, `WITH t AS (SELECT name FROM topics WHERE name = $1 AND open),
-			ins AS (INSERT INTO topic_members (topic, user_id) SELECT name, $2 FROM t
-			        ON CONFLICT (topic, user_id) DO NOTHING RETURNING subscribed_at)
-		SELECT EXISTS (SELECT 1 FROM t), (SELECT subscribed_at FROM ins),
-		       (SELECT subscribed_at FROM topic_members WHERE topic = $1 AND user_id = $2)`, topic, user).Scan(&open, &added, &before)
-	switch {
-	case err != nil:
-		return Subscription{}, false, fmt.Errorf("subscribe to topic %s: %w", topic, err)
-	case !open:
-		return Subscription{}, false, ErrNotFound
-	case added != nil:
-		return Subscription{Topic: topic, Open: true, SubscribedAt: *added}, true, nil
-	case before != nil:
-		return Subscription{Topic: topic, Open: true, SubscribedAt: *before}, false, nil
+	// A statement finds neither its insert nor a row in its snapshot only
+	// when another request subscribed the user after the snapshot was
+	// taken; the next statement sees that row, or inserts if a leave took
+	// it meanwhile.
+	for range 3 {
+		var open bool
+		var added, before *time.Time
+		err = s.db.QueryRow(ctx, `WITH t AS (SELECT name FROM topics WHERE name = $1 AND open),
+				ins AS (INSERT INTO topic_members (topic, user_id) SELECT name, $2 FROM t
+				        ON CONFLICT (topic, user_id) DO NOTHING RETURNING subscribed_at)
+			SELECT EXISTS (SELECT 1 FROM t), (SELECT subscribed_at FROM ins),
+			       (SELECT subscribed_at FROM topic_members WHERE topic = $1 AND user_id = $2)`, topic, user).Scan(&open, &added, &before)
+		switch {
+		case err != nil:
+			return Subscription{}, false, fmt.Errorf("subscribe to topic %s: %w", topic, err)
+		case !open:
+			return Subscription{}, false, ErrNotFound
+		case added != nil:
+			return Subscription{Topic: topic, Open: true, SubscribedAt: *added}, true, nil
+		case before != nil:
+			return Subscription{Topic: topic, Open: true, SubscribedAt: *before}, false, nil
+		}
 	}
-	// Another request subscribed the user after this statement's snapshot
-	// was taken: its row stands, read it.
-	sub = Subscription{Topic: topic, Open: true}
-	err = s.db.QueryRow(ctx, `SELECT subscribed_at FROM topic_members WHERE topic = $1 AND user_id = $2`, topic, user).Scan(&sub.SubscribedAt)
-	if err != nil {
-		return Subscription{}, false, fmt.Errorf("subscribe to topic %s: %w", topic, err)
-	}
-	return sub, false, nil
+	return Subscription{}, false, fmt.Errorf("subscribe to topic %s: the subscription changed under three tries in a row; retry", topic)
 }
 
 // Unsubscribe ends user's membership of an open topic; not being a member
@@ -250,6 +256,11 @@ func (s *Store) Unsubscribe(ctx context.Context, user, topic string) error {
 func (s *Store) List(ctx context.Context, user, after string, limit int) (subs []Subscription, more bool, err error) {
 	if limit < 1 || limit > MaxListPage {
 		return nil, false, invalid("limit %d: want 1 to %d", limit, MaxListPage)
+	}
+	if after != "" {
+		if err := CheckName(after); err != nil {
+			return nil, false, fmt.Errorf("after: %w", err)
+		}
 	}
 	rows, err := s.db.Query(ctx, `SELECT m.topic, t.open, m.subscribed_at FROM topic_members m JOIN topics t ON t.name = m.topic
 		WHERE m.user_id = $1 AND m.topic > $2 ORDER BY m.topic LIMIT $3`, user, after, limit+1)

@@ -73,6 +73,8 @@ func TestBadChangesAreRefusedWithTheirReason(t *testing.T) {
 		{"launch", []string{strings.Repeat("u", 257)}, nil, "longer than 256"},
 		{"launch", nil, []string{"a\x00b"}, "NUL"},
 		{"launch", []string{"\xff"}, nil, "UTF-8"},
+		{"..", []string{"u1"}, nil, "the first a letter or digit"},
+		{".hidden", []string{"u1"}, nil, "the first a letter or digit"},
 	} {
 		_, err := s.ChangeMembers(context.Background(), tc.topic, tc.add, tc.remove)
 		if !errors.Is(err, topics.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
@@ -167,5 +169,58 @@ func TestAUsersTopicsPageByName(t *testing.T) {
 	}
 	if _, _, err := s.List(ctx, "carol", "", topics.MaxListPage+1); !errors.Is(err, topics.ErrInvalid) {
 		t.Errorf("limit past the page's longest: %v", err)
+	}
+	for _, after := range []string{"\xff", "a\x00", "Upper"} {
+		if _, _, err := s.List(ctx, "carol", after, 10); !errors.Is(err, topics.ErrInvalid) {
+			t.Errorf("after %q: %v; want invalid (not a Postgres error)", after, err)
+		}
+	}
+}
+
+// Two services adding the same new members at once, listed in opposite
+// orders, both succeed: neither waits on the other's rows in a cycle.
+func TestConcurrentAddsOfTheSameMembersDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := topics.NewStore(pool)
+	ctx := context.Background()
+	for round := range 5 {
+		// The topic exists: otherwise the second change waits for the
+		// first's topic row, and they never overlap.
+		topic := fmt.Sprintf("crowd-%d", round)
+		if _, _, err := s.Set(ctx, topic, false); err != nil {
+			t.Fatal(err)
+		}
+		forward := users("m", 2000)
+		backward := slices.Clone(forward)
+		slices.Reverse(backward)
+		errs := make(chan error, 2)
+		start := make(chan struct{})
+		for _, list := range [][]string{forward, backward} {
+			go func() {
+				<-start
+				_, err := s.ChangeMembers(ctx, topic, list, nil)
+				errs <- err
+			}()
+		}
+		close(start)
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if n := pgtest.Count(t, pool, `SELECT count(*) FROM topic_members WHERE topic = $1`, topic); n != 2000 {
+			t.Errorf("round %d: %d members; want 2000", round, n)
+		}
+	}
+}
+
+// A user named twice in one change is one member, counted once.
+func TestAUserNamedTwiceCountsOnce(t *testing.T) {
+	t.Parallel()
+	s := topics.NewStore(pgtest.Pool(t))
+	c, err := s.ChangeMembers(context.Background(), "twice", []string{"u1", "u1", "u2"}, nil)
+	if err != nil || c != (topics.Change{Added: 2}) {
+		t.Errorf("%+v, %v; want 2 added", c, err)
 	}
 }

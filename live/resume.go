@@ -292,7 +292,7 @@ func (h *Hub) catchUp(s *socket, from Cursor) {
 // ready.
 func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor, error) {
 	if after == nil {
-		done, err := h.resumeTurn(ctx)
+		done, err := h.resumeTurn(ctx, s)
 		if err != nil {
 			return Cursor{}, err
 		}
@@ -302,7 +302,7 @@ func (h *Hub) resumeRows(ctx context.Context, s *socket, after *Cursor) (Cursor,
 	end := *after
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		page, err := h.resumePage(rctx, s.user, end, resumePage)
+		page, err := h.resumePage(rctx, s, end, resumePage)
 		cancel()
 		if err != nil {
 			return Cursor{}, err
@@ -333,12 +333,13 @@ type resumed struct {
 // resumePage reads up to limit rows of user's stream after the cursor,
 // merged in commit order, below the read's horizon, and builds their
 // frames (a watermark's reads what it left out).
-func (h *Hub) resumePage(ctx context.Context, user string, after Cursor, limit int) (resumed, error) {
-	done, err := h.resumeTurn(ctx)
+func (h *Hub) resumePage(ctx context.Context, s *socket, after Cursor, limit int) (resumed, error) {
+	done, err := h.resumeTurn(ctx, s)
 	if err != nil {
 		return resumed{}, err
 	}
 	defer done()
+	user := s.user
 	db := h.cfg.DB
 	rows, err := db.Query(ctx, readResume, user, after.At.Add(-h.cfg.txSlack), after.Tx, after.ID, limit+1, feed.FutureSlack)
 	if err != nil {
@@ -399,15 +400,25 @@ func (h *Hub) resumePage(ctx context.Context, user string, after Cursor, limit i
 }
 
 // resumeTurn waits for one of the connections the handshakes and resumes
-// may hold (Config.ResumeConns) and returns its release.
-func (h *Hub) resumeTurn(ctx context.Context) (release func(), err error) {
-	if h.resumeTurns == nil {
-		return func() {}, nil
+// may hold (Config.ResumeConns) and returns its release. For a socket (s
+// not nil) that closed meanwhile, an app that gave up and reconnected, it
+// takes none: errSocketClosed.
+func (h *Hub) resumeTurn(ctx context.Context, s *socket) (release func(), err error) {
+	if h.resumeTurns != nil {
+		select {
+		case h.resumeTurns <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	select {
-	case h.resumeTurns <- struct{}{}:
-		return func() { <-h.resumeTurns }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	release = func() {
+		if h.resumeTurns != nil {
+			<-h.resumeTurns
+		}
 	}
+	if s != nil && s.isClosing() {
+		release()
+		return nil, errSocketClosed
+	}
+	return release, nil
 }

@@ -77,6 +77,15 @@ func TestAReconnectWaveHoldsNoMoreThanItsShareOfThePool(t *testing.T) {
 		c := s.dial(fmt.Sprintf("u%d", i), "")
 		_, cursors[i] = s.ready(c)
 		c.Close()
+		if i%2 == 1 {
+			// Half in the form without a history (version 1), which the
+			// handshake checks against Postgres: that check takes a turn too.
+			cur, err := live.ParseCursor(cursors[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			cursors[i] = live.Cursor{Position: cur.Position, At: cur.At}.String()
+		}
 	}
 	for i := range apps {
 		s.ingest(s.pool, items(t, fmt.Sprintf("missed-u%d", i), fmt.Sprintf("u%d", i), 2))

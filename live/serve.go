@@ -179,7 +179,7 @@ func (h *Hub) checkCursor(ctx context.Context, c Cursor) error {
 	if st := h.state.Load(); st != nil && c.History == st.history && c.Tx <= st.xmax {
 		return nil
 	}
-	done, err := h.resumeTurn(ctx)
+	done, err := h.resumeTurn(ctx, nil)
 	if err != nil {
 		return err
 	}

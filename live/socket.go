@@ -170,6 +170,14 @@ func (s *socket) enqueueLocked(f frame) {
 	s.startWriterLocked()
 }
 
+// isClosing reports whether the socket is closing: a resume for it reads
+// nothing more.
+func (s *socket) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
 // resumed queues a resumed frame of the stream, waiting while the queue is over
 // half full so that a long resume never overflows it. False once the socket
 // is closing or ctx ends.

@@ -86,6 +86,7 @@ bench:
 	$(GO) run ./benchmarks/pushbench
 	$(GO) run ./benchmarks/livebench
 	$(GO) run ./benchmarks/e2e -duration 10s
+	$(GO) run ./benchmarks/topicbench -members 1000000
 	cd benchmarks/peers && $(GO) run . -plot
 
 ## inbox: rebuild inbox/static/inbox.js, the web inbox's committed script, from inbox/src/inbox.ts and the SDK's

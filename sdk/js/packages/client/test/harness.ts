@@ -80,11 +80,15 @@ export const needsStates = !env.control
     ? { skip: "central keeps no archive and counts yet" }
     : {};
 
-/** waitFor polls cond until it holds, or throws naming what it waited for. */
+/**
+ * waitFor polls cond until it holds, or throws naming what it waited for.
+ * Its deadline runs on the monotonic clock: the machine's wall clock may be
+ * stepped while a test waits (a CI run saw a wait of 0.6 s time out at 20).
+ */
 export async function waitFor(what: string, cond: () => boolean, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
+  const deadline = performance.now() + timeoutMs;
   while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 10));
   }
 }

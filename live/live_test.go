@@ -555,7 +555,9 @@ func TestHandshakeProblemsAreAnsweredBeforeTheUpgrade(t *testing.T) {
 
 func TestASilentPeerIsDroppedAfterTwoPingIntervals(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, func(c *live.Config) { c.PingInterval = 200 * time.Millisecond })
+	// 500 ms: the answering app must never go two intervals without a
+	// turn to read, which 200 ms did not leave it on a loaded CI machine.
+	s := newStack(t, func(c *live.Config) { c.PingInterval = 500 * time.Millisecond })
 	answering, silent := s.dial("u1", ""), s.dial("u2", "")
 	s.ready(answering)
 	s.ready(silent)
@@ -568,8 +570,8 @@ func TestASilentPeerIsDroppedAfterTwoPingIntervals(t *testing.T) {
 			}
 		}
 	}()
-	testsignal.Eventually(t, "the silent socket dropped (spoolcast_ws_connections 1)", 5*time.Second, func() bool { return testutil.ToFloat64(s.metrics.Connections()) == 1 })
-	time.Sleep(time.Second) // five more intervals: the answering socket stays
+	testsignal.Eventually(t, "the silent socket dropped (spoolcast_ws_connections 1)", 10*time.Second, func() bool { return testutil.ToFloat64(s.metrics.Connections()) == 1 })
+	time.Sleep(2500 * time.Millisecond) // five more intervals: the answering socket stays
 	if n := testutil.ToFloat64(s.metrics.Connections()); n != 1 {
 		t.Errorf("spoolcast_ws_connections = %v, want the answering socket kept", n)
 	}

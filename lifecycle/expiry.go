@@ -18,19 +18,9 @@ const keyBatch = 5000
 // batch its own short transaction. Rows a claim holds locked are skipped and
 // left for the next pass.
 func expireKeys(ctx context.Context, db DB, cutoff time.Time) (int64, error) {
-	var total int64
-	for {
-		tag, err := db.Exec(ctx, `DELETE FROM idempotency_keys WHERE key IN (
+	return deleteInBatches(ctx, db, "expire keys", `DELETE FROM idempotency_keys WHERE key IN (
 				SELECT key FROM idempotency_keys WHERE claimed_at < $1
-				ORDER BY claimed_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, cutoff, keyBatch)
-		if err != nil {
-			return total, fmt.Errorf("maintenance: expire keys: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < keyBatch {
-			return total, nil
-		}
-	}
+				ORDER BY claimed_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, cutoff)
 }
 
 // expireCancelled deletes the rows of cancelled scheduled events whose send
@@ -40,19 +30,9 @@ func expireKeys(ctx context.Context, db DB, cutoff time.Time) (int64, error) {
 // their title and category), so the cutoff is the later of the two; with
 // retention off, like the notifications, they are kept.
 func expireCancelled(ctx context.Context, db DB, cutoff time.Time) (int64, error) {
-	var total int64
-	for {
-		tag, err := db.Exec(ctx, `DELETE FROM scheduled_notifications WHERE id IN (
+	return deleteInBatches(ctx, db, "expire cancelled scheduled events", `DELETE FROM scheduled_notifications WHERE id IN (
 				SELECT id FROM scheduled_notifications WHERE cancelled_at IS NOT NULL AND send_at < $1 AND scheduled_at < $1
-				ORDER BY send_at LIMIT $2)`, cutoff, keyBatch)
-		if err != nil {
-			return total, fmt.Errorf("maintenance: expire cancelled scheduled events: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < keyBatch {
-			return total, nil
-		}
-	}
+				ORDER BY send_at LIMIT $2)`, cutoff)
 }
 
 // ReadEventsKept is how long the read-state changes the live stream sends to
@@ -63,30 +43,27 @@ const ReadEventsKept = 24 * time.Hour
 // expireReadEvents deletes read-state changes made before cutoff, keyBatch at
 // a time.
 func expireReadEvents(ctx context.Context, db DB, cutoff time.Time) (int64, error) {
-	var total int64
-	for {
-		tag, err := db.Exec(ctx, `DELETE FROM read_events WHERE id IN (
-				SELECT id FROM read_events WHERE created_at < $1 ORDER BY created_at LIMIT $2)`, cutoff, keyBatch)
-		if err != nil {
-			return total, fmt.Errorf("maintenance: expire read events: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < keyBatch {
-			return total, nil
-		}
-	}
+	return deleteInBatches(ctx, db, "expire read events", `DELETE FROM read_events WHERE id IN (
+				SELECT id FROM read_events WHERE created_at < $1 ORDER BY created_at LIMIT $2)`, cutoff)
 }
 
 // expireStreamTickets deletes the stream tickets (live.Tickets) that expired
 // before cutoff unused, keyBatch at a time: a used one was deleted by its
 // use.
 func expireStreamTickets(ctx context.Context, db DB, cutoff time.Time) (int64, error) {
+	return deleteInBatches(ctx, db, "expire stream tickets", `DELETE FROM stream_tickets WHERE hash IN (
+				SELECT hash FROM stream_tickets WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)`, cutoff)
+}
+
+// deleteInBatches runs sql, a DELETE of at most $2 rows older than $1, until
+// a batch deletes fewer than keyBatch: each batch its own short
+// transaction. what names the work in the error.
+func deleteInBatches(ctx context.Context, db DB, what, sql string, cutoff time.Time) (int64, error) {
 	var total int64
 	for {
-		tag, err := db.Exec(ctx, `DELETE FROM stream_tickets WHERE hash IN (
-				SELECT hash FROM stream_tickets WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)`, cutoff, keyBatch)
+		tag, err := db.Exec(ctx, sql, cutoff, keyBatch)
 		if err != nil {
-			return total, fmt.Errorf("maintenance: expire stream tickets: %w", err)
+			return total, fmt.Errorf("maintenance: %s: %w", what, err)
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < keyBatch {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -36,11 +35,7 @@ func (s *Server) routeTopics() {
 func (s *Server) topicError(w http.ResponseWriter, r *http.Request, what string, err error) {
 	switch {
 	case errors.Is(err, topics.ErrInvalid):
-		p := problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error())
-		if strings.HasPrefix(err.Error(), "after: ") {
-			p = p.On("after")
-		}
-		problem.Write(w, r, p)
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error()))
 	case errors.Is(err, topics.ErrNotFound):
 		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no such topic open to subscription"))
 	default:
@@ -66,7 +61,7 @@ func (s *Server) setTopic(w http.ResponseWriter, r *http.Request, _ auth.Service
 		s.topicError(w, r, "set topic", err)
 		return
 	}
-	httpapi.WriteJSON(w, map[bool]int{true: http.StatusCreated, false: http.StatusOK}[created], t)
+	httpapi.WriteJSON(w, createdOrOK(created), t)
 }
 
 func (s *Server) getTopic(w http.ResponseWriter, r *http.Request, _ auth.ServiceClaims) {
@@ -120,9 +115,16 @@ func (s *Server) listTopics(w http.ResponseWriter, r *http.Request, _ httprouter
 		}
 		limit = n
 	}
+	after := q.Get("after")
+	if after != "" {
+		if err := topics.CheckName(after); err != nil {
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "after: "+err.Error()).On("after"))
+			return
+		}
+	}
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
-	subs, more, err := s.cfg.Topics.List(ctx, u.ID, q.Get("after"), limit)
+	subs, more, err := s.cfg.Topics.List(ctx, u.ID, after, limit)
 	if err != nil {
 		s.topicError(w, r, "list topics", err)
 		return
@@ -145,7 +147,7 @@ func (s *Server) subscribe(w http.ResponseWriter, r *http.Request, ps httprouter
 		s.topicError(w, r, "subscribe", err)
 		return
 	}
-	httpapi.WriteJSON(w, map[bool]int{true: http.StatusCreated, false: http.StatusOK}[created], sub)
+	httpapi.WriteJSON(w, createdOrOK(created), sub)
 }
 
 func (s *Server) unsubscribe(w http.ResponseWriter, r *http.Request, ps httprouter.Params, u auth.User) {
@@ -156,4 +158,12 @@ func (s *Server) unsubscribe(w http.ResponseWriter, r *http.Request, ps httprout
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// createdOrOK is 201 for what a PUT created, 200 for what it found.
+func createdOrOK(created bool) int {
+	if created {
+		return http.StatusCreated
+	}
+	return http.StatusOK
 }

@@ -47,7 +47,8 @@ func (s *Server) cancelEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 	if res.Stopped > 0 && s.cfg.PushMetrics != nil {
 		s.cfg.PushMetrics.CountPolicy(push.PolicyCancelled, res.Stopped)
 	}
-	httpapi.WriteJSON(w, http.StatusOK, cancelAnswer{Status: "cancelled", IdempotencyKey: key, CancelledAt: res.Cancelled.UTC(), Notifications: res.Stopped})
+	httpapi.WriteJSON(w, http.StatusOK, cancelAnswer{Status: "cancelled", IdempotencyKey: key, CancelledAt: res.Cancelled.UTC(),
+		Notifications: res.Stopped, TopicMembersReached: res.Reached})
 }
 
 // cancelAnswer is the body of a cancellation's 200.
@@ -55,8 +56,12 @@ type cancelAnswer struct {
 	Status         string    `json:"status"`
 	IdempotencyKey string    `json:"idempotency_key"`
 	CancelledAt    time.Time `json:"cancelled_at"`
-	// Notifications is how many this request stopped: 0 for a repeat.
+	// Notifications is how many recipients' scheduled notifications this
+	// request stopped: 0 for a repeat.
 	Notifications int `json:"notifications"`
+	// TopicMembersReached is how many members of the event's topics got
+	// it before its fan-outs stopped (0 before its send_at).
+	TopicMembersReached int64 `json:"topic_members_reached"`
 }
 
 // ingestEvent is POST /internal/v1/events: the relay's contract for producers
@@ -85,7 +90,7 @@ func (s *Server) ingestEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 	case event.Accepted:
 		s.waker.Committed()
 	case event.Duplicate:
-		if first, err := ingest.FirstClaim(ctx, s.cfg.DB, c.Subject, ev.IdempotencyKey, ev.Recipients[0]); err == nil {
+		if first, err := ingest.FirstClaim(ctx, s.cfg.DB, c.Subject, ev.IdempotencyKey); err == nil {
 			answer.ReceivedAt = first
 		}
 	case event.Conflict:

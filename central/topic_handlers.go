@@ -29,6 +29,58 @@ func (s *Server) routeTopics() {
 	s.handleUser(http.MethodGet, "/v1/topics", user, s.listTopics)
 	s.handleUser(http.MethodPut, "/v1/topics/:topic/subscription", user, s.subscribe)
 	s.handleUser(http.MethodDelete, "/v1/topics/:topic/subscription", user, s.unsubscribe)
+	s.handleUser(http.MethodGet, "/v1/admin/topic-fanouts", admin, s.listFanouts)
+}
+
+// fanoutPage is the body of GET /v1/admin/topic-fanouts.
+type fanoutPage struct {
+	Fanouts []topics.FanoutStatus `json:"fanouts"`
+	// NextBefore, when set, is the before of the next page.
+	NextBefore *int64 `json:"next_before"`
+}
+
+// listFanouts lists topic fan-outs and their progress, newest first.
+func (s *Server) listFanouts(w http.ResponseWriter, r *http.Request, _ httprouter.Params, _ auth.User) {
+	q := r.URL.Query()
+	f := topics.FanoutFilter{State: q.Get("state"), Topic: q.Get("topic"), Producer: q.Get("producer"), IdempotencyKey: q.Get("idempotency_key")}
+	for _, p := range []struct {
+		name string
+		max  int64
+		set  func(int64)
+	}{
+		{"limit", topics.MaxFanoutPage, func(n int64) { f.Limit = int(n) }},
+		{"before", 1 << 62, func(n int64) { f.Before = n }},
+	} {
+		if v := q.Get(p.name); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 || n > p.max {
+				problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidQuery,
+					p.name+" must be a whole number from 1 to "+strconv.FormatInt(p.max, 10)).On(p.name))
+				return
+			}
+			p.set(n)
+		}
+	}
+	if err := topics.CheckFanoutFilter(f); err != nil {
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidQuery, err.Error()))
+		return
+	}
+	ctx, cancel := s.dbContext(r)
+	defer cancel()
+	list, more, err := s.cfg.Topics.Fanouts(ctx, f)
+	if err != nil {
+		s.dbError(w, r, "list topic fan-outs", err)
+		return
+	}
+	page := fanoutPage{Fanouts: list}
+	if page.Fanouts == nil {
+		page.Fanouts = []topics.FanoutStatus{}
+	}
+	if more {
+		next := list[len(list)-1].ID
+		page.NextBefore = &next
+	}
+	httpapi.WriteJSON(w, http.StatusOK, page)
 }
 
 // topicError answers a topics store's error.

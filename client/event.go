@@ -23,9 +23,14 @@ type Event struct {
 	Type string `json:"type"`
 	// Category groups events for push preferences. Default "general".
 	Category string `json:"category,omitempty"`
-	// Recipients are user ids, 1–1000, each 1–256 bytes. Duplicates are
-	// folded and order does not matter.
+	// Recipients are user ids, up to 1000, each 1–256 bytes. Duplicates are
+	// folded and order does not matter. An event needs recipients, topics
+	// or both.
 	Recipients []string `json:"recipients"`
+	// Topics are up to 10 topic names: every member subscribed when the
+	// event is accepted, and still subscribed when central writes theirs,
+	// gets it once, however many of its topics and recipients name them.
+	Topics []string `json:"topics,omitempty"`
 	// Title is up to 1024 bytes; Body up to 4096.
 	Title string `json:"title,omitempty"`
 	Body  string `json:"body,omitempty"`
@@ -84,6 +89,7 @@ type wireEvent struct {
 	Type           string          `json:"type"`
 	Category       string          `json:"category,omitempty"`
 	Recipients     []string        `json:"recipients"`
+	Topics         []string        `json:"topics,omitempty"`
 	Title          string          `json:"title,omitempty"`
 	Body           string          `json:"body,omitempty"`
 	Data           json.RawMessage `json:"data,omitempty"`
@@ -114,7 +120,7 @@ func (ev Event) encode() ([]byte, error) {
 		return nil, localInvalid("data", "is not valid UTF-8")
 	}
 	wire := wireEvent{
-		IdempotencyKey: ev.IdempotencyKey, Type: ev.Type, Category: ev.Category, Recipients: ev.Recipients,
+		IdempotencyKey: ev.IdempotencyKey, Type: ev.Type, Category: ev.Category, Recipients: ev.Recipients, Topics: ev.Topics,
 		Title: ev.Title, Body: ev.Body, Data: data, RunID: ev.RunID, Priority: ev.Priority,
 	}
 	if !ev.SendAt.IsZero() {
@@ -148,8 +154,16 @@ func (ev Event) check() error {
 	if strings.TrimSpace(ev.Title) == "" && strings.TrimSpace(ev.Body) == "" {
 		return localInvalid("title", "is required when there is no body: a push with neither shows an empty banner")
 	}
-	if len(ev.Recipients) == 0 {
-		return localInvalid("recipients", "at least one recipient is required")
+	if len(ev.Recipients) == 0 && len(ev.Topics) == 0 {
+		return localInvalid("recipients", "at least one recipient or topic is required")
+	}
+	if len(ev.Topics) > event.MaxTopics {
+		return localInvalid("topics", fmt.Sprintf("at most %d topics per event", event.MaxTopics))
+	}
+	for _, t := range ev.Topics {
+		if !event.ValidTopic(t) {
+			return localInvalid("topics", fmt.Sprintf("%q is not a topic's name: 1 to 128 of a-z, 0-9, '.', '_' and '-', the first a letter or digit", t))
+		}
 	}
 	unique := make(map[string]struct{}, len(ev.Recipients))
 	for _, r := range ev.Recipients {

@@ -75,7 +75,7 @@ func ExampleClient_Emit() {
 	// accepted <nil>
 	// duplicate true <nil>
 	// true
-	// recipients at least one recipient is required
+	// recipients at least one recipient or topic is required
 }
 
 // A relay that listens beyond loopback requires service tokens. TokenSource

@@ -33,6 +33,8 @@ const (
 	MaxBodyLen      = 4096
 	MaxRunIDLen     = 256
 	MaxDigestKeyLen = 256
+	// MaxTopics is how many topics one event may address.
+	MaxTopics       = 10
 	DefaultCategory = "general"
 	// MaxScheduleAhead is how far ahead send_at may be.
 	MaxScheduleAhead = 30 * 24 * time.Hour
@@ -70,16 +72,21 @@ func invalid(field, reason string) error {
 	return &Error{Field: field, Reason: reason, kind: ErrInvalid}
 }
 
-// Event is one producer event. Each recipient becomes its own notification.
+// Event is one producer event. Each recipient becomes its own notification,
+// and so does each member of each topic it addresses (one per user, however
+// many of its topics and recipients name them).
 type Event struct {
-	IdempotencyKey string          `json:"idempotency_key"`
-	Type           string          `json:"type"`
-	Category       string          `json:"category"`
-	Recipients     []string        `json:"recipients"`
-	Title          string          `json:"title,omitempty"`
-	Body           string          `json:"body,omitempty"`
-	Data           json.RawMessage `json:"data,omitempty"`
-	RunID          string          `json:"run_id,omitempty"`
+	IdempotencyKey string   `json:"idempotency_key"`
+	Type           string   `json:"type"`
+	Category       string   `json:"category"`
+	Recipients     []string `json:"recipients"`
+	// Topics name sets of users (topic names, see ValidTopic), sorted and
+	// once each; members are found when central writes the event.
+	Topics []string        `json:"topics,omitempty"`
+	Title  string          `json:"title,omitempty"`
+	Body   string          `json:"body,omitempty"`
+	Data   json.RawMessage `json:"data,omitempty"`
+	RunID  string          `json:"run_id,omitempty"`
 	// SendAt (RFC 3339, canonically UTC) schedules the notification: it does
 	// not exist for its recipients before then. Empty sends at once.
 	SendAt string `json:"send_at,omitempty"`
@@ -265,6 +272,7 @@ func (ev *Event) canonicalize() error {
 		ev.Category = DefaultCategory
 	}
 	ev.Recipients = slices.Compact(slices.Sorted(slices.Values(ev.Recipients)))
+	ev.Topics = sortedTopics(ev.Topics)
 	if err := ev.check(); err != nil {
 		return err
 	}
@@ -304,8 +312,8 @@ func (ev *Event) check() error {
 			return err
 		}
 	}
-	if len(ev.Recipients) == 0 {
-		return invalid("recipients", "at least one recipient is required")
+	if len(ev.Recipients) == 0 && len(ev.Topics) == 0 {
+		return invalid("recipients", "at least one recipient or topic is required")
 	}
 	if len(ev.Recipients) > MaxRecipients {
 		return invalid("recipients", fmt.Sprintf("at most %d recipients per event", MaxRecipients))
@@ -315,7 +323,42 @@ func (ev *Event) check() error {
 			return err
 		}
 	}
+	if len(ev.Topics) > MaxTopics {
+		return invalid("topics", fmt.Sprintf("at most %d topics per event", MaxTopics))
+	}
+	for _, t := range ev.Topics {
+		if !ValidTopic(t) {
+			return invalid("topics", fmt.Sprintf("%.140q is not a topic's name: 1 to 128 of a-z, 0-9, '.', '_' and '-', the first a letter or digit", t))
+		}
+	}
 	return ev.checkPolicy()
+}
+
+// sortedTopics is topics sorted and once each; nil for none, so that an
+// empty list and an absent one encode alike (absent).
+func sortedTopics(topics []string) []string {
+	if len(topics) == 0 {
+		return nil
+	}
+	return slices.Compact(slices.Sorted(slices.Values(topics)))
+}
+
+// ValidTopic reports whether name is a topic's name: 1 to 128 of a-z, 0-9,
+// '.', '_' and '-', the first a letter or digit (so that no name is a
+// path's dot segment, which URLs collapse).
+func ValidTopic(name string) bool {
+	if len(name) == 0 || len(name) > 128 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // CheckKey checks an idempotency key given apart from an event (a
@@ -507,6 +550,7 @@ func Parse(canonical []byte) (Event, error) {
 		}
 	}
 	ev.Recipients = slices.Compact(slices.Sorted(slices.Values(ev.Recipients)))
+	ev.Topics = sortedTopics(ev.Topics)
 	if err := ev.check(); err != nil {
 		return Event{}, err
 	}

@@ -44,7 +44,7 @@ func FuzzDecode(f *testing.F) {
 		if !utf8.Valid(body) || !utf8.ValidString(key) {
 			t.Fatalf("a body or key that is not valid UTF-8 decoded: %q", body)
 		}
-		if ev.IdempotencyKey == "" || ev.Type == "" || len(ev.Recipients) == 0 {
+		if ev.IdempotencyKey == "" || ev.Type == "" || len(ev.Recipients)+len(ev.Topics) == 0 {
 			t.Fatalf("decoded event lacks a required field: %+v", ev)
 		}
 		canon := ev.Canonical()

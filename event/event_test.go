@@ -127,3 +127,54 @@ func TestParseChecksASpooledEventAgain(t *testing.T) {
 		}
 	}
 }
+
+func TestTopicsAreSortedOnceEachAndChecked(t *testing.T) {
+	t.Parallel()
+	a, err := event.Decode([]byte(`{"idempotency_key":"k","type":"t","title":"x","topics":["news","alerts.eu","news"]}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(a.Topics, ","); got != "alerts.eu,news" {
+		t.Errorf("topics = %s, want alerts.eu,news", got)
+	}
+	if len(a.Recipients) != 0 {
+		t.Errorf("recipients = %v, want none", a.Recipients)
+	}
+	b, err := event.Decode([]byte(`{"topics":["alerts.eu","news"],"title":"x","type":"t","recipients":[]}`), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Hash(), b.Hash()) {
+		t.Errorf("hashes differ:\n%s\n%s", a.Canonical(), b.Canonical())
+	}
+	if want := `{"idempotency_key":"k","type":"t","category":"general","recipients":null,"topics":["alerts.eu","news"],"title":"x"}`; string(a.Canonical()) != want {
+		t.Errorf("canonical = %s\nwant        %s", a.Canonical(), want)
+	}
+	parsed, err := event.Parse(a.Canonical())
+	if err != nil || !bytes.Equal(parsed.Canonical(), a.Canonical()) {
+		t.Fatalf("Parse = %s, %v", parsed.Canonical(), err)
+	}
+	// An event without topics hashes as it did before topics existed.
+	c, _ := event.Decode([]byte(`{"idempotency_key":"k","type":"t","recipients":["u1"],"topics":[]}`), "")
+	if strings.Contains(string(c.Canonical()), "topics") {
+		t.Errorf("an empty topics list is in the canonical form: %s", c.Canonical())
+	}
+	for body, field := range map[string]string{
+		`{"idempotency_key":"k","type":"t"}`:                                                        "recipients",
+		`{"idempotency_key":"k","type":"t","topics":[]}`:                                            "recipients",
+		`{"idempotency_key":"k","type":"t","topics":["News"]}`:                                      "topics",
+		`{"idempotency_key":"k","type":"t","topics":[".hidden"]}`:                                   "topics",
+		`{"idempotency_key":"k","type":"t","topics":["a/b"]}`:                                       "topics",
+		`{"idempotency_key":"k","type":"t","topics":["` + strings.Repeat("a", 129) + `"]}`:          "topics",
+		`{"idempotency_key":"k","type":"t","topics":["a","b","c","d","e","f","g","h","i","j","k"]}`: "topics",
+	} {
+		_, err := event.Decode([]byte(body), "")
+		var e *event.Error
+		if !errors.As(err, &e) || e.Field != field || !errors.Is(err, event.ErrInvalid) {
+			t.Errorf("Decode(%s) = %v, want invalid %s", body, err, field)
+		}
+	}
+	if !event.ValidTopic(strings.Repeat("a", 128)) || !event.ValidTopic("0-a_b.c") {
+		t.Error("a valid topic name is refused")
+	}
+}

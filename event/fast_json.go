@@ -65,6 +65,11 @@ func decodeFast(body []byte) (ev Event, ok bool) {
 			if ev.Recipients, ok = p.strs(); !ok {
 				return Event{}, false
 			}
+		case "topics":
+			bit = 1024
+			if ev.Topics, ok = p.strs(); !ok {
+				return Event{}, false
+			}
 		case "data":
 			bit = 128
 			start := p.i
@@ -428,6 +433,16 @@ func (ev Event) appendCanonical(dst []byte) ([]byte, error) {
 				dst = append(dst, ',')
 			}
 			dst = jsonenc.AppendString(dst, r)
+		}
+		dst = append(dst, ']')
+	}
+	if len(ev.Topics) > 0 {
+		dst = append(dst, `,"topics":[`...)
+		for i, t := range ev.Topics {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = jsonenc.AppendString(dst, t)
 		}
 		dst = append(dst, ']')
 	}

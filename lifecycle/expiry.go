@@ -35,6 +35,16 @@ func expireCancelled(ctx context.Context, db DB, cutoff time.Time) (int64, error
 				ORDER BY send_at LIMIT $2)`, cutoff)
 }
 
+// expireFanouts deletes the topic fan-outs (and their ranges) that ended
+// before cutoff, keyBatch at a time. They are kept while the event's keys
+// are (a repeated cancellation answers from them, and an event sent again
+// within the key window finds its fan-outs and adds none) and while its
+// notifications are (status and the admin API show them).
+func expireFanouts(ctx context.Context, db DB, cutoff time.Time) (int64, error) {
+	return deleteInBatches(ctx, db, "expire topic fan-outs", `DELETE FROM topic_fanouts WHERE id IN (
+				SELECT id FROM topic_fanouts WHERE ended_at < $1 ORDER BY ended_at LIMIT $2)`, cutoff)
+}
+
 // ReadEventsKept is how long the read-state changes the live stream sends to
 // a user's other devices are kept: replicas read them within moments, so a
 // day covers any replica's catch-up after an outage.

@@ -116,6 +116,9 @@ type Report struct {
 	// CancelledExpired counts the rows of cancelled scheduled events deleted
 	// (see expireCancelled).
 	CancelledExpired int64 `json:"cancelled_expired"`
+	// FanoutsExpired counts the topic fan-outs deleted, ended before both
+	// the key window and retention.
+	FanoutsExpired int64 `json:"fanouts_expired"`
 	// ReadEventsExpired counts the read-state changes deleted past ReadEventsKept.
 	ReadEventsExpired int64 `json:"read_events_expired"`
 	// StreamTicketsExpired counts the stream tickets deleted that expired unused.
@@ -249,6 +252,9 @@ func (p *pass) run(ctx context.Context) error {
 	}
 	if cfg.Retention > 0 {
 		if p.rep.CancelledExpired, err = expireCancelled(ctx, cfg.DB, now.Add(-max(cfg.KeyWindow, cfg.Retention))); err != nil {
+			return err
+		}
+		if p.rep.FanoutsExpired, err = expireFanouts(ctx, cfg.DB, now.Add(-max(cfg.KeyWindow, cfg.Retention))); err != nil {
 			return err
 		}
 	}

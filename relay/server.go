@@ -180,7 +180,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) string {
 		Key:      ev.IdempotencyKey,
 		Hash:     event.HashCanonical(canonical),
 		Payload:  canonical,
-		Fanout:   len(ev.Recipients),
+		Fanout:   max(1, len(ev.Recipients)), // a topic event is one row until central fans it out
 	})
 	if err != nil {
 		return s.claimFailed(w, r, "the event", err)

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/spoolcast/spoolcast/event"
 )
 
 // Limits of the API.
@@ -27,10 +28,6 @@ const (
 	// MaxListPage is the longest page of a user's topics.
 	MaxListPage = 1000
 )
-
-// namePattern: a letter or digit first, so that no name is a path's dot
-// segment ("." or "..", which URLs collapse).
-var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 
 // ErrInvalid is a request that breaks a rule; its text says which.
 var ErrInvalid = errors.New("invalid")
@@ -46,7 +43,7 @@ func invalid(format string, args ...any) error {
 // CheckName reports whether name is a topic's name: 1–128 of a-z, 0-9,
 // '.', '_' and '-', the first a letter or digit.
 func CheckName(name string) error {
-	if !namePattern.MatchString(name) {
+	if !event.ValidTopic(name) {
 		return invalid("topic %.140q: a topic's name is 1 to 128 of a-z, 0-9, '.', '_' and '-', the first a letter or digit", name)
 	}
 	return nil

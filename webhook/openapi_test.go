@@ -8,7 +8,10 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/spoolcast/spoolcast/docs"
+	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/sync/ingest"
+	"github.com/spoolcast/spoolcast/topics"
 	"github.com/spoolcast/spoolcast/webhook"
 )
 
@@ -34,6 +37,7 @@ func webhookSchemas(t *testing.T) map[string]*openapi3.Schema {
 		webhook.NotificationCreated:  body("notificationCreated"),
 		webhook.NotificationRead:     body("notificationRead"),
 		webhook.NotificationArchived: body("notificationArchived"),
+		webhook.TopicFanoutCompleted: body("topicFanoutCompleted"),
 	}
 	for _, typ := range []string{webhook.PushSent, webhook.PushDelivered, webhook.PushFailed, webhook.PushSkipped, webhook.PushDeferred,
 		webhook.PushDigested, webhook.PushThrottled, webhook.PushSuppressed, webhook.PushCancelled} {
@@ -50,9 +54,29 @@ func TestEveryDeliveryBodyIsTheOneTheOpenAPIWebhooksDescribe(t *testing.T) {
 	schemas := webhookSchemas(t)
 	e := newEnv(t, webhook.DelivererConfig{})
 	r := newReceiver(t)
-	e.endpoint(r.URL, webhook.NotificationCreated, webhook.NotificationRead, webhook.NotificationArchived, webhook.PushSent, webhook.PushDelivered, webhook.PushFailed, webhook.PushSkipped)
+	e.endpoint(r.URL, webhook.NotificationCreated, webhook.NotificationRead, webhook.NotificationArchived, webhook.PushSent, webhook.PushDelivered, webhook.PushFailed, webhook.PushSkipped,
+		webhook.TopicFanoutCompleted)
 	e.ingest("export-1", "alice")
 	e.ingest("export-2", "alice")
+	// A topic event: its members' notifications send no notification.created,
+	// its fan-out one topic.fanout.completed.
+	if _, err := topics.NewStore(e.pool).ChangeMembers(context.Background(), "launch", []string{"bob", "carol"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	launch, err := event.Decode([]byte(`{"idempotency_key":"launch-1","type":"launch","title":"We launched","topics":["launch"]}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ingest.Ingest(context.Background(), e.pool, []ingest.Item{{Producer: "news", Event: launch}}); err != nil {
+		t.Fatal(err)
+	}
+	fanout, err := topics.NewFanout(topics.FanoutConfig{DB: e.pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fanout.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	var id feed.ID
 	if err := e.pool.QueryRow(context.Background(), `SELECT created_at, id FROM notifications WHERE user_id = 'alice' AND idempotency_key = 'export-1'`).Scan(&id.CreatedAt, &id.Seq); err != nil {
 		t.Fatal(err)
@@ -104,7 +128,8 @@ func TestEveryDeliveryBodyIsTheOneTheOpenAPIWebhooksDescribe(t *testing.T) {
 		}
 		seen[body.Type]++
 	}
-	want := map[string]int{webhook.NotificationCreated: 2, webhook.NotificationRead: 2, webhook.NotificationArchived: 2, webhook.PushSkipped: 1, webhook.PushSent: 1, webhook.PushFailed: 1}
+	want := map[string]int{webhook.NotificationCreated: 2, webhook.NotificationRead: 2, webhook.NotificationArchived: 2, webhook.PushSkipped: 1, webhook.PushSent: 1, webhook.PushFailed: 1,
+		webhook.TopicFanoutCompleted: 1}
 	for typ, n := range want {
 		if seen[typ] != n {
 			t.Errorf("%d deliveries of %s, want %d (got %v)", seen[typ], typ, n, seen)

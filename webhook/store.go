@@ -30,11 +30,12 @@ const (
 	PushThrottled        = "push.throttled"
 	PushSuppressed       = "push.suppressed"
 	PushCancelled        = "push.cancelled"
+	TopicFanoutCompleted = "topic.fanout.completed"
 )
 
 // EventTypes are every type, in the order the docs list them.
 var EventTypes = []string{NotificationCreated, NotificationRead, NotificationArchived, PushSent, PushDelivered, PushFailed,
-	PushSkipped, PushDeferred, PushDigested, PushThrottled, PushSuppressed, PushCancelled}
+	PushSkipped, PushDeferred, PushDigested, PushThrottled, PushSuppressed, PushCancelled, TopicFanoutCompleted}
 
 // Limits of an endpoint's definition.
 const (

@@ -29,7 +29,10 @@ var watched = []string{
 
 // scrapeAll sums each watched counter over the processes' /metrics (all
 // label sets); a process that does not answer adds nothing.
-func scrapeAll(ps []*proc) map[string]float64 {
+func scrapeAll(ps []*proc) map[string]float64 { return scrapeNames(ps, watched) }
+
+// scrapeNames is scrapeAll of the counters named.
+func scrapeNames(ps []*proc, names []string) map[string]float64 {
 	out := map[string]float64{}
 	client := http.Client{Timeout: 2 * time.Second}
 	for _, p := range ps {
@@ -46,7 +49,7 @@ func scrapeAll(ps []*proc) map[string]float64 {
 			}
 			name, rest, _ := strings.Cut(line, " ")
 			base, _, _ := strings.Cut(name, "{")
-			for _, w := range watched {
+			for _, w := range names {
 				if base == w {
 					fields := strings.Fields(rest)
 					if len(fields) > 0 {

@@ -7,6 +7,7 @@
 //	go run ./benchmarks/e2e -quick          # 200/s for 5 s, 500 sockets
 //	go run ./benchmarks/e2e -replicas 2 -wave -rates 200   # a replica killed mid-run
 //	go run ./benchmarks/e2e -rates 200 -duration 30m -sample 1m   # the soak
+//	go run ./benchmarks/e2e -rates 200 -sockets 10000 -fanout 1000000 -duration 3m   # a 1M-member broadcast mid-window
 //
 // It starts, on this machine, a durable Postgres cluster, one relay and
 // -replicas central replicas (subprocesses of the real binary, push on,
@@ -18,7 +19,10 @@
 // grace period for stragglers, and reports the latency quantiles, the
 // stages between (relay accept, forward, commit → frame, commit → push),
 // missing and duplicated frames and pushes, and each process's CPU per
-// event. Tables go to stdout, a CSV and an SVG plot to -out.
+// event. Tables go to stdout, a CSV and an SVG plot to -out. With -fanout N
+// a topic of N other users is filled first, and one event to it is posted
+// in the last rate's window: the direct events' latency before it and
+// while its fan-out runs are compared (fanout.go).
 package main
 
 import (
@@ -57,14 +61,21 @@ func main() {
 		wave        = flag.Bool("wave", false, "kill (SIGKILL) the last replica in the middle of the last rate's window; its apps move to the others (needs -replicas 2 or more)")
 		pprof       = flag.Bool("pprof", false, "profile the first replica's CPU (Go's pprof, on an --ops-listen address of its own) over each measured window, or over the wave; the profiles go to -out")
 		every       = flag.Duration("sample", 0, "sample RSS, goroutines and table sizes this often, and report latency per interval (the soak: -duration 30m -sample 1m)")
+		fanout      = flag.Int("fanout", 0, "fill topic \"everyone\" with this many members (not the benchmark's users) and post one event to it in the last rate's window, after at most 30 s of it; the last rate's window is then, unless -duration is given, long enough for the fan-out")
 	)
 	flag.Parse()
+	durationSet := false
+	flag.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })
 	if *quick {
 		*rates, *duration, *warmup, *sockets = "200", 5*time.Second, 2*time.Second, 500
 	}
 	cfg := config{sockets: *sockets, duration: *duration, warmup: *warmup, grace: *grace, replicas: *replicas,
 		expoRate: *expoRate, out: *out, binary: *binary, keep: *keep, relayArgs: strings.Fields(*relayArgs), centralArgs: strings.Fields(*centralArgs), pgStats: *pgStats,
-		wave: *wave, sample: *every, pprof: *pprof}
+		wave: *wave, sample: *every, pprof: *pprof, fanout: *fanout}
+	cfg.lastDuration = cfg.duration
+	if cfg.fanout > 0 && !durationSet {
+		cfg.lastDuration = defaultFanoutWindow(cfg.fanout)
+	}
 	for f := range strings.SplitSeq(*rates, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
@@ -79,6 +90,10 @@ func main() {
 	}
 	if cfg.wave && cfg.replicas < 2 {
 		fmt.Fprintln(os.Stderr, "e2e: -wave kills a replica: give -replicas 2 or more")
+		os.Exit(2)
+	}
+	if cfg.fanout < 0 || cfg.fanout > 0 && cfg.wave {
+		fmt.Fprintln(os.Stderr, "e2e: -fanout wants a number of members, and not with -wave (each takes the last rate's window)")
 		os.Exit(2)
 	}
 	if cfg.sample < 0 {
@@ -97,11 +112,15 @@ type config struct {
 	sockets, replicas, expoRate int
 	rates                       []int
 	duration, warmup, grace     time.Duration
-	out, binary                 string
-	keep                        bool
-	relayArgs, centralArgs      []string
-	pgStats, wave, pprof        bool
-	sample                      time.Duration
+	// lastDuration is the last rate's window: -duration, or under -fanout
+	// without it, long enough for the fan-out.
+	lastDuration           time.Duration
+	fanout                 int // members of the broadcast's topic; 0: no broadcast
+	out, binary            string
+	keep                   bool
+	relayArgs, centralArgs []string
+	pgStats, wave, pprof   bool
+	sample                 time.Duration
 }
 
 // pushLease is central's default push claim lease: the pushes a killed
@@ -145,6 +164,12 @@ func run(cfg config) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("set up: %w (logs in %s; -keep keeps them)", err, dir)
 	}
+	// Filled before the apps open, so that the fill is timed alone.
+	if cfg.fanout > 0 {
+		if err := fillTopic(ctx, w.cluster.URL, cfg.fanout); err != nil {
+			return 0, fmt.Errorf("fill the topic: %w", err)
+		}
+	}
 	var bases []string
 	for _, c := range w.centrals {
 		bases = append(bases, c.base)
@@ -176,7 +201,11 @@ func run(cfg config) (int, error) {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		res := measure(ctx, cfg, w, rate, l, a, meters, i == len(cfg.rates)-1)
+		last, rc := i == len(cfg.rates)-1, cfg
+		if last {
+			rc.duration = cfg.lastDuration
+		}
+		res := measure(ctx, rc, w, rate, l, a, meters, last)
 		res.print()
 		results = append(results, res)
 	}
@@ -226,8 +255,8 @@ func loadAverage() string {
 
 // measure offers one rate: warm-up, the measured window (CPU read at its
 // two ends), then the grace period for stragglers. With -wave, the last
-// rate's window has a replica killed in its middle; with -sample, samples
-// are taken throughout.
+// rate's window has a replica killed in its middle; with -fanout, a
+// broadcast posted in it; with -sample, samples are taken throughout.
 func measure(ctx context.Context, cfg config, w *world, rate int, l *ledger, a *apps, meters []meter, last bool) result {
 	relay, pgURL := w.relay.base, w.cluster.URL
 	scraped := append([]*proc{w.relay}, w.centrals...)
@@ -251,17 +280,28 @@ func measure(ctx context.Context, cfg config, w *world, rate int, l *ledger, a *
 	} else {
 		close(killed)
 	}
+	var broadcasted <-chan *fanoutResult
+	postAt := fanoutAt(from, cfg.duration)
+	withFanout := cfg.fanout > 0 && last
+	if withFanout {
+		broadcasted = broadcast(ctx, cfg, w, meters, from, postAt, to)
+	}
 	profiled := make(chan struct{})
 	if cfg.pprof {
-		start, secs, name := from, int(cfg.duration.Seconds()), fmt.Sprintf("e2e-%d.pprof", rate)
-		if cfg.wave && last {
-			start, secs, name = from.Add(cfg.duration/2), 5, fmt.Sprintf("e2e-%d-wave.pprof", rate)
+		profiles := []profileSpec{{from, cfg.duration, filepath.Join(cfg.out, fmt.Sprintf("e2e-%d.pprof", rate))}}
+		switch {
+		case cfg.wave && last:
+			profiles = []profileSpec{{from.Add(cfg.duration / 2), 5 * time.Second, filepath.Join(cfg.out, fmt.Sprintf("e2e-%d-wave.pprof", rate))}}
+		case withFanout:
+			profiles = fanoutProfiles(cfg, rate, from, postAt)
 		}
 		go func() {
 			defer close(profiled)
-			time.Sleep(time.Until(start))
-			if err := profile(w.centrals[0].ops, secs, filepath.Join(cfg.out, name)); err != nil {
-				fmt.Println("e2e: profile:", err)
+			for _, p := range profiles {
+				time.Sleep(time.Until(p.start))
+				if err := profile(w.centrals[0].ops, int(p.length.Seconds()), p.path); err != nil {
+					fmt.Println("e2e: profile:", err)
+				}
 			}
 		}()
 	} else {
@@ -295,7 +335,7 @@ func measure(ctx context.Context, cfg config, w *world, rate int, l *ledger, a *
 		if diskAfter, err := readDiskWork(ctx, pgURL, w.relay.pid()); err == nil && diskErr == nil {
 			res.disk = diskAfter.minus(diskBefore)
 		}
-		if cfg.pgStats {
+		if cfg.pgStats && !withFanout { // the broadcast reads them, before it and during
 			res.statements = costliest(ctx, pgURL, cfg.duration)
 		}
 		for _, p := range rssOf {
@@ -308,11 +348,18 @@ func measure(ctx context.Context, cfg config, w *world, rate int, l *ledger, a *
 	<-killed
 	<-profiled
 	close(stopSampling)
+	if withFanout {
+		// Its end is timed even when it outlasts the window.
+		res.fanout = <-broadcasted
+	}
 	sent := time.Now()
 	grace := cfg.grace
 	if !killedAt.IsZero() {
 		// The pushes the killed replica had claimed wait out its lease.
 		grace = max(grace, pushLease+30*time.Second)
+	}
+	if withFanout {
+		grace = max(grace, fanoutGrace)
 	}
 	for {
 		frames, pushes := l.outstanding(evs)
@@ -334,8 +381,18 @@ func measure(ctx context.Context, cfg config, w *world, rate int, l *ledger, a *
 			res.wave.pushEnds = ends
 		}
 	}
+	if res.fanout != nil {
+		res.fanout.tally(l, evs, from, to)
+	}
 	res.samples, res.ledger, res.evs, res.from = <-sampled, l, evs, from
 	return res
+}
+
+// profileSpec is a CPU profile to take: from start, for length.
+type profileSpec struct {
+	start  time.Time
+	length time.Duration
+	path   string
 }
 
 // profile writes secs seconds of a process's CPU profile to path.

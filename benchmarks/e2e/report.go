@@ -37,6 +37,7 @@ type result struct {
 	disk                                           diskWork  // over the window
 	missingExamples                                []string
 	wave                                           *waveResult
+	fanout                                         *fanoutResult
 	samples                                        []sample
 	ledger                                         *ledger
 	evs                                            []*event
@@ -193,8 +194,12 @@ func (r result) perEvent(d time.Duration) string {
 // report prints the tables and returns the exit code: 1 when anything was
 // missing, duplicated or failed.
 func report(cfg config, rs []result, strays int, dropped int64) int {
+	measured := cfg.duration.String()
+	if cfg.lastDuration != cfg.duration {
+		measured += fmt.Sprintf(" (the last rate %s, for the broadcast)", cfg.lastDuration)
+	}
 	fmt.Printf("\nopen loop, %s measured per rate after %s of warm-up; %d sockets (half WebSocket, half SSE) on %d replica(s); latency from when each POST was due\n\n",
-		cfg.duration, cfg.warmup, cfg.sockets, cfg.replicas)
+		measured, cfg.warmup, cfg.sockets, cfg.replicas)
 	fmt.Println("| offered/s | achieved/s | POST→frame p50 | p99 | p99.9 | max | POST→push p50 | p99 | p99.9 | max | frames (missing, dup) | pushes (missing, dup) | generator late |")
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|")
 	for _, r := range rs {
@@ -257,6 +262,9 @@ func report(cfg config, rs []result, strays int, dropped int64) int {
 		if r.wave != nil {
 			r.wave.print(r.rate)
 		}
+		if r.fanout != nil {
+			r.fanout.print(r.rate)
+		}
 		if len(r.samples) > 0 {
 			fmt.Printf("\nrate %d/s:", r.rate)
 			printSamples(r.samples, r.ledger, r.evs, r.from)
@@ -265,6 +273,11 @@ func report(cfg config, rs []result, strays int, dropped int64) int {
 	code := 0
 	for _, r := range rs {
 		if !r.clean() {
+			code = 1
+		}
+	}
+	for _, r := range rs {
+		if r.fanout != nil && r.fanout.err != nil {
 			code = 1
 		}
 	}

@@ -56,24 +56,33 @@ func sampler(ctx context.Context, every time.Duration, url string, ps []*proc, t
 
 // gauge is one unlabelled metric of a process's /metrics; -1 when it does
 // not answer.
-func gauge(base, name string) float64 {
+func gauge(base, name string) float64 { return gauges(base, name)[0] }
+
+// gauges are unlabelled metrics of a process's /metrics, in one read; -1
+// for each it does not answer.
+func gauges(base string, names ...string) []float64 {
+	out := make([]float64, len(names))
+	for i := range out {
+		out[i] = -1
+	}
 	client := http.Client{Timeout: 2 * time.Second}
 	resp, err := client.Get(base + "/metrics")
 	if err != nil {
-		return -1
+		return out
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err == nil {
-				return f
+		for i, name := range names {
+			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					out[i] = f
+				}
 			}
 		}
 	}
-	return -1
+	return out
 }
 
 // tableSizes is every table's size with its indexes and TOAST, a

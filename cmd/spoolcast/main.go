@@ -39,6 +39,7 @@ func commands() []command {
 		{"emit", "post one sample event to a relay and print the answer", emitCommand},
 		{"stream", "follow a user's live stream from central and print each frame", streamCommand},
 		{"webhook", "receive webhooks, verifying each signature, and print them: `webhook listen`", webhookCommand},
+		{"topics", "show topic fan-outs and their progress: `topics status`", topicsCommand},
 		{"spool", "inspect a spool file (`spool stats`, `spool ls`) or requeue its dead rows (`spool requeue --dead`)", spoolCommand},
 	}
 }

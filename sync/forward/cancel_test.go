@@ -328,3 +328,24 @@ func TestACancellationSurvivesARelayRestartBeforeForwarding(t *testing.T) {
 	h.wantCancelled("report:4", 2)
 	h.wantCancels(1, 0, 0)
 }
+
+// An event to a topic goes through the relay like any other: the relay
+// spools it as one row, central's Postgres gets its fan-out, and a DELETE
+// through the relay stops that fan-out before its send_at.
+func TestATopicEventIsForwardedAndItsFanoutCancelledThroughTheRelay(t *testing.T) {
+	t.Parallel()
+	h := newCancelHarness(t)
+	h.startForwarder(forward.Config{})
+	sendAt := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	h.post(`{"idempotency_key":"launch:1","type":"launch","title":"We launched","topics":["everyone","eu"],"send_at":"` + sendAt + `"}`)
+	h.waitDrained()
+	if got := pgtest.Count(t, h.pool, `SELECT count(*) FROM topic_fanouts WHERE idempotency_key = 'launch:1' AND state = 'pending' AND due_at = $1`, sendAt); got != 2 {
+		t.Fatalf("%d pending fan-outs due at send_at; want one per topic", got)
+	}
+	h.cancel("launch:1")
+	h.waitDrained()
+	if got := pgtest.Count(t, h.pool, `SELECT count(*) FROM topic_fanouts WHERE idempotency_key = 'launch:1' AND state = 'cancelled'`); got != 2 {
+		t.Errorf("%d fan-outs cancelled; want both", got)
+	}
+	h.wantCancels(1, 0, 0)
+}

@@ -39,8 +39,12 @@ func (o CancelOutcome) String() string {
 // CancelResult is a cancellation's outcome and how many notifications it
 // stopped (0 for a repeated cancellation).
 type CancelResult struct {
-	Outcome   CancelOutcome
-	Stopped   int
+	Outcome CancelOutcome
+	// Stopped counts the recipients' scheduled notifications stopped.
+	Stopped int
+	// Reached counts the topic members who got the event before its
+	// fan-outs were stopped (the same for a repeat).
+	Reached   int64
 	Cancelled time.Time // when the event was first cancelled
 }
 
@@ -57,7 +61,9 @@ const EventLockClass = 0x65766e74 // "evnt"
 const EventLockKey = `hashtext('event:' || octet_length(producer) || ':' || producer || ':' || idempotency_key)`
 
 // Cancel stops the scheduled notifications of the producer's event key
-// before their send_at, all of them or none: in one transaction it takes the
+// before their send_at, all of them or none, and its topic fan-outs' members
+// not yet written (topics.Fanout writes a batch holding the event's lock
+// shared, so the count of those reached is exact): in one transaction it takes the
 // event's lock (waiting for a firer that holds it), then marks every row
 // cancelled and gives each a cancelled row in the delivery log. The firer
 // fires only the rows of events whose lock it took, all in one statement, so
@@ -73,7 +79,8 @@ func Cancel(ctx context.Context, db DB, producer, key string, at time.Time) (Can
 		return CancelResult{}, fmt.Errorf("cancel %q: the database given cannot begin a transaction", key)
 	}
 	at = at.Truncate(time.Microsecond) // as Postgres keeps it, so a repeat answers the same time
-	var stopped, earlier int
+	var stopped, earlier, rows int
+	var reached int64
 	var first *time.Time
 	var claimed bool
 	run := func() error {
@@ -91,12 +98,25 @@ func Cancel(ctx context.Context, db DB, producer, key string, at time.Time) (Can
 			logged AS (
 				INSERT INTO push_dispatches (notification_id, notification_created_at, user_id, state, error)
 				SELECT id, send_at, user_id, 'cancelled', 'cancelled before its send_at' FROM c
-			)
-			SELECT (SELECT count(*) FROM c),
-			       (SELECT count(*) FROM scheduled_notifications WHERE producer = $1 AND idempotency_key = $2 AND cancelled_at IS NOT NULL),
-			       (SELECT min(cancelled_at) FROM scheduled_notifications WHERE producer = $1 AND idempotency_key = $2),
-			       EXISTS (SELECT 1 FROM idempotency_keys WHERE key = $4)`,
-				pgx.QueryExecModeCacheDescribe, producer, key, at, eventKey(producer, key)).Scan(&stopped, &earlier, &first, &claimed)
+			),
+			-- The event's topic fan-outs not ended: the members not yet
+			-- written are stopped. Batches that held the event's lock have
+			-- committed, and this statement's snapshot sees them.
+			fc AS (
+				UPDATE topic_fanouts SET state = 'cancelled', ended_at = $3
+				WHERE producer = $1 AND idempotency_key = $2 AND state IN ('pending', 'running')
+				RETURNING id
+			),
+			fanouts AS (SELECT id, state, ended_at FROM topic_fanouts WHERE producer = $1 AND idempotency_key = $2)
+			SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM fc),
+			       (SELECT count(*) FROM scheduled_notifications WHERE producer = $1 AND idempotency_key = $2 AND cancelled_at IS NOT NULL)
+			         + (SELECT count(*) FROM fanouts WHERE state = 'cancelled'),
+			       (SELECT min(t) FROM (SELECT min(cancelled_at) AS t FROM scheduled_notifications WHERE producer = $1 AND idempotency_key = $2
+			                            UNION ALL SELECT min(ended_at) FROM fanouts WHERE state = 'cancelled') m),
+			       EXISTS (SELECT 1 FROM idempotency_keys WHERE key = $4) OR EXISTS (SELECT 1 FROM fanouts),
+			       (SELECT count(*) FROM c),
+			       (SELECT coalesce(sum(written), 0)::int8 FROM topic_fanout_ranges WHERE fanout_id IN (SELECT id FROM fanouts))`,
+				pgx.QueryExecModeCacheDescribe, producer, key, at, eventKey(producer, key)).Scan(&stopped, &earlier, &first, &claimed, &rows, &reached)
 		})
 	}
 	err := run()
@@ -110,9 +130,9 @@ func Cancel(ctx context.Context, db DB, producer, key string, at time.Time) (Can
 	}
 	switch {
 	case stopped > 0:
-		return CancelResult{Outcome: Cancelled, Stopped: stopped, Cancelled: at}, nil
+		return CancelResult{Outcome: Cancelled, Stopped: rows, Reached: reached, Cancelled: at}, nil
 	case earlier > 0:
-		r := CancelResult{Outcome: Cancelled}
+		r := CancelResult{Outcome: Cancelled, Reached: reached}
 		if first != nil {
 			r.Cancelled = *first
 		}

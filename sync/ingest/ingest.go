@@ -30,11 +30,14 @@ type Item struct {
 }
 
 // Result is the outcome of one event and the notifications it created.
-// Accepted means at least one recipient got a new notification; Duplicate,
-// that every recipient already had it.
+// Accepted means at least one recipient got a new notification, or the
+// event's topic fan-outs were added; Duplicate, that neither happened.
 type Result struct {
 	Outcome event.Outcome
 	Created int
+	// Fanouts: the event's topics' fan-outs were added (topics.Fanout
+	// writes their members).
+	Fanouts bool
 }
 
 // DB is what ingest needs of Postgres: a pgxpool.Pool, a pgx.Conn or a pgx.Tx.
@@ -88,13 +91,17 @@ func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
 			a.rcptEvent = append(a.rcptEvent, int64(len(sent)))
 			a.rcptUser = append(a.rcptUser, r)
 		}
+		for _, t := range it.Event.Topics {
+			a.topicEvent = append(a.topicEvent, int64(len(sent)))
+			a.topic = append(a.topic, t)
+		}
 	}
-	var created, conflicted []int64
+	var created, conflicted, fanned []int64
 	run := func() error {
 		return db.QueryRow(ctx, ingestSQL, pgx.QueryExecModeCacheDescribe,
 			a.eventKey, a.hash, a.producer, a.producerKey, a.received, a.typ, a.category, a.title, a.body, a.data, a.runID,
-			a.rcptEvent, a.rcptUser, a.sendAt, a.priority, a.digestKey, a.digestWindow,
-		).Scan(&created, &conflicted)
+			a.rcptEvent, a.rcptUser, a.sendAt, a.priority, a.digestKey, a.digestWindow, a.topicEvent, a.topic,
+		).Scan(&created, &conflicted, &fanned)
 	}
 	err := run()
 	if weekly.NoPartition(err) {
@@ -122,6 +129,10 @@ func Ingest(ctx context.Context, db DB, items []Item) ([]Result, error) {
 		results[sent[n-1]].Outcome = event.Accepted
 		results[sent[n-1]].Created++
 	}
+	for _, n := range fanned {
+		results[sent[n-1]].Outcome = event.Accepted
+		results[sent[n-1]].Fanouts = true
+	}
 	for i, j := range repeatOf {
 		switch {
 		case j < 0:
@@ -144,6 +155,8 @@ type ingestArgs struct {
 	received                                                                 []*time.Time
 	rcptEvent                                                                []int64
 	rcptUser                                                                 []string
+	topicEvent                                                               []int64
+	topic                                                                    []string
 	sendAt                                                                   []*time.Time
 	priority                                                                 []string
 	digestKey, digestWindow                                                  []*string

@@ -86,9 +86,31 @@ queued AS (
     INSERT INTO push_queue (notification_id, notification_created_at, user_id, category, priority, digest_key, digest_window)
     SELECT id, now(), user_id, category, priority, digest_key, digest_window
     FROM new WHERE send_at IS NULL
+),
+-- Each (event, topic) of an accepted event becomes one fan-out job, its
+-- members found and written later (topics.Fanout). An event whose key was
+-- conflicted adds none, and one sent again adds none: its jobs exist. Its
+-- members are those subscribed when the event was first received, never
+-- later than now.
+fanouts AS (
+    INSERT INTO topic_fanouts (topic, producer, idempotency_key, hash, accepted_at, due_at, received_at, type, category,
+                               title, body, data, run_id, priority, digest_key, digest_window)
+    SELECT t.topic, e.producer, e.producer_key, e.hash, least(coalesce(e.received_at, now()), now()),
+           coalesce(e.send_at, least(coalesce(e.received_at, now()), now())), e.received_at, e.type, e.category,
+           e.title, e.body, e.data, NULLIF(e.run_id, ''), e.priority, e.digest_key, e.digest_window
+    FROM unnest($18::int8[], $19::text[]) AS t(ev, topic)
+    JOIN ev e ON e.ev = t.ev
+    WHERE t.ev NOT IN (SELECT ev FROM conflicted)
+    ORDER BY e.producer, e.producer_key, t.topic
+    ON CONFLICT (producer, idempotency_key, topic) DO NOTHING
+    RETURNING producer, idempotency_key
+),
+fanned AS (
+    SELECT DISTINCT e.ev FROM fanouts f JOIN ev e ON e.producer = f.producer AND e.producer_key = f.idempotency_key
 )
 -- No NOTIFY here: a notifying commit serializes with every other one (see
 -- sync.WakeUp); the caller's Waker sends the wake-up after the commit.
 SELECT
     coalesce((SELECT array_agg(ev) FROM new), '{}'),
-    coalesce((SELECT array_agg(ev) FROM conflicted), '{}');
+    coalesce((SELECT array_agg(ev) FROM conflicted), '{}'),
+    coalesce((SELECT array_agg(ev) FROM fanned), '{}');

@@ -31,7 +31,7 @@ func TestIngestPersistsOneNotificationPerRecipientOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ingest.Result{{event.Accepted, 2}, {event.Accepted, 1}, {event.Accepted, 1}}
+	want := []ingest.Result{{Outcome: event.Accepted, Created: 2}, {Outcome: event.Accepted, Created: 1}, {Outcome: event.Accepted, Created: 1}}
 	for i := range want {
 		if res[i] != want[i] {
 			t.Errorf("result %d = %+v, want %+v", i, res[i], want[i])

@@ -23,12 +23,12 @@ func NotificationKey(producer, key, recipient string) string {
 	return strconv.Itoa(len(producer)) + ":" + producer + ":" + strconv.Itoa(len(key)) + ":" + key + ":" + recipient
 }
 
-// FirstClaim is when Postgres first claimed the notification key of one of
-// the event's recipients: the time a duplicate is answered with.
-func FirstClaim(ctx context.Context, db DB, producer, key, recipient string) (time.Time, error) {
+// FirstClaim is when Postgres first claimed the event's key: the time a
+// duplicate is answered with.
+func FirstClaim(ctx context.Context, db DB, producer, key string) (time.Time, error) {
 	var at time.Time
 	err := db.QueryRow(ctx, `SELECT least(claimed_at, now()) FROM idempotency_keys WHERE key = $1`, pgx.QueryExecModeCacheDescribe,
-		NotificationKey(producer, key, recipient)).Scan(&at)
+		eventKey(producer, key)).Scan(&at)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read the first claim: %w", err)
 	}

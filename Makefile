@@ -74,8 +74,8 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 ## bench: hot-path benchmarks, the relay load generator, the forwarder, feed-depth, feed-load (wrk), push and live stream benchmarks,
-## the whole pipeline end to end (producer POST to the app's frame and to the push request), then the relay against Redis,
-## NATS JetStream and Postgres (benchmarks/peers, a module of its own) with its plot
+## the whole pipeline end to end (producer POST to the app's frame and to the push request), topics (membership and a 1M-member fan-out), the APNs and FCM
+## channels against bare loops, then the relay against Redis, NATS JetStream and Postgres (benchmarks/peers, a module of its own) with its plot
 bench:
 	@scripts/ensure-deps postgresql redis wrk
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./spool/ ./relay/
@@ -87,6 +87,8 @@ bench:
 	$(GO) run ./benchmarks/livebench
 	$(GO) run ./benchmarks/e2e -duration 10s
 	$(GO) run ./benchmarks/topicbench -members 1000000
+	$(GO) run ./benchmarks/fanout -members 1000000
+	$(GO) run ./benchmarks/channelbench
 	cd benchmarks/peers && $(GO) run . -plot
 
 ## inbox: rebuild inbox/static/inbox.js, the web inbox's committed script, from inbox/src/inbox.ts and the SDK's

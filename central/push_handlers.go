@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -29,6 +30,9 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, _ httprouter.
 	var body struct {
 		Token    string `json:"token"`
 		Platform string `json:"platform"`
+		// Provider reaches the device: expo (the default for ios and
+		// android), webpush (for web), or a channel set up here (apns, fcm).
+		Provider string `json:"provider"`
 		// Subscription is a browser's PushSubscription.toJSON(), for platform web.
 		Subscription json.RawMessage `json:"subscription"`
 	}
@@ -36,7 +40,18 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, _ httprouter.
 		return
 	}
 	var sub webpush.Subscription
+	direct := body.Provider != "" && body.Provider != push.ProviderExpo && body.Provider != push.ProviderWebPush
 	switch {
+	case body.Provider == push.ProviderWebPush && body.Platform != push.Web,
+		body.Provider == push.ProviderExpo && body.Platform == push.Web:
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "provider webpush is for platform web, and platform web is reached by webpush only").On("provider"))
+		return
+	case direct && body.Platform == push.Web:
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "platform web is reached by webpush only").On("provider"))
+		return
+	case direct && len(body.Subscription) > 0:
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "a subscription is for platform web").On("subscription"))
+		return
 	case body.Platform != push.IOS && body.Platform != push.Android && body.Platform != push.Web:
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "platform must be ios, android or web").On("platform"))
 		return
@@ -68,13 +83,20 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, _ httprouter.
 	defer cancel()
 	var dev push.Device
 	var err error
-	if body.Platform == push.Web {
+	switch {
+	case body.Platform == push.Web:
 		dev, err = s.cfg.Devices.RegisterWeb(ctx, u.ID, sub)
-	} else {
+	case direct:
+		dev, err = s.cfg.Devices.RegisterWith(ctx, u.ID, body.Provider, body.Token, body.Platform)
+	default:
 		dev, err = s.cfg.Devices.Register(ctx, u.ID, body.Token, body.Platform)
 	}
 	switch {
-	case errors.Is(err, push.ErrInvalidToken):
+	case errors.Is(err, push.ErrProviderNotSetUp):
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, fmt.Sprintf("provider %q is not set up on this deployment", body.Provider)).On("provider"))
+	case errors.Is(err, push.ErrPlatform):
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error()).On("platform"))
+	case errors.Is(err, push.ErrInvalidToken), errors.Is(err, push.ErrProviderToken):
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidPushToken, err.Error()).On("token"))
 	case err != nil:
 		s.dbError(w, r, "register device", err)

@@ -26,6 +26,7 @@ import (
 	"github.com/spoolcast/spoolcast/apiversion"
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/central"
+	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/docs"
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/clock"
@@ -37,6 +38,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/migrations"
+	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 	"github.com/spoolcast/spoolcast/webhook"
 )
@@ -76,6 +78,7 @@ type options struct {
 	maxSocketsPerUser    int    // the hub's MaxSocketsPerUser; 0: its default
 	presence             bool   // the hub records presence and seen positions
 	clock                clock.Clock
+	channels             []channel.Channel // the devices' providers set up beside Expo and Web Push
 }
 
 func newHarness(t *testing.T, o options) *harness {
@@ -109,6 +112,10 @@ func newHarness(t *testing.T, o options) *harness {
 		cfg.ReadDB = o.read
 	}
 	cfg.VAPIDPublicKey, cfg.WebPushAllowPrivate = o.vapidPublicKey, o.webPushAllowPrivate
+	if o.channels != nil {
+		cfg.Devices = push.NewDevices(pool, nil)
+		cfg.Devices.Channels = o.channels
+	}
 	if o.allowPrivateWebhooks {
 		cfg.Webhooks = webhook.NewStore(webhook.StoreConfig{DB: pool, AllowPrivate: true})
 	}

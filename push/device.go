@@ -7,8 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/push/webpush"
 
 	"github.com/jackc/pgx/v5"
@@ -40,14 +44,8 @@ var ErrInvalidToken = errors.New("not an Expo push token: want ExponentPushToken
 // ErrNoDevice: no such token among the caller's devices.
 var ErrNoDevice = errors.New("no such device")
 
-var tokenShape = regexp.MustCompile(`^(?:ExponentPushToken|ExpoPushToken)\[[A-Za-z0-9_-]{1,256}\]$`)
-
 // webTokenShape is the token of a Web Push subscription (WebToken).
 var webTokenShape = regexp.MustCompile(`^WebPush\[[A-Za-z0-9_-]{32}\]$`)
-
-// ValidToken reports whether token has the shape of an Expo push token or
-// of a Web Push subscription's token.
-func ValidToken(token string) bool { return tokenShape.MatchString(token) || IsWebToken(token) }
 
 // IsWebToken reports whether token names a Web Push subscription.
 func IsWebToken(token string) bool { return webTokenShape.MatchString(token) }
@@ -61,10 +59,18 @@ func WebToken(endpoint string) string {
 	return "WebPush[" + base64.RawURLEncoding.EncodeToString(sum[:24]) + "]"
 }
 
+// ValidProvider reports whether name can name a provider: lowercase
+// letters, digits and _, at most 32, as the devices table checks.
+func ValidProvider(name string) bool { return providerShape.MatchString(name) }
+
+var providerShape = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+
 // Device is one push token of a user.
 type Device struct {
-	Token          string     `json:"token"`
-	Platform       string     `json:"platform"`
+	Token    string `json:"token"`
+	Platform string `json:"platform"`
+	// Provider reaches the device: expo, webpush, apns, fcm.
+	Provider       string     `json:"provider"`
 	Enabled        bool       `json:"enabled"`
 	DisabledReason *string    `json:"disabled_reason"`
 	DisabledAt     *time.Time `json:"disabled_at"`
@@ -79,6 +85,11 @@ type Devices struct {
 	// (DisabledReplaced). Default (0 or less) DefaultMaxEnabledPerUser, 20.
 	// Set it before the first Register.
 	MaxEnabledPerUser int
+
+	// Channels are the providers behind the channel shape that devices
+	// may register with (DispatcherConfig.Channels); set before the first
+	// RegisterWith.
+	Channels []channel.Channel
 
 	db      DB
 	metrics *Metrics
@@ -99,29 +110,59 @@ func NewDevices(db DB, metrics *Metrics) *Devices {
 // recently seen others are disabled as DisabledReplaced, so that a user who
 // reinstalls is never locked out by the tokens of the old installs.
 func (d *Devices) Register(ctx context.Context, userID, token, platform string) (Device, error) {
-	if !tokenShape.MatchString(token) {
+	if !expo.ValidToken(token) {
 		return Device{}, ErrInvalidToken
 	}
 	if platform != IOS && platform != Android {
 		return Device{}, fmt.Errorf("platform %q: want ios or android", platform)
 	}
-	return d.registerRetrying(ctx, userID, token, platform, nil)
+	return d.registerRetrying(ctx, userID, token, platform, ProviderExpo, nil)
 }
+
+// ErrProviderNotSetUp: no channel of that provider on this deployment.
+var ErrProviderNotSetUp = errors.New("provider not set up on this deployment")
+
+// RegisterWith records a device of a provider behind the channel shape
+// (apns, fcm), as Register does an Expo token: the token must have the
+// provider's shape and the platform be one it reaches.
+func (d *Devices) RegisterWith(ctx context.Context, userID, provider, token, platform string) (Device, error) {
+	var reg channel.Registrar
+	for _, ch := range d.Channels {
+		if ch.Provider() == provider {
+			reg, _ = ch.(channel.Registrar)
+		}
+	}
+	switch {
+	case reg == nil:
+		return Device{}, fmt.Errorf("%w: %s", ErrProviderNotSetUp, provider)
+	case !slices.Contains(reg.Platforms(), platform):
+		return Device{}, fmt.Errorf("%w: provider %s reaches %s, not %q", ErrPlatform, provider, strings.Join(reg.Platforms(), " and "), platform)
+	case !reg.ValidToken(token):
+		return Device{}, fmt.Errorf("%w of %s", ErrProviderToken, provider)
+	}
+	return d.registerRetrying(ctx, userID, token, platform, provider, nil)
+}
+
+// ErrProviderToken: not the shape of the provider's device tokens.
+var ErrProviderToken = errors.New("not a device token")
+
+// ErrPlatform: the platform is not one the provider reaches.
+var ErrPlatform = errors.New("wrong platform")
 
 // RegisterWeb records a browser's Web Push subscription for user, as
 // Register does a token: its device's token is WebToken(endpoint). A
 // subscription the browser renewed (a new endpoint) is a new device; the
 // old one is disabled when its push service answers 404 or 410.
 func (d *Devices) RegisterWeb(ctx context.Context, userID string, sub webpush.Subscription) (Device, error) {
-	return d.registerRetrying(ctx, userID, WebToken(sub.Endpoint), Web, &sub)
+	return d.registerRetrying(ctx, userID, WebToken(sub.Endpoint), Web, ProviderWebPush, &sub)
 }
 
-func (d *Devices) registerRetrying(ctx context.Context, userID, token, platform string, sub *webpush.Subscription) (Device, error) {
+func (d *Devices) registerRetrying(ctx context.Context, userID, token, platform, provider string, sub *webpush.Subscription) (Device, error) {
 	// A deadlock is possible, and Postgres breaks it by failing one side:
 	// two users taking over each other's tokens at once, or a dispatcher
 	// disabling a token this registration replaces. Both are rare; retry.
 	for attempt := 1; ; attempt++ {
-		dev, replaced, err := d.register(ctx, userID, token, platform, sub)
+		dev, replaced, err := d.register(ctx, userID, token, platform, provider, sub)
 		var pgErr *pgconn.PgError
 		if attempt < 3 && errors.As(err, &pgErr) && pgErr.Code == deadlockDetected {
 			continue
@@ -145,7 +186,7 @@ const devicesLockClass = 0x64657673 // "devs"
 
 // register is one attempt of Register, in one transaction; it returns how
 // many devices it replaced.
-func (d *Devices) register(ctx context.Context, userID, token, platform string, sub *webpush.Subscription) (dev Device, replaced int64, err error) {
+func (d *Devices) register(ctx context.Context, userID, token, platform, provider string, sub *webpush.Subscription) (dev Device, replaced int64, err error) {
 	var endpoint, p256dh, auth *string
 	if sub != nil {
 		endpoint, p256dh, auth = &sub.Endpoint, &sub.P256dh, &sub.Auth
@@ -163,11 +204,11 @@ func (d *Devices) register(ctx context.Context, userID, token, platform string, 
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, devicesLockClass, userID); err != nil {
 			return fmt.Errorf("lock the user's devices: %w", err)
 		}
-		rows, err := tx.Query(ctx, `INSERT INTO devices (token, user_id, platform, endpoint, p256dh, auth) VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (token) DO UPDATE SET user_id = EXCLUDED.user_id, platform = EXCLUDED.platform,
+		rows, err := tx.Query(ctx, `INSERT INTO devices (token, user_id, platform, endpoint, p256dh, auth, provider) VALUES ($1, $2, $3, $4, $5, $6, $7)
+			ON CONFLICT (token) DO UPDATE SET user_id = EXCLUDED.user_id, platform = EXCLUDED.platform, provider = EXCLUDED.provider,
 				endpoint = EXCLUDED.endpoint, p256dh = EXCLUDED.p256dh, auth = EXCLUDED.auth,
 				enabled = true, disabled_reason = NULL, disabled_at = NULL, last_seen_at = now()
-			RETURNING `+deviceColumns, token, userID, platform, endpoint, p256dh, auth)
+			RETURNING `+deviceColumns, token, userID, platform, endpoint, p256dh, auth, provider)
 		if err != nil {
 			return err
 		}
@@ -269,22 +310,24 @@ func (d *Devices) disableAsOf(ctx context.Context, tokens []string, since []time
 	return nil
 }
 
-// enabledTokens returns the enabled tokens of users, by user.
-func (d *Devices) enabledTokens(ctx context.Context, users []string) (map[string][]string, error) {
-	rows, err := d.db.Query(ctx, `SELECT user_id, token FROM devices WHERE user_id = ANY($1) AND enabled ORDER BY user_id, created_at, token`, users)
+// enabledTokens returns the enabled tokens of users, by user, and each
+// token's provider.
+func (d *Devices) enabledTokens(ctx context.Context, users []string) (map[string][]string, map[string]string, error) {
+	rows, err := d.db.Query(ctx, `SELECT user_id, token, provider FROM devices WHERE user_id = ANY($1) AND enabled ORDER BY user_id, created_at, token`, users)
 	if err != nil {
-		return nil, fmt.Errorf("read devices: %w", err)
+		return nil, nil, fmt.Errorf("read devices: %w", err)
 	}
 	defer rows.Close()
-	out := map[string][]string{}
+	out, providers := map[string][]string{}, map[string]string{}
 	for rows.Next() {
-		var user, token string
-		if err := rows.Scan(&user, &token); err != nil {
-			return nil, err
+		var user, token, provider string
+		if err := rows.Scan(&user, &token, &provider); err != nil {
+			return nil, nil, err
 		}
 		out[user] = append(out[user], token)
+		providers[token] = provider
 	}
-	return out, rows.Err()
+	return out, providers, rows.Err()
 }
 
 // subscriptions returns the Web Push subscriptions of tokens, by token,
@@ -310,10 +353,10 @@ func (d *Devices) subscriptions(ctx context.Context, tokens, users []string) (ma
 	return out, rows.Err()
 }
 
-const deviceColumns = `token, platform, enabled, disabled_reason, disabled_at, created_at, last_seen_at`
+const deviceColumns = `token, platform, provider, enabled, disabled_reason, disabled_at, created_at, last_seen_at`
 
 func scanDevice(row pgx.CollectableRow) (Device, error) {
 	var d Device
-	err := row.Scan(&d.Token, &d.Platform, &d.Enabled, &d.DisabledReason, &d.DisabledAt, &d.CreatedAt, &d.LastSeenAt)
+	err := row.Scan(&d.Token, &d.Platform, &d.Provider, &d.Enabled, &d.DisabledReason, &d.DisabledAt, &d.CreatedAt, &d.LastSeenAt)
 	return d, err
 }

@@ -64,7 +64,7 @@ const (
 
 // Providers, the values of spoolcast_push_clears_total's provider label.
 const (
-	ProviderExpo    = "expo"
+	ProviderExpo    = expo.Provider
 	ProviderWebPush = "webpush"
 )
 
@@ -77,13 +77,14 @@ type clearPayload struct {
 
 // clearDevice is one device's claimed clears, sent as one message.
 type clearDevice struct {
-	token   string
-	user    string
-	ids     []int64
-	public  []string
-	enabled bool // still enabled, and the user's
-	sub     webpush.Subscription
-	claimed time.Time
+	token    string
+	provider string
+	user     string
+	ids      []int64
+	public   []string
+	enabled  bool // still enabled, and the user's
+	sub      webpush.Subscription
+	claimed  time.Time
 }
 
 // clearOutcome is what became of one device's clear.
@@ -95,13 +96,6 @@ type clearOutcome struct {
 	due    time.Time
 	gone   bool
 	held   bool // given back unsent, to keep the user within their share
-}
-
-func provider(token string) string {
-	if IsWebToken(token) {
-		return ProviderWebPush
-	}
-	return ProviderExpo
 }
 
 // clearLoop runs a clear pass every clearInterval.
@@ -138,6 +132,10 @@ func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
 		switch {
 		case !dev.enabled:
 			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: "the device was disabled, or signed in as another user, since the push"})
+		case dev.provider != ProviderExpo && dev.provider != ProviderWebPush:
+			// A banner from APNs or FCM comes down when the app, woken by a
+			// background message, removes it; the channels send none yet.
+			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: "clears are not sent to " + dev.provider + " devices"})
 		case IsWebToken(dev.token) && d.cfg.WebPush == nil:
 			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: "Web Push is not set up on this replica (--vapid-key-file)"})
 		case IsWebToken(dev.token):
@@ -169,7 +167,7 @@ func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
 			continue
 		}
 		result := map[string]string{StateSent: ClearSent, StateFailed: ClearFailed, StateSkipped: ClearSkipped, StateQueued: ClearRetried}[o.state]
-		d.cfg.Metrics.clears.WithLabelValues(provider(o.dev.token), result).Inc()
+		d.cfg.Metrics.clears.WithLabelValues(o.dev.provider, result).Inc()
 		switch {
 		case o.gone && IsWebToken(o.dev.token):
 			goneWeb, sinceWeb = append(goneWeb, o.dev.token), append(sinceWeb, o.dev.claimed)
@@ -214,7 +212,8 @@ func (d *Dispatcher) claimClears(ctx context.Context) ([]*clearDevice, error) {
 			RETURNING c.notification_id, c.notification_created_at, c.token, c.user_id, c.sent_at
 		)
 		SELECT c.notification_id, c.notification_created_at, c.token, c.user_id, c.sent_at,
-		       coalesce(v.enabled AND v.user_id = c.user_id, false), coalesce(v.endpoint, ''), coalesce(v.p256dh, ''), coalesce(v.auth, '')
+		       coalesce(v.enabled AND v.user_id = c.user_id, false), coalesce(v.endpoint, ''), coalesce(v.p256dh, ''), coalesce(v.auth, ''),
+		       coalesce(v.provider, CASE WHEN c.token LIKE 'WebPush[%' THEN 'webpush' ELSE 'expo' END)
 		FROM claimed c LEFT JOIN devices v ON v.token = c.token
 		ORDER BY c.token, c.notification_created_at, c.notification_id`,
 		clearBatch, d.cfg.Replica, d.cfg.Clock.Now(), clearInterval, clearMaxIDs)
@@ -235,12 +234,13 @@ func collectClears(rows pgx.Rows) ([]*clearDevice, error) {
 		var token, user string
 		var enabled bool
 		var sub webpush.Subscription
-		if err := rows.Scan(&id, &created, &token, &user, &claimed, &enabled, &sub.Endpoint, &sub.P256dh, &sub.Auth); err != nil {
+		var provider string
+		if err := rows.Scan(&id, &created, &token, &user, &claimed, &enabled, &sub.Endpoint, &sub.P256dh, &sub.Auth, &provider); err != nil {
 			return nil, fmt.Errorf("claim clears: %w", err)
 		}
 		dev := byToken[token]
 		if dev == nil {
-			dev = &clearDevice{token: token, user: user, enabled: enabled && (!IsWebToken(token) || sub.Endpoint != ""), sub: sub, claimed: claimed}
+			dev = &clearDevice{token: token, provider: provider, user: user, enabled: enabled && (!IsWebToken(token) || sub.Endpoint != ""), sub: sub, claimed: claimed}
 			byToken[token] = dev
 			out = append(out, dev)
 		}
@@ -397,19 +397,21 @@ func (d *Dispatcher) skipClears(ctx context.Context) (int, error) {
 		)
 		UPDATE push_clears c SET state = 'skipped', error = 'not sent: --push-clear-on-read is off'
 		FROM due WHERE c.notification_id = due.notification_id AND c.token = due.token
-		RETURNING c.token`, clearBatch*clearMaxIDs)
+		RETURNING c.token || ' ' || coalesce((SELECT provider FROM devices v WHERE v.token = c.token),
+		                                     CASE WHEN c.token LIKE 'WebPush[%' THEN 'webpush' ELSE 'expo' END)`, clearBatch*clearMaxIDs)
 	if err != nil {
 		return 0, fmt.Errorf("skip clears: %w", err)
 	}
-	tokens, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	skipped, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return 0, fmt.Errorf("skip clears: %w", err)
 	}
 	seen := map[string]bool{}
-	for _, t := range tokens {
-		if !seen[t] {
-			seen[t] = true
-			d.cfg.Metrics.clears.WithLabelValues(provider(t), ClearSkipped).Inc()
+	for _, s := range skipped {
+		if !seen[s] {
+			seen[s] = true
+			_, provider, _ := strings.Cut(s, " ") // tokens hold no spaces
+			d.cfg.Metrics.clears.WithLabelValues(provider, ClearSkipped).Inc()
 		}
 	}
 	return len(seen), nil

@@ -116,10 +116,23 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 			users = append(users, q.user)
 		}
 	}
-	off := d.cfg.Preferences.PushOff(ctx, users)
-	tokens, err := d.cfg.Devices.enabledTokens(ctx, users)
+	tokens, providers, err := d.cfg.Devices.enabledTokens(ctx, users)
 	if err != nil {
 		return len(claimed), err
+	}
+	// Preferences are asked only for users with a device: a broadcast to a
+	// million topic members, most without one, would otherwise be a
+	// million lookups (with --prefs-url, requests to your service) for
+	// pushes that go nowhere.
+	reachable := make([]string, 0, len(users))
+	for _, u := range users {
+		if len(tokens[u]) > 0 {
+			reachable = append(reachable, u)
+		}
+	}
+	off := map[string]map[string]bool{}
+	if len(reachable) > 0 {
+		off = d.cfg.Preferences.PushOff(ctx, reachable)
 	}
 	done, err := d.dispatched(ctx, claimed)
 	if err != nil {
@@ -156,7 +169,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 		default:
 			for _, t := range tokens[q.user] {
 				switch {
-				case !ValidToken(t):
+				case !d.validToken(t, providers[t]):
 					invalid = append(invalid, t)
 				case !before[t]:
 					sends = append(sends, dispatchRow{n: q, token: &t, state: StateQueued})
@@ -202,6 +215,9 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 		p.count(d.cfg.Metrics)
 	}
 	written = true
+	for i := range created {
+		created[i].provider = providers[created[i].token]
+	}
 	d.send(ctx, created, leased.Add(d.cfg.Lease))
 	return len(claimed), nil
 }
@@ -239,6 +255,7 @@ type created struct {
 	createdAt time.Time
 	n         *queued
 	token     string
+	provider  string // the device's, as the pass read it
 }
 
 // create writes the dispatch rows and takes the notifications out of the

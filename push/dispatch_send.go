@@ -1,23 +1,14 @@
 package push
 
-// This file holds how a pass's dispatches reach Expo: the requests, what
-// each came to, and what a stopping pass gives back to the queue.
+// This file holds how a pass's dispatches are handed to their providers,
+// what each came to, and what a stopping pass gives back to the queue.
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strings"
-	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/spoolcast/spoolcast/expo"
-	"github.com/spoolcast/spoolcast/feed"
-	"github.com/spoolcast/spoolcast/internal/chaosplant"
-	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
@@ -27,132 +18,25 @@ type outcome struct {
 	state  string
 	ticket string
 	err    string
-	gone   bool // Expo says DeviceNotRegistered
-	unsent bool // ctx ended before its request reached Expo: given back
-	later  bool // Expo did not take it, and another pass is retrying: given back for expoRetryPause
-	// slower: Expo's ticket says MessageRateExceeded, too many to the
-	// device: sent again once, expoRateExceededWait later.
-	slower bool
+	gone   bool // the provider says the device is gone: disabled as of the send
 }
 
-// expoRetryPause is how long a push Expo did not take waits in the queue
-// when another pass of this replica is already trying Expo again.
-const expoRetryPause = 5 * time.Second
-
-// expoRateExceededWait is how long a push whose ticket said
-// MessageRateExceeded waits before its one more try: Expo asks for such
-// messages to be retried slowly, with backoff.
-const expoRateExceededWait = time.Minute
-
-// send pushes the written dispatches: to Expo in requests of at most 100
-// messages, in parallel (the client caps requests in flight), recording the
-// tickets; to browsers by sendWeb. What a provider did not take (Expo: a 429,
-// a 5xx, a request never written whole) is sent again with backoff, as the
-// provider asks, while that can end by the time the pass's lease does (by),
-// so that its outcome is recorded within it. One pass at a time tries Expo
-// for that long (expoRetrier); another makes the client's few tries and
-// gives back what Expo still did not take, due after expoRetryPause: an
-// outage of Expo holds one worker, and the next passes' browsers go on.
-// A request ctx ended before it reached Expo is given back to the queue; one
-// Expo may have taken without answering is not retried: at most once.
+// send pushes the written dispatches: each provider's through its channel
+// (Expo's, APNs', FCM's: sendChannels), browsers' by sendWeb, beside them.
 func (d *Dispatcher) send(ctx context.Context, all []created, by time.Time) {
-	var items, web []created
+	var web []created
+	others := map[string][]created{}
 	for _, c := range all {
-		if IsWebToken(c.token) {
+		if c.provider == ProviderWebPush {
 			web = append(web, c)
-		} else {
-			items = append(items, c)
+			continue
 		}
+		others[c.provider] = append(others[c.provider], c)
 	}
-	if len(items) == 0 {
-		d.sendWeb(ctx, web, by)
-		return
-	}
-	sendCtx, retrier := ctx, false
-	select {
-	case d.expoRetrier <- struct{}{}:
-		defer func() { <-d.expoRetrier }()
-		sendCtx, retrier = expo.RetryFor(ctx, clock.Until(d.cfg.Clock, by)), true
-	default:
-	}
-	outcomes := make([]outcome, len(items))
-	var wg sync.WaitGroup
-	for lo := 0; lo < len(items); lo += expo.MaxMessagesPerSend {
-		hi := min(lo+expo.MaxMessagesPerSend, len(items))
-		wg.Go(func() {
-			msgs := make([]expo.Message, hi-lo)
-			for i, c := range items[lo:hi] {
-				msgs[i] = message(c)
-			}
-			tickets, err := d.cfg.Sender.Send(sendCtx, msgs)
-			if chaosplant.Enabled && err == nil {
-				for _, m := range msgs {
-					if chaosplant.Plant(chaosplant.DoublePush) { // a planted defect (chaos self-check builds only)
-						_, _ = d.cfg.Sender.Send(sendCtx, []expo.Message{m})
-					}
-				}
-			}
-			var re *expo.RequestError
-			for i, c := range items[lo:hi] {
-				o := outcome{c: c}
-				switch {
-				case errors.Is(err, expo.ErrNotSent):
-					o.unsent = true
-				case errors.As(err, &re) && re.Unknown:
-					o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %v; not retried, a retry could deliver twice", err)
-					d.cfg.Metrics.sent.WithLabelValues(SentFailed).Inc()
-				case errors.As(err, &re) && re.Retryable() && !retrier:
-					o.later = true
-				case errors.As(err, &re) && re.Retryable():
-					o.state, o.err = StateFailed, fmt.Sprintf("%v; Expo took nothing, and was tried again while a try could end within the dispatch's lease", err)
-					d.cfg.Metrics.sent.WithLabelValues(SentFailed).Inc()
-				case err != nil:
-					o.state, o.err = StateFailed, err.Error()
-					d.cfg.Metrics.sent.WithLabelValues(SentFailed).Inc()
-				case tickets[i].Status == "ok":
-					o.state, o.ticket = StateSent, tickets[i].ID
-					d.cfg.Metrics.sent.WithLabelValues(SentOK).Inc()
-				default:
-					o.state, o.err = StateFailed, strings.TrimSpace(tickets[i].Code()+": "+tickets[i].Message)
-					o.gone = tickets[i].Code() == expo.DeviceNotRegistered
-					o.slower = tickets[i].Code() == expo.MessageRateExceeded
-					d.cfg.Metrics.sent.WithLabelValues(SentError).Inc()
-				}
-				outcomes[lo+i] = o
-			}
-		})
-	}
-	// The browsers' pushes are handed to their own sends while Expo answers.
+	// The browsers' pushes are handed to their own sends while the
+	// channels' providers answer.
 	d.sendWeb(ctx, web, by)
-	wg.Wait()
-	bg := context.WithoutCancel(ctx)
-	var answered []outcome
-	var unsent, later []created
-	for _, o := range outcomes {
-		switch {
-		case o.unsent:
-			unsent = append(unsent, o.c)
-		case o.later:
-			later = append(later, o.c)
-		case o.slower && d.deferOnce(bg, o.c, d.cfg.Clock.Now().Add(expoRateExceededWait), "Expo: "+o.err):
-		default:
-			answered = append(answered, o)
-		}
-	}
-	// Even if the process is stopping: the tickets were sent, and what was
-	// not is given back (after the tickets, so that whoever takes it again
-	// sees which devices already have it).
-	if err := d.persist(bg, func(ctx context.Context) error { return d.record(ctx, answered) }); err != nil {
-		d.log.Error("record push tickets; the dispatches stay queued and end failed (interrupted)", "err", err)
-	}
-	if err := d.persist(bg, func(ctx context.Context) error { return d.release(ctx, unsent, time.Time{}) }); err != nil {
-		d.log.Error("give back unsent dispatches; they stay queued and end failed (interrupted)", "err", err)
-	}
-	if err := d.persist(bg, func(ctx context.Context) error {
-		return d.release(ctx, later, d.cfg.Clock.Now().Add(expoRetryPause))
-	}); err != nil {
-		d.log.Error("give back dispatches Expo did not take; they stay queued and end failed (interrupted)", "err", err)
-	}
+	d.sendChannels(ctx, others, by)
 }
 
 // persist runs write until it succeeds, for at most the lease: what it
@@ -285,57 +169,4 @@ func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
 		return err
 	}
 	return d.cfg.Devices.disableUnreachable(ctx, gone, goneSince)
-}
-
-// message is the push for one dispatch: the title and body, shortened to fit
-// Expo's 4 KiB (the feed keeps the whole text), and the notification's id.
-func message(c created) expo.Message {
-	m := expo.Message{
-		To:       c.token,
-		Title:    c.n.title,
-		Body:     c.n.body,
-		Sound:    "default",
-		Priority: expoPriority(c.n),
-		Data: map[string]any{
-			"notification_id": feed.ID{CreatedAt: c.n.createdAt, Seq: c.n.id}.String(),
-			"category":        c.n.category,
-		},
-	}
-	if c.n.digestCount > 0 {
-		// A digest's push names it, so that the app can show it as one.
-		m.Data["digest"] = map[string]any{"key": c.n.digestKey, "count": c.n.digestCount}
-	}
-	for size, _ := expo.Size(m); size > expo.MaxMessageBytes; size, _ = expo.Size(m) {
-		over := size - expo.MaxMessageBytes + len("…")
-		switch {
-		case len(m.Body) > 0:
-			m.Body = shorten(m.Body, over)
-		case len(m.Title) > 0:
-			m.Title = shorten(m.Title, over)
-		default:
-			return m // nothing left to shorten: the client refuses it as too big
-		}
-	}
-	return m
-}
-
-// shorten cuts at least n bytes off s, at a rune boundary, and marks the cut.
-func shorten(s string, n int) string {
-	cut := max(0, len(s)-n)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	if cut == 0 {
-		return ""
-	}
-	return s[:cut] + "…"
-}
-
-// expoPriority is Expo's priority for a notification: high for critical
-// ones, Expo's default otherwise.
-func expoPriority(q *queued) string {
-	if q.critical() {
-		return "high"
-	}
-	return ""
 }

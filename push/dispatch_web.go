@@ -13,8 +13,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/egress"
 	"github.com/spoolcast/spoolcast/internal/startstop"
@@ -78,29 +78,17 @@ func (d *Dispatcher) webMessage(c created) webpush.Message {
 		if over <= 0 {
 			return m
 		}
-		over += len("…")
+		// A multi-byte rune may cost more once escaped: each cut is
+		// checked again by the loop.
 		switch {
 		case p.Body != "":
-			p.Body = shortenTo(p.Body, over)
+			p.Body = channel.Shorten(p.Body, len(p.Body)-over)
 		case p.Title != "":
-			p.Title = shortenTo(p.Title, over)
+			p.Title = channel.Shorten(p.Title, len(p.Title)-over)
 		default:
 			return m // nothing left to shorten: the sender refuses it
 		}
 	}
-}
-
-// shortenTo is shorten for JSON, where a multi-byte rune may cost more
-// once escaped: it cuts at least n bytes.
-func shortenTo(s string, n int) string {
-	if n >= len(s) {
-		return ""
-	}
-	cut := len(s) - n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // sendWeb starts the sends of web dispatches without waiting: at most

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
@@ -20,10 +21,8 @@ import (
 	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
-// Sender sends push messages: an *expo.Client.
-type Sender interface {
-	Send(ctx context.Context, msgs []expo.Message) ([]expo.Ticket, error)
-}
+// Sender sends push messages to Expo: an *expo.Client.
+type Sender = expo.Sender
 
 var _ Sender = (*expo.Client)(nil)
 
@@ -75,6 +74,10 @@ type DispatcherConfig struct {
 	// WebPush sends to browsers' Web Push subscriptions; nil records their
 	// dispatches failed, saying Web Push is not set up.
 	WebPush *webpush.Sender
+	// Channels are the providers behind the channel shape (APNs, FCM),
+	// each reaching the devices registered with its Provider(). A device
+	// of a provider not among them gets a failed dispatch saying so.
+	Channels []channel.Channel
 	// WebConcurrency caps Web Push requests in flight in this process.
 	// Default DefaultWebConcurrency.
 	WebConcurrency int
@@ -121,10 +124,6 @@ type Dispatcher struct {
 	sends      context.Context
 	abortSends context.CancelFunc
 
-	// expoRetrier is held by the one pass that may try Expo again until its
-	// lease nearly ends (see send).
-	expoRetrier chan struct{}
-
 	// Web Push sends run beside the passes: webSlots are the requests in
 	// flight, webWaiting those started or waiting for a slot, webOrigins
 	// and webUsers their shares per push service origin and per user,
@@ -132,6 +131,12 @@ type Dispatcher struct {
 	webSlots, webWaiting chan struct{}
 	webOrigins, webUsers *shares
 	webSends             sync.WaitGroup
+
+	// channels are DispatcherConfig.Channels by provider; channelRetriers
+	// hold, per provider, the one pass that may try it again until its
+	// lease nearly ends (see sendChannel).
+	channels        map[string]channel.Channel
+	channelRetriers map[string]chan struct{}
 }
 
 // gaugesInterval is how often the in-flight gauges are refreshed.
@@ -165,6 +170,21 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.Replica == "" {
 		cfg.Replica = replicaName()
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	ex, err := expo.NewChannel(expo.ChannelConfig{Sender: cfg.Sender, OnResult: func(r string) { cfg.Metrics.sent.WithLabelValues(r).Inc() }})
+	if err != nil {
+		return nil, err
+	}
+	channels, retriers := map[string]channel.Channel{ProviderExpo: ex}, map[string]chan struct{}{ProviderExpo: make(chan struct{}, 1)}
+	for _, ch := range cfg.Channels {
+		p := ch.Provider()
+		if p == ProviderExpo || p == ProviderWebPush || channels[p] != nil || !ValidProvider(p) {
+			return nil, fmt.Errorf("dispatcher: channel %q: a provider's name is lowercase, and each is set up once", p)
+		}
+		channels[p], retriers[p] = ch, make(chan struct{}, 1)
+	}
 	cfg.Clock = clock.Or(cfg.Clock)
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
@@ -172,8 +192,11 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Dispatcher{cfg: cfg, log: cfg.Logger.With("component", "dispatcher"), failLog: lograte.New(10 * time.Second), kick: make(chan struct{}, cfg.Workers),
-		inflight: map[uint64]struct{}{}, expoRetrier: make(chan struct{}, 1),
+	for p := range channels {
+		cfg.Metrics.initChannel(p)
+	}
+	return &Dispatcher{channels: channels, channelRetriers: retriers, cfg: cfg, log: cfg.Logger.With("component", "dispatcher"), failLog: lograte.New(10 * time.Second), kick: make(chan struct{}, cfg.Workers),
+		inflight: map[uint64]struct{}{},
 		webSlots: make(chan struct{}, cfg.WebConcurrency), webWaiting: make(chan struct{}, 2*cfg.WebConcurrency),
 		webOrigins: newShares(2*cfg.WebConcurrency*3/4, cfg.WebConcurrency*3/4), webUsers: newShares(2*cfg.WebConcurrency/8, cfg.WebConcurrency/8)}, nil
 }

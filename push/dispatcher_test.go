@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -358,5 +359,44 @@ func TestADispatchGivenBackWhileAPassHoldsItsNotificationIsNotLost(t *testing.T)
 	}
 	if got["ExponentPushToken[a]"] != 1 || got["ExponentPushToken[b]"] != 1 {
 		t.Errorf("pushes after both give-backs: %v, want each device once", got)
+	}
+}
+
+// askedPreferences records the users each lookup names.
+type askedPreferences struct {
+	push.Preferences
+	mu    sync.Mutex
+	asked []string
+}
+
+func (a *askedPreferences) PushOff(ctx context.Context, users []string) map[string]map[string]bool {
+	a.mu.Lock()
+	a.asked = append(a.asked, users...)
+	a.mu.Unlock()
+	return a.Preferences.PushOff(ctx, users)
+}
+
+// A broadcast reaches many users without a device: their pushes are
+// skipped without asking the preferences (a request each to --prefs-url).
+func TestPreferencesAreAskedOnlyForUsersWithADevice(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	s := newStackOn(t, clk)
+	prefs := &askedPreferences{Preferences: s.prefs}
+	d, err := push.NewDispatcher(push.DispatcherConfig{DB: s.pool, Sender: s.client, Preferences: prefs, Devices: s.devices,
+		Replica: "r1", Clock: clk, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.register("u1", "ExponentPushToken[a]")
+	s.ingest("k1", "c", "u1", "u2", "u3")
+	if _, err := d.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(prefs.asked) != "[u1]" {
+		t.Errorf("preferences asked for %v; want only u1, the one with a device", prefs.asked)
+	}
+	if st := s.states(); st[push.StateSkipped] != 2 || st[push.StateSent] != 1 {
+		t.Errorf("states = %v; want 1 sent, 2 skipped", st)
 	}
 }

@@ -3,6 +3,8 @@ package push
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/internal/metric"
 )
 
@@ -22,13 +24,16 @@ type Metrics struct {
 	webSent        *prometheus.CounterVec
 	webTook        prometheus.Histogram
 	clears         *prometheus.CounterVec
+	channelSent    *prometheus.CounterVec
+	channelTook    *prometheus.HistogramVec
+	credentials    *prometheus.CounterVec
 }
 
 // Results of a message sent, the values of spoolcast_push_sent_total's result label.
 const (
-	SentOK     = "ok"     // a ticket: Expo took it (its receipt says the rest)
-	SentError  = "error"  // a ticket with an error (DeviceNotRegistered, …)
-	SentFailed = "failed" // the request failed (after its retries, if it surely did not reach Expo; its outcome unknown, if it may have), or the message was refused before sending
+	SentOK     = expo.ResultOK     // a ticket: Expo took it (its receipt says the rest)
+	SentError  = expo.ResultError  // a ticket with an error (DeviceNotRegistered, …)
+	SentFailed = expo.ResultFailed // Expo refused the request, or may have taken it without a usable answer
 )
 
 // NewMetrics creates push's metrics and registers them with reg (nil: not exported).
@@ -37,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		dispatches: metric.GaugeVec("spoolcast_dispatches",
 			"Dispatches by state: queued (written, not yet answered by Expo), sent (a ticket, awaiting its receipt, younger than 24 h), deferred (notifications whose push waits in the queue for quiet hours to end), and the delivery policies' digested, throttled, suppressed and cancelled of the last 24 h. Other final states are counted by spoolcast_push_sent_total and spoolcast_push_receipts_total.", "state"),
 		sent: metric.CounterVec("spoolcast_push_sent_total",
-			"Push messages by result: ok (Expo gave a ticket), error (a ticket with an error), failed (the request failed: after its retries, or at once when Expo may have taken it).", "result"),
+			"Expo messages by result: ok (Expo gave a ticket), error (a ticket with an error), failed (Expo refused the request, or may have taken it without a usable answer). Requests Expo did not take are spoolcast_push_channel_sent_total{provider=\"expo\",outcome=\"retry_after\"}.", "result"),
 		receipts: metric.CounterVec("spoolcast_push_receipts_total",
 			"Receipts by status (ok, error, missing: none within 24 h) and Expo error code.", "status", "error"),
 		requestTook: metric.HistogramVec("spoolcast_push_request_duration_seconds",
@@ -60,6 +65,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Web Push messages by outcome: delivered (the push service took it), gone (404/410: subscription disabled), rate_limited (429: sent again after Retry-After, once), too_large, rejected (4xx, VAPID refused), unavailable (5xx, not retried), unknown (no answer: not retried), not_sent (given back to the queue), invalid.", "outcome"),
 		clears: metric.CounterVec("spoolcast_push_clears_total",
 			"Clears (a silent message naming notifications read or archived, so that the device takes their banners down), one per device and message, by provider (expo, webpush) and result: sent (the provider took it), failed (refused, the device gone, or no answer: never sent again), retried (429, 5xx or not reached: sent again later), skipped (--push-clear-on-read off, past --push-max-age, the device disabled, Web Push not set up).", "provider", "result"),
+		channelSent: metric.CounterVec("spoolcast_push_channel_sent_total",
+			"Messages sent through the providers behind the channel shape (apns, fcm), by provider and outcome: delivered (the provider took it), accepted (took it, a receipt to come), retry_after (not taken: sent again within the lease, or once later), token_gone (the device is gone: disabled), token_invalid (the provider refuses the token: disabled), unknown (no answer to a request that was written: not sent again), failed (refused for another reason), not_sent (the process was stopping: given back to the queue).", "provider", "outcome"),
+		channelTook: metric.HistogramVec("spoolcast_push_channel_request_duration_seconds",
+			"Time of one batch handed to a channel (apns, fcm), to the last message's answer, by provider.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, "provider"),
+		credentials: metric.CounterVec("spoolcast_push_credentials_refused_total",
+			"Messages a provider refused because of this deployment's credentials (an APNs 403, an FCM 401 or 403, the OAuth token endpoint refusing the grant), by provider: the key, team, topic, project or service account is wrong or revoked. The device is never blamed.", "provider"),
 		webTook: metric.Histogram("spoolcast_webpush_request_duration_seconds",
 			"Web Push request time, to the push service's answer or the failure.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
 	}
@@ -91,9 +102,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.requestTook.WithLabelValues(e)
 	}
 	if reg != nil {
-		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released, m.orphans, m.webBusy, m.policy, m.webSent, m.webTook, m.clears)
+		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released, m.orphans, m.webBusy, m.policy, m.webSent, m.webTook, m.clears, m.channelSent, m.channelTook, m.credentials)
 	}
 	return m
+}
+
+// initChannel exports the provider's series at zero.
+func (m *Metrics) initChannel(provider string) {
+	for _, k := range channel.Kinds() {
+		m.channelSent.WithLabelValues(provider, k.String())
+	}
+	m.channelTook.WithLabelValues(provider)
+	m.credentials.WithLabelValues(provider)
+	for _, r := range []string{ClearSent, ClearFailed, ClearRetried, ClearSkipped} {
+		m.clears.WithLabelValues(provider, r)
+	}
 }
 
 // ObserveRequest records one Expo request; it fits expo.Config.OnRequest.

@@ -27,6 +27,10 @@ import (
 type app struct {
 	user, token string
 	bases       []string
+	// handovers records the take-overs of users' phones.
+	handovers *handovers
+	// direct registers the user's APNs or FCM device ("": none).
+	direct string
 
 	mu sync.Mutex
 	// frames counts the notification frames per id, over every socket.
@@ -57,8 +61,8 @@ type app struct {
 	sessions []string
 }
 
-func newApp(user, token string, bases []string) *app {
-	return &app{user: user, token: token, bases: bases, frames: map[string]int{}, loaded: map[string]bool{},
+func newApp(user, token string, bases []string, h *handovers) *app {
+	return &app{user: user, token: token, bases: bases, handovers: h, frames: map[string]int{}, loaded: map[string]bool{},
 		read: map[string]bool{}, created: map[string]feed.ID{}, apiCalls: map[string]int{}, readFrameAt: map[string]time.Time{}}
 }
 
@@ -341,9 +345,18 @@ func (a *app) act(ctx context.Context, rng *rand.Rand, others []*app) {
 		case r < 90:
 			name = "register-device"
 			status, _ = a.call(ctx, http.MethodPut, base+"/v1/devices", fmt.Sprintf(`{"token":"ExponentPushToken[%s]","platform":"ios"}`, a.user))
+			if status == http.StatusOK {
+				a.handovers.regained(a.user, time.Now())
+			}
+			if a.direct != "" && status == http.StatusOK {
+				status, _ = a.call(ctx, http.MethodPut, base+"/v1/devices", a.direct)
+			}
 		default:
 			name = "take-over-device"
 			other := others[rng.IntN(len(others))]
+			if other != a && other.direct == "" { // one with an APNs or FCM device still has a device
+				a.handovers.lost(other.user, time.Now())
+			}
 			status, _ = a.call(ctx, http.MethodPut, base+"/v1/devices", fmt.Sprintf(`{"token":"ExponentPushToken[%s]","platform":"android"}`, other.user))
 		}
 		a.mu.Lock()

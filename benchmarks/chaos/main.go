@@ -95,6 +95,10 @@ func run(duration time.Duration, seed uint64, selfcheck, inject bool, binary str
 	began := time.Now()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	l := newLedger()
+	w.ledger = l
+	if err := fillTopic(ctx, w); err != nil {
+		return 0, err
+	}
 	procs := append(append([]*proc{}, w.relays...), w.centrals...)
 	samples := newSampler()
 	sctx, stopSampling := context.WithCancel(ctx)
@@ -107,7 +111,7 @@ func run(duration time.Duration, seed uint64, selfcheck, inject bool, binary str
 	}
 	apps := make([]*app, appUsers)
 	for i := range apps {
-		apps[i] = newApp(appUser(i), token(w.issuer, appUser(i)), bases)
+		apps[i] = newApp(appUser(i), token(w.issuer, appUser(i)), bases, w.handovers)
 	}
 	streams, stopStreams := context.WithCancel(ctx)
 	defer stopStreams()
@@ -117,6 +121,9 @@ func run(duration time.Duration, seed uint64, selfcheck, inject bool, binary str
 	for i, a := range apps {
 		arng := rand.New(rand.NewPCG(seed, uint64(100+i)))
 		a.call(ctx, http.MethodPut, bases[0]+"/v1/devices", fmt.Sprintf(`{"token":"ExponentPushToken[%s]","platform":"ios"}`, a.user))
+		if a.direct = directDevice(a.user, i); a.direct != "" {
+			a.call(ctx, http.MethodPut, bases[0]+"/v1/devices", a.direct)
+		}
 		appsDone.Go(func() { a.stream(streams, rand.New(rand.NewPCG(seed, uint64(200+i)))) })
 		actsDone.Go(func() { a.act(actions, arng, apps) })
 	}
@@ -307,6 +314,16 @@ func settle(ctx context.Context, w *world, db *pgx.Conn, apps []*app, within tim
 	if err := wait("scheduled notifications to fire", func() (bool, error) {
 		var n int
 		err := db.QueryRow(ctx, `SELECT count(*) FROM scheduled_notifications WHERE cancelled_at IS NULL`).Scan(&n)
+		return n == 0, err
+	}); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		fmt.Println("chaos:", err)
+	}
+	if err := wait("topic fan-outs to complete", func() (bool, error) {
+		var n int
+		err := db.QueryRow(ctx, `SELECT count(*) FROM topic_fanouts WHERE state IN ('pending', 'running')`).Scan(&n)
 		return n == 0, err
 	}); err != nil {
 		if ctx.Err() != nil {

@@ -130,20 +130,30 @@ type world struct {
 	// centralKilled is when a central replica was killed (-9): a push it
 	// had recorded and not yet sent ends failed as interrupted, at most
 	// once by design, never having reached Expo.
-	centralKilled lossWindow
-	relays        []*proc
-	centrals      []*proc
-	spoolMounts   []string
-	expo          *expofake.Server
-	arrivals      *expoArrivals
-	expoURL       string
-	prefs         *prefsService
-	issuer        *devauth.Issuer
-	servers       []*http.Server
-	receiver      *receiver // the webhook subscriber
+	centralKilled killWindows
+	// apnsKilled is when the fake APNs killed its connections: a request
+	// whose headers had begun to go out is unknown to the channel (some
+	// bytes may have left), though the fake never read it.
+	apnsKilled  killWindows
+	relays      []*proc
+	centrals    []*proc
+	spoolMounts []string
+	expo        *expofake.Server
+	// handovers: when app users' phones were taken over by others.
+	handovers *handovers
+	// channels are the fake APNs and FCM.
+	channels *directChannels
+	arrivals *expoArrivals
+	expoURL  string
+	prefs    *prefsService
+	issuer   *devauth.Issuer
+	servers  []*http.Server
+	receiver *receiver // the webhook subscriber
 	// serviceToken is the producers' token for central's internal ingress.
 	serviceToken string
 	receiverURL  string
+	// ledger is every answer producers got (the broadcast fault sends too).
+	ledger *ledger
 }
 
 // current is the primary of the moment.
@@ -173,6 +183,32 @@ func (l *lossWindow) String() string {
 	return fmt.Sprintf("commits from %s to %s may be lost", l.from.Format("15:04:05.000"), l.to.Format("15:04:05.000"))
 }
 
+// killWindows are the windows around each kill of a central replica: a
+// run kills more than one (the kill fault, the broadcast's), and each
+// leaves its own unrecorded sends.
+type killWindows struct {
+	mu      sync.Mutex
+	windows [][2]time.Time
+}
+
+func (k *killWindows) add(from, to time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.windows = append(k.windows, [2]time.Time{from, to})
+}
+
+// holds reports whether t lies in any window.
+func (k *killWindows) holds(t time.Time) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, w := range k.windows {
+		if !t.Before(w[0]) && !t.After(w[1]) {
+			return true
+		}
+	}
+	return false
+}
+
 func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -196,7 +232,7 @@ func (w *world) serve(h http.Handler) (string, error) {
 
 // setUp starts the whole system.
 func setUp(ctx context.Context, dir, binary string, seed uint64) (*world, error) {
-	w := &world{dir: dir, binary: binary, receiver: newReceiver(seed)}
+	w := &world{dir: dir, binary: binary, receiver: newReceiver(seed), handovers: newHandovers()}
 	if err := w.startPostgres(ctx); err != nil {
 		return w, err
 	}
@@ -211,6 +247,10 @@ func setUp(ctx context.Context, dir, binary string, seed uint64) (*world, error)
 	}
 	if w.receiverURL, err = w.serve(w.receiver); err != nil {
 		return w, err
+	}
+	channelArgs, err := w.startChannels()
+	if err != nil {
+		return w, fmt.Errorf("fake APNs and FCM: %w", err)
 	}
 	w.prefs = &prefsService{}
 	prefsURL, err := w.serve(w.prefs)
@@ -262,7 +302,7 @@ func setUp(ctx context.Context, dir, binary string, seed uint64) (*world, error)
 		w.centrals = append(w.centrals, &proc{
 			name: fmt.Sprintf("central-%d", i), binary: binary, base: "http://" + addr,
 			logPath: filepath.Join(dir, fmt.Sprintf("central-%d.log", i)),
-			args: []string{"central", "--listen", addr, "--database-url", w.dbURL,
+			args: append([]string{"central", "--listen", addr, "--database-url", w.dbURL,
 				"--oidc-issuer", w.issuer.Issuer, "--oidc-audience", audience, "--jwks-url", jwksURL,
 				"--push=true", "--expo-url", w.expoURL, "--receipt-interval", "1s",
 				// A replica killed mid-send leaves its dispatches queued
@@ -270,7 +310,9 @@ func setUp(ctx context.Context, dir, binary string, seed uint64) (*world, error)
 				"--push-interrupted-after", "3m",
 				"--prefs-url", prefsURL, "--service-jwt-secret-file", secret, "--prefs-timeout", "300ms", "--prefs-cache-ttl", "2s",
 				"--maintenance-interval", "0", "--db-connect-timeout", "2s", "--shutdown-timeout", "20s", "--log-level", "warn",
-				"--webhook-allow-private"},
+				"--webhook-allow-private",
+				// Small batches, so that the broadcast's fan-out spans its kills.
+				"--topic-batch-size", "200"}, channelArgs...),
 		})
 	}
 	for _, p := range append(append([]*proc{}, w.relays...), w.centrals...) {
@@ -312,6 +354,7 @@ func (w *world) tearDown() {
 	for _, s := range w.servers {
 		_ = s.Close()
 	}
+	w.channels.close()
 	for _, c := range w.clusters {
 		_ = c.Stop()
 	}

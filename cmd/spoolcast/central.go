@@ -19,6 +19,7 @@ import (
 	"github.com/spoolcast/spoolcast/apiversion"
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/central"
+	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/docs"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/pglisten"
@@ -31,6 +32,7 @@ import (
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/schedule"
 	"github.com/spoolcast/spoolcast/sync/ingest"
+	"github.com/spoolcast/spoolcast/topics"
 	"github.com/spoolcast/spoolcast/webhook"
 )
 
@@ -66,7 +68,9 @@ type centralOptions struct {
 	lifecycle           lifecycleFlags
 	live                liveFlags
 	push                pushFlags
+	channels            channelFlags
 	webhooks            webhookFlags
+	topics              topicFlags
 	shutdownTimeout     time.Duration
 	log                 logFlags
 }
@@ -102,7 +106,9 @@ func (o *centralOptions) register(fs *flag.FlagSet) {
 	o.lifecycle.register(fs)
 	o.live.register(fs)
 	o.push.register(fs)
+	o.channels.register(fs)
 	o.webhooks.register(fs)
+	o.topics.register(fs)
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight")
 	o.log.register(fs)
 }
@@ -138,8 +144,11 @@ type runningCentral struct {
 	verifier    *auth.UserVerifier
 	maintenance *lifecycle.Scheduler // nil with --maintenance-interval 0
 	push        *pushWorkers         // nil with --push=false
+	channels    []channel.Channel    // APNs and FCM, as set up
 	firer       *schedule.Firer      // scheduled notifications and digest windows
 	firerWaker  *ingest.Waker        // wakes the readers after the firer's commits
+	fanout      *topics.Fanout       // nil with --topic-fanout-workers 0
+	fanoutWaker *ingest.Waker        // wakes the readers after the fan-out's commits
 	webhooks    *webhook.Deliverer   // nil with --webhooks=false
 	listener    *pglisten.Listener
 	live        *live.Hub
@@ -162,6 +171,8 @@ func (o centralOptions) validate() error {
 		return fmt.Errorf("--max-replica-lag %s: must not be negative (0 is the default, 5s)", o.maxReplicaLag)
 	case o.maintenanceInterval > 0 && o.dbMaxConns < 2:
 		return errors.New("--db-max-conns must be at least 2 while central runs maintenance (--maintenance-interval): a pass holds one connection for its lock")
+	case 2*o.topics.workers > o.dbMaxConns:
+		return fmt.Errorf("--topic-fanout-workers %d: each holds up to two of --db-max-conns %d while it writes a batch; at most %d", o.topics.workers, o.dbMaxConns, o.dbMaxConns/2)
 	case o.pprof && o.opsListen == "":
 		return errors.New("--pprof needs --ops-listen: the profiler is never served on the public address")
 	}
@@ -171,7 +182,13 @@ func (o centralOptions) validate() error {
 	if err := o.push.validate(); err != nil {
 		return err
 	}
+	if err := o.channels.validate(); err != nil {
+		return err
+	}
 	if err := o.live.validate(); err != nil {
+		return err
+	}
+	if err := o.topics.validate(); err != nil {
 		return err
 	}
 	return o.lifecycle.config().Validate()
@@ -262,6 +279,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		if c.readPool != nil {
 			c.readPool.Close()
 		}
+		closeChannels(c.channels)
 		if c.readerPool != nil {
 			c.readerPool.Close()
 		}
@@ -292,6 +310,12 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	pushMetrics := push.NewMetrics(reg)
 	devices := push.NewDevices(c.pool, pushMetrics)
 	devices.MaxEnabledPerUser = o.push.maxDevices
+	// Built on every replica, pushing or not: registrations check tokens
+	// against them.
+	if c.channels, err = o.channels.channels(); err != nil {
+		return fail(err)
+	}
+	devices.Channels = c.channels
 	var prefs push.Preferences
 	var builtin *push.BuiltinPreferences
 	if o.push.prefsURL != "" {
@@ -357,7 +381,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	c.api = api
 	bg := context.WithoutCancel(ctx)
 	if o.push.enabled {
-		if c.push, err = startPush(ctx, o, c.pool, c.listener.Subscribe(), pushMetrics, prefs, devices, webPush, logger); err != nil {
+		if c.push, err = startPush(ctx, o, c.pool, c.listener.Subscribe(), pushMetrics, prefs, devices, webPush, c.channels, logger); err != nil {
 			return fail(err)
 		}
 	}
@@ -371,6 +395,17 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 
 	if c.webhooks, err = o.webhooks.deliverer(c.pool, reg, logger); err != nil {
 		return fail(err)
+	}
+
+	// Topic fan-outs, shared by every replica that runs workers.
+	c.fanoutWaker = ingest.NewWaker(c.pool, o.wakeUpInterval, nil, logger)
+	fanoutMetrics := topics.NewMetrics(reg)
+	if o.topics.workers > 0 {
+		cfg := o.topics.config()
+		cfg.DB, cfg.Written, cfg.Metrics, cfg.Logger = c.pool, c.fanoutWaker.Committed, fanoutMetrics, logger
+		if c.fanout, err = topics.NewFanout(cfg); err != nil {
+			return fail(err)
+		}
 	}
 
 	{
@@ -391,6 +426,9 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	c.listener.Start(bg)
 	c.live.Start(bg)
 	c.firer.Start(bg)
+	if c.fanout != nil {
+		c.fanout.Start(bg)
+	}
 	if c.webhooks != nil {
 		c.webhooks.Start(bg)
 	}
@@ -438,9 +476,14 @@ func (c *runningCentral) shutdown(timeout time.Duration) error {
 	err = errors.Join(err, <-stopped)
 	c.api.Close()
 	err = errors.Join(err, <-pushStopped) // before the listener that wakes it and the pool it writes with
+	closeChannels(c.channels)
 	err = errors.Join(err, <-webhooksStopped)
 	err = errors.Join(err, c.firer.Stop(ctx))
 	c.firerWaker.Stop()
+	if c.fanout != nil { // its batch in flight commits or rolls back; any replica resumes after it
+		err = errors.Join(err, c.fanout.Stop(ctx))
+	}
+	c.fanoutWaker.Stop()
 	err = errors.Join(err, c.listener.Stop(ctx))
 	if c.maintenance != nil {
 		err = errors.Join(err, c.maintenance.Stop(ctx))

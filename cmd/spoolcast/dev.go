@@ -26,6 +26,7 @@ import (
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/push/webpush"
+	"github.com/spoolcast/spoolcast/topics"
 )
 
 // The dev stack's own OIDC issuer and audience. Its tokens mean nothing elsewhere.
@@ -138,6 +139,7 @@ func runDev(ctx context.Context, o relayOptions, co centralOptions, dataDir, key
 	co.maintenanceInterval = time.Hour // keeps everything (no retention), creates partitions ahead
 	co.inbox = true
 	co.webhooks = webhookFlags{enabled: true, allowPrivate: true} // the rest: defaults
+	co.topics = topicFlags{workers: 1, batchSize: topics.DefaultBatchSize, pushRate: topics.DefaultPushRate}
 	vapidPath := filepath.Join(dataDir, "vapid.pem")
 	if err := ensureVAPIDKey(vapidPath); err != nil {
 		return err
@@ -153,6 +155,11 @@ func runDev(ctx context.Context, o relayOptions, co centralOptions, dataDir, key
 		defer stopFake()
 		co.push.expoURL = fakeURL
 	}
+	var stopChannels func()
+	if co.channels, stopChannels, err = startFakeChannels(dataDir, logger); err != nil {
+		return err
+	}
+	defer stopChannels()
 	c, err := startCentral(ctx, co, logger, map[string]http.Handler{devJWKSPath: issuer.JWKS()})
 	if err != nil {
 		return err

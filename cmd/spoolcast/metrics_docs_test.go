@@ -106,10 +106,14 @@ func TestEveryMetricDashboardsAndAlertsUseIsExportedAndDocumented(t *testing.T) 
 			t.Fatalf("%s %s: %d", method, url, resp.StatusCode)
 		}
 	}
-	socket, err := wsclient.Dial(context.Background(), centralURL, token, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// /healthz answers before the stream is ready (503 "starting" until the
+	// live reader's first read): dial until it takes the socket.
+	var socket *wsclient.Conn
+	testsignal.Eventually(t, "the stream to take a socket", 20*time.Second, func() bool {
+		var err error
+		socket, err = wsclient.Dial(context.Background(), centralURL, token, "")
+		return err == nil
+	})
 	defer socket.Close()
 	call(http.MethodPut, centralURL+"/v1/devices", `{"token":"ExponentPushToken[metrics]","platform":"ios"}`)
 	req, _ := http.NewRequest(http.MethodPost, relayURL+"/v1/events", strings.NewReader(`{"idempotency_key":"metrics:1","type":"t","category":"c","recipients":["u_123"],"title":"t"}`))

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/internal/egress"
 	"github.com/spoolcast/spoolcast/push"
@@ -121,7 +122,7 @@ type pushWorkers struct {
 
 // startPush starts the dispatcher, woken by wake after ingest commits, and
 // the receipt reconciler.
-func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <-chan struct{}, metrics *push.Metrics, prefs push.Preferences, devices *push.Devices, web *webpush.Sender, logger *slog.Logger) (*pushWorkers, error) {
+func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <-chan struct{}, metrics *push.Metrics, prefs push.Preferences, devices *push.Devices, web *webpush.Sender, channels []channel.Channel, logger *slog.Logger) (*pushWorkers, error) {
 	p := o.push
 	var accessToken string
 	if p.expoTokenFile != "" {
@@ -146,7 +147,7 @@ func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <
 	if w.dispatcher, err = push.NewDispatcher(push.DispatcherConfig{
 		DB: pool, Sender: client, Preferences: prefs, Devices: devices, Wake: wake,
 		MaxAge: p.maxAge, Throttle: p.throttle, SuppressIfSeen: p.suppressIfSeen, Metrics: metrics, Logger: logger,
-		WebPush: web, WebConcurrency: p.webConcurrency, WebTTL: p.webTTL, ClearOnRead: p.clearOnRead,
+		WebPush: web, WebConcurrency: p.webConcurrency, WebTTL: p.webTTL, ClearOnRead: p.clearOnRead, Channels: channels,
 	}); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,8 +64,11 @@ func centralArgs(addr, dbURL, secretFile string, iss *oidctest.Issuer, flags ...
 func newRig(t *testing.T, dbURL string) *rig {
 	t.Helper()
 	iss := oidctest.New(t)
-	secret := make([]byte, 32)
-	_, _ = rand.Read(secret)
+	// Hex: a secret file's trailing line ending is not the secret's, so
+	// raw random bytes ending in \r or \n came out a byte short (1 run in 128).
+	raw := make([]byte, 32)
+	_, _ = rand.Read(raw)
+	secret := []byte(hex.EncodeToString(raw))
 	secretFile := filepath.Join(t.TempDir(), "service.secret")
 	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
 		t.Fatal(err)

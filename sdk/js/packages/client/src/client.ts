@@ -96,6 +96,10 @@ export interface NotificationsApi {
 export interface DevicesApi {
   /** `PUT /v1/devices` with an Expo push token (`ExponentPushToken[…]`): again at every start, to say "still here". */
   registerExpo(expoPushToken: string, platform?: "ios" | "android"): Promise<Device>;
+  /** `PUT /v1/devices` with an APNs device token (hex, from `didRegisterForRemoteNotificationsWithDeviceToken`), for an iOS app that is not built with Expo. The deployment needs APNs set up (`--apns-key-file`). */
+  registerApns(deviceToken: string): Promise<Device>;
+  /** `PUT /v1/devices` with an FCM registration token (`getToken()`), for an app that is not built with Expo; Android by default. The deployment needs FCM set up (`--fcm-credentials-file`). */
+  registerFcm(registrationToken: string, platform?: "android" | "ios"): Promise<Device>;
   /** `PUT /v1/devices` with a browser's `PushSubscription` (or its `toJSON()`). */
   registerWebPush(subscription: WebPushSubscriptionJSON | { toJSON(): WebPushSubscriptionJSON }): Promise<Device>;
   /** `DELETE /v1/devices/{token}`: push off for that device. */
@@ -199,6 +203,8 @@ export class SpoolcastClient {
         if (!platform) throw new SpoolcastError("registerExpo needs the platform (ios or android): pass it, or the client's platform option", { code: "no-platform" });
         return toDevice(await req<WireDevice>("PUT", "/v1/devices", { token, platform }));
       },
+      registerApns: async (token) => toDevice(await req<WireDevice>("PUT", "/v1/devices", { token, platform: "ios", provider: "apns" })),
+      registerFcm: async (token, platform = "android") => toDevice(await req<WireDevice>("PUT", "/v1/devices", { token, platform, provider: "fcm" })),
       registerWebPush: async (s) => {
         const subscription = "toJSON" in s && typeof s.toJSON === "function" ? s.toJSON() : s;
         return toDevice(await req<WireDevice>("PUT", "/v1/devices", { platform: "web", subscription }));

@@ -86,13 +86,15 @@ export interface ArchiveAllResult {
   archivedThrough: string | null;
 }
 
-/** A push device. Wire: `{token, platform, enabled, disabled_reason, disabled_at, created_at, last_seen_at}`. */
+/** A push device. Wire: `{token, platform, provider, enabled, disabled_reason, disabled_at, created_at, last_seen_at}`. */
 export interface Device {
-  /** `ExponentPushToken[…]`, or `WebPush[…]` for a browser: what `devices.unregister` takes. */
+  /** `ExponentPushToken[…]`, `WebPush[…]` for a browser, an APNs or FCM token: what `devices.unregister` takes. */
   token: string;
   platform: "ios" | "android" | "web";
+  /** Who reaches it: `expo`, `webpush`, `apns`, `fcm`. */
+  provider: string;
   enabled: boolean;
-  /** `user_request`, `device_not_registered`, `subscription_gone`, `invalid_token`, `replaced`. */
+  /** `user_request`, `device_not_registered` (Expo, APNs or FCM: the app is gone), `subscription_gone`, `invalid_token`, `replaced`. */
   disabledReason: string | null;
   disabledAt: string | null;
   createdAt: string;
@@ -202,6 +204,7 @@ export interface WireNotification {
 export interface WireDevice {
   token: string;
   platform: Device["platform"];
+  provider: string;
   enabled: boolean;
   disabled_reason: string | null;
   disabled_at: string | null;
@@ -235,6 +238,7 @@ export const toNotification = (n: WireNotification): Notification => ({
 export const toDevice = (d: WireDevice): Device => ({
   token: d.token,
   platform: d.platform,
+  provider: d.provider,
   enabled: d.enabled,
   disabledReason: d.disabled_reason,
   disabledAt: d.disabled_at,

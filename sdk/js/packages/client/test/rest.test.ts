@@ -100,6 +100,7 @@ test("devices register, list and unregister, and preferences merge in camelCase"
   const device = await client.devices.registerExpo(token);
   assert.equal(device.token, token);
   assert.equal(device.platform, "android");
+  assert.equal(device.provider, "expo");
   assert.equal(device.enabled, true);
   assert.equal(device.disabledReason, null);
   assert.ok(device.lastSeenAt && device.createdAt);
@@ -118,6 +119,9 @@ test("devices register, list and unregister, and preferences merge in camelCase"
     (e: unknown) => e instanceof InvalidRequestError && e.field === "platform",
   );
   await assert.rejects(client.devices.vapidPublicKey(), NotFoundError);
+  // Neither APNs nor FCM is set up on this deployment: the provider is named.
+  await assert.rejects(client.devices.registerApns("a".repeat(64)), (e: unknown) => e instanceof InvalidRequestError && e.field === "provider");
+  await assert.rejects(client.devices.registerFcm("f".repeat(140)), (e: unknown) => e instanceof InvalidRequestError && e.field === "provider");
 
   assert.deepEqual(await client.preferences.get(), { categories: {}, quietHours: null });
   const set = await client.preferences.update({

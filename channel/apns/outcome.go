@@ -1,0 +1,138 @@
+package apns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/sideshow/apns2"
+
+	"github.com/spoolcast/spoolcast/channel"
+)
+
+// answered maps an APNs answer to its outcome (the table in doc.go).
+func answered(status int, reason, apnsID string, wait time.Duration) channel.Outcome {
+	o := channel.Outcome{Status: status, Code: reason, Reason: fmt.Sprintf("APNs %d %s", status, reason)}
+	if reason == "" {
+		o.Reason = fmt.Sprintf("APNs %d %s", status, http.StatusText(status))
+	}
+	switch {
+	case status == http.StatusOK:
+		o.Kind, o.ID = channel.Delivered, apnsID
+	case status == http.StatusGone:
+		o.Kind = channel.TokenGone
+	case status == http.StatusBadRequest && (reason == apns2.ReasonBadDeviceToken || reason == apns2.ReasonDeviceTokenNotForTopic):
+		o.Kind = channel.TokenInvalid
+	case status == http.StatusForbidden:
+		o.Kind, o.Credentials = channel.RetryAfter, true
+	case status == http.StatusTooManyRequests, status == http.StatusInternalServerError, status == http.StatusServiceUnavailable:
+		o.Kind, o.Wait = channel.RetryAfter, wait
+	case status >= 500:
+		// Not APNs' own words: a proxy's 502 or 504 may hide a request
+		// APNs took.
+		o.Kind = channel.Unknown
+	default:
+		o.Kind = channel.Failed
+	}
+	return o
+}
+
+// unanswered is the outcome of a request that got no answer: Unknown if
+// it may have been written, NotSent if the caller's ctx ended first,
+// RetryAfter otherwise (no connection, a timeout before writing).
+func unanswered(ctx context.Context, x *exchange, err error) channel.Outcome {
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		err = ue.Err // without "Post <url with the device token>: "
+	}
+	switch {
+	case x.maybeWritten():
+		return channel.Outcome{Kind: channel.Unknown, Reason: "APNs: no answer to a request written: " + err.Error()}
+	case ctx.Err() != nil:
+		return notSent(ctx)
+	default:
+		return channel.Outcome{Kind: channel.RetryAfter, Reason: "APNs: request not written: " + err.Error()}
+	}
+}
+
+// exchange is what the transport showed of one request, beyond what
+// apns2's Response says: how far it got, and the answer's headers.
+type exchange struct {
+	ctx context.Context // the request's: its deadline is Config.Timeout
+	// liveConn: the last attempt got a connection before ctx ended, so
+	// the transport may be writing it even after returning ctx's error.
+	liveConn atomic.Bool
+	// wrote: the last attempt's HEADERS were written, or failed to be.
+	wrote atomic.Bool
+
+	// Set by the observer when the transport answers; read after Push.
+	status     int
+	apnsID     string
+	retryAfter string
+	bearer     string
+}
+
+type exchangeKey struct{}
+
+// trace marks each attempt: GotConn starts one (the transport retries only
+// requests the server said it did not process), WroteHeaders writes it.
+func (x *exchange) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) {
+			x.wrote.Store(false)
+			x.liveConn.Store(x.ctx.Err() == nil)
+		},
+		WroteHeaders: func() { x.wrote.Store(true) },
+	}
+}
+
+// maybeWritten is the rule in doc.go: headers written, or a ctx that ended
+// while the request held a connection (the writer may still be at it).
+func (x *exchange) maybeWritten() bool {
+	return x.wrote.Load() || (x.ctx.Err() != nil && x.liveConn.Load())
+}
+
+// wait is the Retry-After the answer carried, in seconds or as a date; 0
+// without one.
+func (x *exchange) wait(now time.Time) time.Duration {
+	if x.retryAfter == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(x.retryAfter); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(x.retryAfter); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// observer wraps apns2's transport to keep what apns2 drops: the status
+// of an answer whose body it cannot read, Retry-After, and the JWT sent.
+type observer struct{ next http.RoundTripper }
+
+func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := o.next.RoundTrip(req)
+	if x, ok := req.Context().Value(exchangeKey{}).(*exchange); ok {
+		x.bearer = req.Header.Get("authorization")
+		if res != nil {
+			x.status = res.StatusCode
+			x.apnsID = res.Header.Get("apns-id")
+			x.retryAfter = res.Header.Get("Retry-After")
+		}
+	}
+	return res, err
+}
+
+// CloseIdleConnections is what apns2's Client.CloseIdleConnections asks
+// of its transport.
+func (o *observer) CloseIdleConnections() {
+	if c, ok := o.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}

@@ -1,0 +1,184 @@
+package expo
+
+// This file puts Expo behind the channel shape: a batch of at most 100
+// messages is one request, and each ticket, or the request's failure, is
+// one outcome per message from the channels' vocabulary.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/spoolcast/spoolcast/channel"
+)
+
+// Provider is Expo's name among the channels.
+const Provider = "expo"
+
+// Results of a message sent, for ChannelConfig.OnResult.
+const (
+	ResultOK     = "ok"     // a ticket: Expo took it (its receipt says the rest)
+	ResultError  = "error"  // a ticket with an error
+	ResultFailed = "failed" // the request failed, or the message was refused before sending
+)
+
+// Sender sends one request of messages: a *Client.
+type Sender interface {
+	Send(ctx context.Context, msgs []Message) ([]Ticket, error)
+}
+
+// ChannelConfig configures a Channel.
+type ChannelConfig struct {
+	// Sender sends the requests. Required.
+	Sender Sender
+	// OnResult, when set, hears of each message's result (ResultOK, …).
+	OnResult func(result string)
+}
+
+// Channel is Expo behind the channel shape. Expo answers a message it
+// took with a ticket (Accepted: its receipt, fetched later, says whether
+// it was delivered). Expo's documentation asks for a network error, a 429
+// and a 5xx to be retried with backoff: RetryAfter, as is a ticket
+// MessageRateExceeded (too many to the device), after a minute. A ticket
+// DeviceNotRegistered is TokenGone; a request written whole without a
+// usable answer is Unknown (Expo has no idempotency key); a request that
+// never reached Expo whole because ctx ended is NotSent.
+type Channel struct {
+	cfg ChannelConfig
+}
+
+// NewChannel returns Expo's channel.
+func NewChannel(cfg ChannelConfig) (*Channel, error) {
+	if cfg.Sender == nil {
+		return nil, errors.New("expo: a channel needs a sender")
+	}
+	return &Channel{cfg: cfg}, nil
+}
+
+// RateExceededWait is how long a message whose ticket said
+// MessageRateExceeded waits: Expo asks for such messages to be retried
+// slowly.
+const RateExceededWait = time.Minute
+
+var tokenShape = regexp.MustCompile(`^(?:ExponentPushToken|ExpoPushToken)\[[A-Za-z0-9_-]{1,256}\]$`)
+
+// ValidToken reports whether token has the shape of an Expo push token:
+// ExponentPushToken[…] or ExpoPushToken[…].
+func ValidToken(token string) bool { return tokenShape.MatchString(token) }
+
+// Provider is "expo".
+func (*Channel) Provider() string { return Provider }
+
+// MaxBatch is MaxMessagesPerSend: one request.
+func (*Channel) MaxBatch() int { return MaxMessagesPerSend }
+
+// Platforms: Expo reaches iOS and Android apps built with it.
+func (*Channel) Platforms() []string { return []string{"ios", "android"} }
+
+// ValidToken reports whether token is an Expo push token.
+func (*Channel) ValidToken(token string) bool { return ValidToken(token) }
+
+// Send sends msgs (at most MaxMessagesPerSend) in one request.
+func (c *Channel) Send(ctx context.Context, msgs []channel.Message) []channel.Outcome {
+	out := make([]channel.Outcome, len(msgs))
+	if len(msgs) == 0 {
+		return out
+	}
+	req := make([]Message, len(msgs))
+	for i, m := range msgs {
+		req[i] = Fit(fromChannel(m))
+	}
+	if d, ok := channel.RetryBudget(ctx); ok {
+		ctx = RetryFor(ctx, d) // the client's own retries, bounded by the pass's lease
+	}
+	tickets, err := c.cfg.Sender.Send(ctx, req)
+	var re *RequestError
+	var whole channel.Outcome
+	switch {
+	case err == nil && len(tickets) != len(msgs):
+		whole = channel.Outcome{Kind: channel.Unknown, Reason: fmt.Sprintf("expo: %d tickets for %d messages", len(tickets), len(msgs))}
+	case err == nil:
+	case errors.Is(err, ErrNotSent):
+		whole = channel.Outcome{Kind: channel.NotSent, Reason: err.Error()}
+	case errors.As(err, &re) && re.Unknown:
+		whole = channel.Outcome{Kind: channel.Unknown, Status: re.Status, Code: re.Code, Reason: err.Error()}
+	case errors.As(err, &re) && re.Retryable():
+		whole = channel.Outcome{Kind: channel.RetryAfter, Status: re.Status, Code: re.Code, Reason: err.Error()}
+	case errors.As(err, &re):
+		whole = channel.Outcome{Kind: channel.Failed, Status: re.Status, Code: re.Code, Reason: err.Error(),
+			Credentials: re.Code == "InvalidCredentials" || re.Status == 401 || re.Status == 403}
+	default:
+		whole = channel.Outcome{Kind: channel.Failed, Reason: err.Error()}
+	}
+	if err != nil || len(tickets) != len(msgs) {
+		for i := range out {
+			out[i] = whole
+		}
+		if whole.Kind != channel.NotSent && whole.Kind != channel.RetryAfter {
+			c.count(ResultFailed, len(msgs))
+		}
+		return out
+	}
+	for i, t := range tickets {
+		if t.Status == "ok" {
+			out[i] = channel.Outcome{Kind: channel.Accepted, ID: t.ID, Status: 200}
+			c.count(ResultOK, 1)
+			continue
+		}
+		c.count(ResultError, 1)
+		o := channel.Outcome{Kind: channel.Failed, Status: 200, Code: t.Code(), Reason: strings.TrimSpace(t.Code() + ": " + t.Message)}
+		switch t.Code() {
+		case DeviceNotRegistered:
+			o.Kind = channel.TokenGone
+		case MessageRateExceeded:
+			o.Kind, o.Wait = channel.RetryAfter, RateExceededWait
+		}
+		out[i] = o
+	}
+	return out
+}
+
+func (c *Channel) count(result string, n int) {
+	if c.cfg.OnResult != nil {
+		for range n {
+			c.cfg.OnResult(result)
+		}
+	}
+}
+
+// fromChannel is Expo's message for m: the notification's id and category
+// as data (notification_id, as apps built with Expo read it), and high
+// priority for an urgent one.
+func fromChannel(m channel.Message) Message {
+	msg := Message{To: m.Token, Title: m.Title, Body: m.Body, Sound: "default",
+		Data: map[string]any{"notification_id": m.ID, "category": m.Category}}
+	for k, v := range m.Data {
+		msg.Data[k] = v
+	}
+	if m.Urgent {
+		msg.Priority = "high"
+	}
+	return msg
+}
+
+// Fit shortens m's body, then its title, to fit MaxMessageBytes (the feed
+// keeps the whole text), cutting at a rune boundary and marking the cut;
+// a message with nothing left to shorten is returned as it is, for the
+// client to refuse as too big.
+func Fit(m Message) Message {
+	for size, _ := Size(m); size > MaxMessageBytes; size, _ = Size(m) {
+		over := size - MaxMessageBytes
+		switch {
+		case len(m.Body) > 0:
+			m.Body = channel.Shorten(m.Body, len(m.Body)-over)
+		case len(m.Title) > 0:
+			m.Title = channel.Shorten(m.Title, len(m.Title)-over)
+		default:
+			return m
+		}
+	}
+	return m
+}

@@ -1,0 +1,260 @@
+package push
+
+// This file holds how dispatches reach the providers behind the channel
+// shape (package channel): the dispatcher builds each message, hands a
+// provider's batch to its channel, and turns the one vocabulary of
+// outcomes into the delivery log, the devices' state and the queue.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/chaosplant"
+	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/startstop"
+)
+
+// The backoff between the tries of messages a channel's provider did not
+// take and named no wait for: doubling from channelRetryMin, at most
+// channelRetryMax.
+const (
+	channelRetryMin = 500 * time.Millisecond
+	channelRetryMax = 30 * time.Second
+)
+
+// channelRetryPause is how long a message a provider did not take waits
+// in the queue when another pass is trying that provider again, and the
+// least a deferred one waits.
+const channelRetryPause = 5 * time.Second
+
+// channelAnswerReserve is kept, at the lease's end, for a try's answer:
+// a try that could not end by then is not made.
+const channelAnswerReserve = 10 * time.Second
+
+// channelMessage is the message for one dispatch, for any channel.
+func channelMessage(c created) channel.Message {
+	m := channel.Message{
+		Token:    c.token,
+		ID:       feed.ID{CreatedAt: c.n.createdAt, Seq: c.n.id}.String(),
+		Title:    c.n.title,
+		Body:     c.n.body,
+		Category: c.n.category,
+		Urgent:   c.n.critical(),
+	}
+	if c.n.digestCount > 0 {
+		// A digest's pushes share a collapse id: a newer replaces an
+		// older one still undelivered.
+		m.Data = map[string]any{"digest": map[string]any{"key": c.n.digestKey, "count": c.n.digestCount}}
+		m.CollapseKey = "digest:" + c.n.digestKey
+	}
+	return m
+}
+
+// sendChannels sends each provider's dispatches through its channel, the
+// providers in parallel, and returns when each is recorded.
+func (d *Dispatcher) sendChannels(ctx context.Context, byProvider map[string][]created, by time.Time) {
+	var wg sync.WaitGroup
+	for provider, items := range byProvider {
+		wg.Go(func() { d.sendChannel(ctx, provider, items, by) })
+	}
+	wg.Wait()
+}
+
+// sendChannel sends one provider's dispatches. What the provider did not
+// take (RetryAfter) and named no wait for is sent again with backoff while
+// a try can end by the lease's end (by), by one pass per provider at a
+// time, and then ends failed; the other passes give it back to the queue
+// for channelRetryPause, so that an outage of a provider holds one worker
+// and the other providers' pushes of the next passes go on. A wait the
+// provider named that the lease cannot hold (a Retry-After, Expo's
+// MessageRateExceeded) defers the push to it, once. Refused credentials
+// are deferred once, never retried in the pass. Unknown outcomes are
+// final: at most once.
+func (d *Dispatcher) sendChannel(ctx context.Context, provider string, items []created, by time.Time) {
+	bg := context.WithoutCancel(ctx)
+	ch := d.channels[provider]
+	if ch == nil {
+		// Set up on other replicas (a rollout of its flags, one replica
+		// misconfigured): given back for them, until --push-max-age ends
+		// it skipped. Counted, so that the alert on not_sent tells.
+		d.failLog.Do(func(suppressed int64) {
+			d.log.Warn("pushes to devices of a provider not set up on this replica are given back for the others; set it up on every replica", "provider", provider, "suppressed", suppressed)
+		})
+		d.cfg.Metrics.channelSent.WithLabelValues(provider, channel.NotSent.String()).Add(float64(len(items)))
+		d.giveBack(bg, items, d.cfg.Clock.Now().Add(channelRetryPause))
+		return
+	}
+	retrier := false
+	select {
+	case d.channelRetriers[provider] <- struct{}{}:
+		defer func() { <-d.channelRetriers[provider] }()
+		retrier = true
+	default:
+	}
+	type wait struct {
+		c   created
+		at  time.Time
+		why string
+	}
+	var final []outcome
+	var invalid, unsent, later []created
+	var deferred []wait
+	reserve := min(channelAnswerReserve, d.cfg.Lease/4)
+	pending := items
+	for tries := 1; len(pending) > 0; tries++ {
+		sendCtx := ctx
+		if retrier {
+			// The retrier's channel may retry within the lease itself
+			// (Expo's client does), so that its outcome is recorded in it.
+			sendCtx = channel.WithRetryBudget(ctx, clock.Until(d.cfg.Clock, by)-reserve)
+		}
+		answers := d.channelSend(sendCtx, ch, pending)
+		var retry []created
+		var backoff time.Duration
+		var lastWhy string
+		now := d.cfg.Clock.Now()
+		for i, o := range answers {
+			c := pending[i]
+			d.cfg.Metrics.channelSent.WithLabelValues(provider, o.Kind.String()).Inc()
+			if o.Credentials {
+				d.cfg.Metrics.credentials.WithLabelValues(provider).Inc()
+			}
+			switch o.Kind {
+			case channel.Accepted:
+				// Taken, and named for a receipt: sent until it comes.
+				final = append(final, outcome{c: c, state: StateSent, ticket: o.ID})
+			case channel.Delivered:
+				final = append(final, outcome{c: c, state: StateDelivered, ticket: o.ID})
+			case channel.TokenGone:
+				final = append(final, outcome{c: c, state: StateFailed, err: o.Reason, gone: true})
+			case channel.TokenInvalid:
+				final = append(final, outcome{c: c, state: StateFailed, err: o.Reason + "; the token is disabled"})
+				invalid = append(invalid, c)
+			case channel.Unknown:
+				final = append(final, outcome{c: c, state: StateFailed, err: fmt.Sprintf("outcome unknown: %s; not retried, a retry could deliver twice", o.Reason)})
+			case channel.Failed:
+				final = append(final, outcome{c: c, state: StateFailed, err: o.Reason})
+			case channel.NotSent:
+				unsent = append(unsent, c)
+			default:
+				final = append(final, outcome{c: c, state: StateFailed, err: fmt.Sprintf("%s answered an outcome of kind %d: %s", provider, o.Kind, o.Reason)})
+			case channel.RetryAfter:
+				d.failLog.Do(func(suppressed int64) {
+					d.log.Warn("a push provider did not take a message; sending it again", "provider", provider, "reason", o.Reason, "credentials", o.Credentials, "suppressed", suppressed)
+				})
+				switch {
+				case o.Credentials:
+					// Refused until an operator acts (the alert says so).
+					deferred = append(deferred, wait{c, now.Add(max(o.Wait, channelRetryPause)), fmt.Sprintf("%s: %s refused this deployment's credentials", o.Reason, provider)})
+				case o.Wait > channelRetryPause || now.Add(o.Wait+reserve).After(by):
+					// A long wait holds no pass: deferred to it, once.
+					deferred = append(deferred, wait{c, now.Add(o.Wait), fmt.Sprintf("%s: %s asked to wait %s", o.Reason, provider, o.Wait)})
+				case !retrier:
+					later = append(later, c)
+				default:
+					retry = append(retry, c)
+					backoff, lastWhy = max(backoff, o.Wait), o.Reason
+				}
+			}
+		}
+		if len(retry) == 0 {
+			break
+		}
+		backoff = cmp.Or(backoff, startstop.Backoff(tries, channelRetryMin, channelRetryMax))
+		if ctx.Err() != nil || now.Add(backoff+reserve).After(by) || !startstop.Sleep(ctx, d.cfg.Clock, backoff) {
+			if ctx.Err() != nil {
+				unsent = append(unsent, retry...)
+				break
+			}
+			for _, c := range retry {
+				final = append(final, outcome{c: c, state: StateFailed, err: fmt.Sprintf("%s; %s took nothing, and was tried again while a try could end within the dispatch's lease", lastWhy, provider)})
+			}
+			break
+		}
+		pending = retry
+	}
+	// Recorded first, even if the process is stopping: what was not sent
+	// is given back after, so that whoever takes it again sees which
+	// devices already have it.
+	d.recordOrLog(bg, final)
+	for _, w := range deferred {
+		if !d.deferOnce(bg, w.c, w.at, w.why) {
+			d.recordOrLog(bg, []outcome{{c: w.c, state: StateFailed, err: w.why + "; deferred once already, or past --push-max-age"}})
+		}
+	}
+	d.giveBack(bg, unsent, time.Time{})
+	if len(later) > 0 {
+		d.giveBack(bg, later, d.cfg.Clock.Now().Add(channelRetryPause))
+	}
+	if len(invalid) > 0 {
+		tokens, since := make([]string, len(invalid)), make([]time.Time, len(invalid))
+		for i, c := range invalid {
+			tokens[i], since[i] = c.token, c.createdAt
+		}
+		if err := d.persist(bg, func(ctx context.Context) error {
+			return d.cfg.Devices.disableAsOf(ctx, tokens, since, DisabledInvalid)
+		}); err != nil {
+			d.log.Warn("disable tokens the provider refused", "provider", provider, "err", err)
+		}
+	}
+}
+
+// channelSend hands items to ch in batches of at most its MaxBatch, the
+// batches in parallel, and returns one answer per item, in order.
+func (d *Dispatcher) channelSend(ctx context.Context, ch channel.Channel, items []created) []channel.Outcome {
+	answers := make([]channel.Outcome, len(items))
+	size := max(1, ch.MaxBatch())
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(items); lo += size {
+		hi := min(lo+size, len(items))
+		wg.Go(func() {
+			msgs := make([]channel.Message, hi-lo)
+			for i, c := range items[lo:hi] {
+				msgs[i] = channelMessage(c)
+			}
+			start := time.Now()
+			got := ch.Send(ctx, msgs)
+			d.cfg.Metrics.channelTook.WithLabelValues(ch.Provider()).Observe(time.Since(start).Seconds())
+			if chaosplant.Enabled {
+				for i, m := range msgs {
+					if i < len(got) && (got[i].Kind == channel.Accepted || got[i].Kind == channel.Delivered) && chaosplant.Plant(chaosplant.DoublePush) {
+						_ = ch.Send(ctx, []channel.Message{m}) // a planted defect (chaos self-check builds only)
+					}
+				}
+			}
+			for i := range msgs {
+				if i < len(got) {
+					answers[lo+i] = got[i]
+				} else {
+					answers[lo+i] = channel.Outcome{Kind: channel.Failed, Reason: ch.Provider() + " answered fewer outcomes than messages"}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return answers
+}
+
+// recordOrLog records outcomes, for at most the lease.
+func (d *Dispatcher) recordOrLog(ctx context.Context, outcomes []outcome) {
+	if err := d.persist(ctx, func(ctx context.Context) error { return d.record(ctx, outcomes) }); err != nil {
+		d.log.Error("record pushes; they stay queued and end failed (interrupted)", "err", err)
+	}
+}
+
+// validToken reports whether token has its provider's shape; a provider
+// not set up here is not judged (its dispatch says it is not set up).
+func (d *Dispatcher) validToken(token, provider string) bool {
+	if provider == ProviderWebPush {
+		return IsWebToken(token)
+	}
+	if r, ok := d.channels[provider].(channel.Registrar); ok {
+		return r.ValidToken(token)
+	}
+	return true
+}

@@ -205,3 +205,26 @@ func isName(s string) bool {
 		return !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
 	})
 }
+
+// CaughtUp waits until a standby streaming from c has flushed all the WAL
+// c had written when the call began, and returns that moment: every commit
+// made on c before it is on the standby. A standby that reconnected after
+// c restarted streams again before it has caught up, so streaming alone
+// says nothing of what a failover would lose.
+func (c *Cluster) CaughtUp(ctx context.Context) (time.Time, error) {
+	conn, err := pgx.Connect(ctx, c.URL)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("caught up: %w", err)
+	}
+	began := time.Now()
+	var lsn string
+	err = conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn)
+	conn.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("caught up: %w", err)
+	}
+	if err := c.waitTrue(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_replication WHERE state = 'streaming' AND flush_lsn >= $1::pg_lsn)`, lsn); err != nil {
+		return time.Time{}, fmt.Errorf("no standby caught up with %s (WAL %s): %w", c.URL, lsn, err)
+	}
+	return began, nil
+}

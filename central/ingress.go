@@ -11,7 +11,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/eventhttp"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/problem"
-	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/push/policy"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
 
@@ -45,7 +45,7 @@ func (s *Server) cancelEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 		return
 	}
 	if res.Stopped > 0 && s.cfg.PushMetrics != nil {
-		s.cfg.PushMetrics.CountPolicy(push.PolicyCancelled, res.Stopped)
+		s.cfg.PushMetrics.CountPolicy(policy.Cancelled, res.Stopped)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, cancelAnswer{Status: "cancelled", IdempotencyKey: key, CancelledAt: res.Cancelled.UTC(),
 		Notifications: res.Stopped, TopicMembersReached: res.Reached})

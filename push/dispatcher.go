@@ -18,6 +18,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/startstop"
+	"github.com/spoolcast/spoolcast/push/policy"
 	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
@@ -65,7 +66,7 @@ type DispatcherConfig struct {
 	Replica string
 	// Throttle caps the pushes per user and category in a window
 	// (--push-throttle); the zero Throttle is off. Critical pushes pass it.
-	Throttle Throttle
+	Throttle policy.Throttle
 	// SuppressIfSeen holds the push of a user with an open stream this long
 	// after its notification was created; read or seen on the stream
 	// meanwhile, it is not sent (--push-suppress-if-seen). 0: off.

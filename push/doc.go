@@ -1,6 +1,7 @@
 // Package push delivers notifications to users' phones through Expo and to
 // browsers through Web Push: the dispatcher drains the push queue that
-// ingest fills, checks preferences and the delivery policies, sends one
+// ingest fills, checks preferences and the delivery policies (decided in
+// package policy, read and written here), sends one
 // message per enabled device and records each step; the receipt reconciler
 // turns tickets into outcomes. Devices and built-in preferences live here
 // too.

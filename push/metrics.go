@@ -6,6 +6,7 @@ import (
 	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/internal/metric"
+	"github.com/spoolcast/spoolcast/push/policy"
 )
 
 // Metrics are push's metrics.
@@ -82,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range webOutcomes {
 		m.webSent.WithLabelValues(o)
 	}
-	for _, o := range []string{PolicyPassed, PolicyDeferred, PolicyDigested, PolicyDigestSent, PolicyThrottled, PolicySuppressed, PolicyCritical, PolicyCancelled, PolicyFailOpen} {
+	for _, o := range policy.Outcomes {
 		m.policy.WithLabelValues(o)
 	}
 	for _, s := range []string{StateQueued, StateSent, StateDeferred, StateDigested, StateThrottled, StateSuppressed, StateCancelled} {
@@ -125,7 +126,7 @@ func (m *Metrics) ObserveRequest(endpoint string, took float64) {
 }
 
 // CountPolicy counts n notifications with a policy outcome (such as
-// PolicyCancelled, which ingress decides).
+// policy.Cancelled, which ingress decides).
 func (m *Metrics) CountPolicy(outcome string, n int) {
 	m.policy.WithLabelValues(outcome).Add(float64(n))
 }

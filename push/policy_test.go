@@ -17,6 +17,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/push/policy"
 	"github.com/spoolcast/spoolcast/schedule"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
@@ -27,17 +28,17 @@ func TestQuietHoursEndAtTheUsersWallClockAcrossDSTAndMidnight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := push.ParseQuietHours(push.QuietHours{Start: "22:00", End: "07:00", TimeZone: "Europe/Berlin"})
+	q, err := policy.ParseQuietHours(policy.QuietHours{Start: "22:00", End: "07:00", TimeZone: "Europe/Berlin"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	day, err := push.ParseQuietHours(push.QuietHours{Start: "09:30", End: "17:00", TimeZone: "America/New_York"})
+	day, err := policy.ParseQuietHours(policy.QuietHours{Start: "09:30", End: "17:00", TimeZone: "America/New_York"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name   string
-		q      push.QuietHours
+		q      policy.QuietHours
 		now    time.Time
 		inside bool
 		end    time.Time
@@ -59,7 +60,7 @@ func TestQuietHoursEndAtTheUsersWallClockAcrossDSTAndMidnight(t *testing.T) {
 			t.Errorf("%s: Until(%s) = %s, %v; want %s, %v", tc.name, tc.now, end, inside, tc.end, tc.inside)
 		}
 	}
-	for _, bad := range []push.QuietHours{
+	for _, bad := range []policy.QuietHours{
 		{Start: "22:00", End: "22:00", TimeZone: "UTC"},
 		{Start: "24:00", End: "07:00", TimeZone: "UTC"},
 		{Start: "7:00", End: "08:00", TimeZone: "UTC"},
@@ -67,7 +68,7 @@ func TestQuietHoursEndAtTheUsersWallClockAcrossDSTAndMidnight(t *testing.T) {
 		{Start: "22:00", End: "07:00", TimeZone: "Local"},
 		{Start: "22:00", End: "07:00"},
 	} {
-		if _, err := push.ParseQuietHours(bad); err == nil {
+		if _, err := policy.ParseQuietHours(bad); err == nil {
 			t.Errorf("ParseQuietHours(%+v) took it", bad)
 		}
 	}
@@ -80,7 +81,7 @@ type policyStack struct {
 	clk *clock.Fake
 }
 
-func newPolicyStack(t *testing.T, throttle push.Throttle) *policyStack {
+func newPolicyStack(t *testing.T, throttle policy.Throttle) *policyStack {
 	t.Helper()
 	fc := clock.NewFake(time.Now())
 	p := &policyStack{stack: newStackOn(t, fc), clk: fc}
@@ -88,11 +89,11 @@ func newPolicyStack(t *testing.T, throttle push.Throttle) *policyStack {
 	return p
 }
 
-func (p *policyStack) policyDispatcher(pool *pgxpool.Pool, throttle push.Throttle) *push.Dispatcher {
+func (p *policyStack) policyDispatcher(pool *pgxpool.Pool, throttle policy.Throttle) *push.Dispatcher {
 	return p.policyDispatcherWith(pool, throttle, p.client)
 }
 
-func (p *policyStack) policyDispatcherWith(pool *pgxpool.Pool, throttle push.Throttle, sender push.Sender) *push.Dispatcher {
+func (p *policyStack) policyDispatcherWith(pool *pgxpool.Pool, throttle policy.Throttle, sender push.Sender) *push.Dispatcher {
 	p.t.Helper()
 	d, err := push.NewDispatcher(push.DispatcherConfig{DB: pool, Sender: sender, Preferences: p.prefs, Devices: push.NewDevices(pool, p.metrics),
 		Clock: p.clk, Metrics: p.metrics, Logger: slog.New(slog.DiscardHandler), Throttle: throttle})
@@ -123,13 +124,13 @@ func (p *policyStack) emit(key, members string) {
 	}
 }
 
-func (p *policyStack) quietHours(user string, q push.QuietHours) {
+func (p *policyStack) quietHours(user string, q policy.QuietHours) {
 	p.t.Helper()
-	parsed, err := push.ParseQuietHours(q)
+	parsed, err := policy.ParseQuietHours(q)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	if _, err := p.prefs.Merge(context.Background(), user, push.PreferencesUpdate{QuietHours: push.QuietHoursSetting{Set: true, Value: &parsed}}); err != nil {
+	if _, err := p.prefs.Merge(context.Background(), user, push.PreferencesUpdate{QuietHours: policy.QuietHoursSetting{Set: true, Value: &parsed}}); err != nil {
 		p.t.Fatal(err)
 	}
 }
@@ -144,12 +145,12 @@ func titles(msgs []expo.Message) []string {
 
 func TestAPushInQuietHoursIsDeferredToTheirEndNeverDroppedAndCriticalPasses(t *testing.T) {
 	t.Parallel()
-	p := newPolicyStack(t, push.Throttle{})
+	p := newPolicyStack(t, policy.Throttle{})
 	p.register("u1", "ExponentPushToken[a]")
 	now := p.clk.Now().UTC()
 	// Quiet from an hour ago to two hours from now, in UTC.
 	start, end := now.Add(-time.Hour), now.Add(2*time.Hour)
-	p.quietHours("u1", push.QuietHours{Start: start.Format("15:04"), End: end.Format("15:04"), TimeZone: "UTC"})
+	p.quietHours("u1", policy.QuietHours{Start: start.Format("15:04"), End: end.Format("15:04"), TimeZone: "UTC"})
 	p.emit("night", `"recipients":["u1"],"title":"Nightly report"`)
 	p.emit("outage", `"recipients":["u1"],"title":"Site down","priority":"critical"`)
 	p.drain()
@@ -174,17 +175,17 @@ func TestAPushInQuietHoursIsDeferredToTheirEndNeverDroppedAndCriticalPasses(t *t
 	if got := titles(p.stack.fake.Messages()); len(got) != 2 || got[1] != "Nightly report" {
 		t.Errorf("after quiet hours Expo has %q; want the deferred push too", got)
 	}
-	if c := p.counter("spoolcast_push_policy_total", "outcome", push.PolicyDeferred); c != 1 {
+	if c := p.counter("spoolcast_push_policy_total", "outcome", policy.Deferred); c != 1 {
 		t.Errorf("policy deferred = %v, want 1", c)
 	}
-	if c := p.counter("spoolcast_push_policy_total", "outcome", push.PolicyCritical); c != 1 {
+	if c := p.counter("spoolcast_push_policy_total", "outcome", policy.Critical); c != 1 {
 		t.Errorf("policy critical = %v, want 1", c)
 	}
 }
 
 func TestAThrottleSendsTheFirstPushesOfItsWindowAndRecordsTheRestThrottled(t *testing.T) {
 	t.Parallel()
-	p := newPolicyStack(t, push.Throttle{Limit: 2, Window: time.Hour})
+	p := newPolicyStack(t, policy.Throttle{Limit: 2, Window: time.Hour})
 	p.register("u1", "ExponentPushToken[a]")
 	for i := range 5 {
 		p.emit(fmt.Sprint("chat", i), fmt.Sprintf(`"recipients":["u1"],"category":"chat","title":"m%d"`, i))
@@ -264,11 +265,11 @@ func (h *hangingSender) Send(ctx context.Context, msgs []expo.Message) ([]expo.T
 
 func TestOneDigestPushForAHundredEventsInASecondAcrossTwoReplicasEvenWithOneKilledAfterThePush(t *testing.T) {
 	t.Parallel()
-	p := newPolicyStack(t, push.Throttle{})
+	p := newPolicyStack(t, policy.Throttle{})
 	p.register("u1", "ExponentPushToken[a]", "ExponentPushToken[b]")
 	p.register("u2", "ExponentPushToken[c]")
 	second := p.connect()
-	dispatchers := []*push.Dispatcher{p.dispatcher, p.policyDispatcher(second, push.Throttle{})}
+	dispatchers := []*push.Dispatcher{p.dispatcher, p.policyDispatcher(second, policy.Throttle{})}
 	firers := []*schedule.Firer{p.firer(p.pool), p.firer(second)}
 	// 100 events inside one second, ingested concurrently through both
 	// replicas' pools while both dispatch.
@@ -397,7 +398,7 @@ func TestOneDigestPushForAHundredEventsInASecondAcrossTwoReplicasEvenWithOneKill
 
 func TestAPushWaitsForAUserWithAnOpenStreamAndIsSuppressedOnlyIfSeenOrRead(t *testing.T) {
 	t.Parallel()
-	p := newPolicyStack(t, push.Throttle{})
+	p := newPolicyStack(t, policy.Throttle{})
 	d, err := push.NewDispatcher(push.DispatcherConfig{DB: p.pool, Sender: p.client, Preferences: p.prefs, Devices: p.devices,
 		Clock: p.clk, Metrics: p.metrics, Logger: slog.New(slog.DiscardHandler), SuppressIfSeen: 30 * time.Second})
 	if err != nil {
@@ -457,7 +458,7 @@ func TestAPushWaitsForAUserWithAnOpenStreamAndIsSuppressedOnlyIfSeenOrRead(t *te
 	if fmt.Sprint(suppressed) != "[reader watcher]" {
 		t.Errorf("suppressed for %v; want the reader and the watcher", suppressed)
 	}
-	if c := p.counter("spoolcast_push_policy_total", "outcome", push.PolicySuppressed); c != 2 {
+	if c := p.counter("spoolcast_push_policy_total", "outcome", policy.Suppressed); c != 2 {
 		t.Errorf("policy suppressed = %v, want 2", c)
 	}
 }

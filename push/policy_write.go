@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolcast/spoolcast/internal/weekly"
+	"github.com/spoolcast/spoolcast/push/policy"
 )
 
 // plan is what a pass decided for the notifications it took, before the
@@ -33,88 +34,48 @@ type candidate struct {
 	sends []dispatchRow
 }
 
-// decide applies the policies to a notification that would be pushed to
-// sends: a digest member joins its digest; one seen already is suppressed,
-// one whose user has the stream open waits to be seen; quiet hours defer it;
-// a throttle decides it in write; otherwise it is pushed. Critical pushes
-// pass all but the digest.
-func (p *plan) decide(q *queued, sends []dispatchRow, quiet QuietHours, now time.Time, quietFailed bool, th Throttle, seen seenState) {
+// decide records what the policies decided for a notification that would
+// be pushed to sends.
+func (p *plan) decide(q *queued, sends []dispatchRow, quiet policy.QuietHours, now time.Time, quietFailed bool, th policy.Throttle, seen policy.Seen) {
+	d := policy.Decide(q.policyPush(), quiet, quietFailed, th, seen, now)
+	p.record(q, sends, d)
+}
+
+// deferInQuiet defers a push given back after it was decided, if quiet
+// hours hold it now (policy.DeferInQuiet).
+func (p *plan) deferInQuiet(q *queued, quiet policy.QuietHours, now time.Time) bool {
+	d, ok := policy.DeferInQuiet(q.policyPush(), quiet, now)
+	if ok {
+		p.record(q, nil, d)
+	}
+	return ok
+}
+
+// record adds a decision to the plan.
+func (p *plan) record(q *queued, sends []dispatchRow, d policy.Decision) {
 	if p.counts == nil {
 		p.counts = map[string]int{}
 	}
-	if q.digestMember() {
+	if d.Outcome != "" {
+		p.counts[d.Outcome]++
+	}
+	if d.FailOpen {
+		p.counts[policy.FailOpen]++
+	}
+	switch d.Action {
+	case policy.Gather:
 		p.members = append(p.members, q)
-		p.counts[PolicyDigested]++
-		return
-	}
-	if !q.critical() {
-		switch {
-		case seen.seen[q.id]:
-			why := "seen on the stream or read before its push was due (--push-suppress-if-seen)"
-			p.rows = append(p.rows, dispatchRow{n: q, state: StateSuppressed, err: &why})
-			p.counts[PolicySuppressed]++
-			return
-		case seen.hold > 0 && !q.seenWaited && seen.present[q.user] && q.createdAt.Add(seen.hold).After(now):
-			p.deferrals = append(p.deferrals, deferral{q: q, end: q.createdAt.Add(seen.hold), seenWait: true})
-			return
-		}
-	}
-	bypassed := false
-	if !q.critical() {
-		if p.deferInQuiet(q, quiet, now) {
-			return
-		}
-	} else {
-		_, bypassed = quiet.Until(later(now, q.dueAt)) // critical passes quiet hours
-	}
-	if quietFailed {
-		p.counts[PolicyFailOpen]++
-	}
-	switch {
-	case th.Limit > 0 && !q.critical():
+	case policy.Suppress:
+		why := "seen on the stream or read before its push was due (--push-suppress-if-seen)"
+		p.rows = append(p.rows, dispatchRow{n: q, state: StateSuppressed, err: &why})
+	case policy.Hold:
+		p.deferrals = append(p.deferrals, deferral{q: q, end: d.Until, seenWait: true})
+	case policy.Defer:
+		p.deferrals = append(p.deferrals, deferral{q: q, end: d.Until})
+	case policy.Cap:
 		p.candidates = append(p.candidates, candidate{q: q, sends: sends})
-		return
-	case th.Limit > 0:
-		bypassed = true
-	}
-	p.rows = append(p.rows, sends...)
-	p.countSent(q, bypassed)
-}
-
-// deferInQuiet defers a push to the end of the quiet hours that hold it
-// now, if they do. A push decided before it was given back goes through
-// this alone: its throttle, digest and seen hold are not decided again.
-func (p *plan) deferInQuiet(q *queued, quiet QuietHours, now time.Time) bool {
-	// Judged when it came due at the earliest: one deferred to an end comes
-	// due by the later of Postgres's clock and a replica's, and at that end
-	// quiet hours do not hold it again, whatever this replica's clock says.
-	end, ok := quiet.Until(later(now, q.dueAt))
-	if !ok {
-		return false
-	}
-	if p.counts == nil {
-		p.counts = map[string]int{}
-	}
-	p.deferrals = append(p.deferrals, deferral{q: q, end: end})
-	p.counts[PolicyDeferred]++
-	return true
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-func (p *plan) countSent(q *queued, bypassed bool) {
-	switch {
-	case q.digestCount > 0:
-		p.counts[PolicyDigestSent]++
-	case bypassed:
-		p.counts[PolicyCritical]++
 	default:
-		p.counts[PolicyPassed]++
+		p.rows = append(p.rows, sends...)
 	}
 }
 
@@ -215,11 +176,11 @@ func (d *Dispatcher) throttle(ctx context.Context, tx pgx.Tx, p *plan, now time.
 		before := total[g] - inPass[g] // counted by earlier passes in this window
 		if before+seen[g] < th.Limit {
 			rows = append(rows, c.sends...)
-			p.countSent(c.q, false)
+			p.counts[policy.SentOutcome(c.q.policyPush(), false)]++
 		} else {
 			why := fmt.Sprintf("over --push-throttle %s for category %q", th, c.q.category)
 			rows = append(rows, dispatchRow{n: c.q, state: StateThrottled, err: &why})
-			p.counts[PolicyThrottled]++
+			p.counts[policy.Throttled]++
 		}
 		seen[g]++
 	}

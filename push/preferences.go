@@ -16,6 +16,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
+	"github.com/spoolcast/spoolcast/push/policy"
 )
 
 // Preferences says which categories users have turned push off for.
@@ -41,14 +42,14 @@ type CategorySetting struct {
 type PreferencesDoc struct {
 	Categories map[string]CategorySetting `json:"categories"`
 	// QuietHours are the built-in store's; nil: none.
-	QuietHours *QuietHours `json:"quiet_hours"`
+	QuietHours *policy.QuietHours `json:"quiet_hours"`
 }
 
 // PreferencesUpdate is a PUT /v1/preferences: the categories it names are
 // set and the others kept; quiet_hours absent are kept, null removed.
 type PreferencesUpdate struct {
 	Categories map[string]CategorySetting `json:"categories"`
-	QuietHours QuietHoursSetting          `json:"quiet_hours"`
+	QuietHours policy.QuietHoursSetting   `json:"quiet_hours"`
 }
 
 // BuiltinPreferences keeps preferences in Postgres (GET|PUT /v1/preferences).
@@ -113,7 +114,8 @@ func (p *BuiltinPreferences) Merge(ctx context.Context, userID string, doc Prefe
 	if doc.QuietHours.Set {
 		action = 2
 		if q := doc.QuietHours.Value; q != nil {
-			action, start, end, zone = 1, q.start, q.end, q.TimeZone
+			start, end = q.Minutes()
+			action, zone = 1, q.TimeZone
 		}
 	}
 	if _, err := p.db.Exec(ctx, `WITH prefs AS (

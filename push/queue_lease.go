@@ -4,6 +4,8 @@ package push
 // giving rows back, and the sweep of leases left by passes that ended.
 
 import (
+	"github.com/spoolcast/spoolcast/push/policy"
+
 	"context"
 	"fmt"
 	"strconv"
@@ -122,7 +124,7 @@ func (d *Dispatcher) claim(ctx context.Context, token string) ([]queued, error) 
 		q.digestWindow = time.Duration(windowSeconds) * time.Second
 		if q.digestCount > 1 {
 			// A digest's push says how many it gathers, with the latest title.
-			q.title, q.body = digestTitle(q.digestCount, q.digestKey), q.title
+			q.title, q.body = policy.DigestTitle(q.digestCount, q.digestKey), q.title
 		}
 		q.claimedBy = token
 		return q, err

@@ -9,11 +9,12 @@ import (
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/push/policy"
 )
 
-func quietHoursIn(t *testing.T, zone, start, end string) push.QuietHours {
+func quietHoursIn(t *testing.T, zone, start, end string) policy.QuietHours {
 	t.Helper()
-	q, err := push.ParseQuietHours(push.QuietHours{Start: start, End: end, TimeZone: zone})
+	q, err := policy.ParseQuietHours(policy.QuietHours{Start: start, End: end, TimeZone: zone})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestAPushInQuietHoursEndingInASkippedHourIsDeferredOnceAndSentAtTheJump(t *
 	s.dispatcher = d
 	s.register("u1", "ExponentPushToken[a]")
 	quiet := quietHoursIn(t, "America/Santiago", "22:00", "00:30")
-	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{QuietHours: push.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
+	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{QuietHours: policy.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
 		t.Fatal(err)
 	}
 	s.ingest("k1", "c", "u1")
@@ -182,7 +183,7 @@ func TestAPushInQuietHoursEndingInASkippedHourIsDeferredOnceAndSentAtTheJump(t *
 	if err := s.pool.QueryRow(context.Background(), `SELECT error FROM push_dispatches WHERE state = 'deferred'`).Scan(&why); err != nil || why != "quiet hours until 2027-09-05T01:00:00-03:00" {
 		t.Errorf("deferred because %q (%v), want until the jump", why, err)
 	}
-	if c := s.counter("spoolcast_push_policy_total", "outcome", push.PolicyDeferred); c != 1 {
+	if c := s.counter("spoolcast_push_policy_total", "outcome", policy.Deferred); c != 1 {
 		t.Errorf("policy deferred = %v, want 1", c)
 	}
 }
@@ -199,7 +200,7 @@ func TestAPushDueAtTheEndOfItsQuietHoursIsSentByAReplicaWhoseClockIsBehind(t *te
 	s.register("u1", "ExponentPushToken[a]")
 	end := wall.Truncate(time.Minute) // after the replica's clock, not after Postgres's
 	quiet := quietHoursIn(t, "UTC", clk.Now().Add(-time.Hour).Format("15:04"), end.Format("15:04"))
-	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{QuietHours: push.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
+	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{QuietHours: policy.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
 		t.Fatal(err)
 	}
 	s.ingest("k1", "c", "u1")

@@ -20,6 +20,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/internal/webpushtest"
 	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/push/policy"
 	"github.com/spoolcast/spoolcast/push/webpush"
 	"github.com/spoolcast/spoolcast/schedule"
 	"github.com/spoolcast/spoolcast/sync/ingest"
@@ -349,7 +350,7 @@ func TestAnUnreachablePushServiceIsTriedOnceMoreAfterAPauseThenFailed(t *testing
 func TestAPushSentAgainAfterA429IsNotThrottledByItsOwnFirstTry(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Now())
-	s := newWebStackWith(t, clk, func(c *push.DispatcherConfig) { c.Throttle = push.Throttle{Limit: 1, Window: time.Hour} })
+	s := newWebStackWith(t, clk, func(c *push.DispatcherConfig) { c.Throttle = policy.Throttle{Limit: 1, Window: time.Hour} })
 	svc := newPushService(t, 0, http.StatusTooManyRequests, http.StatusCreated)
 	dev := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
 	s.emit(`{"idempotency_key":"t1","type":"t","category":"c","recipients":["u1"],"title":"Hi"}`)
@@ -381,11 +382,11 @@ func TestAPushSentAgainAfterA429WaitsOutQuietHoursThatBeganMeanwhile(t *testing.
 	// Quiet from the next minute, for ten minutes: they begin during the
 	// 429's minute.
 	start := clk.Now().Truncate(time.Minute).Add(time.Minute)
-	quiet, err := push.ParseQuietHours(push.QuietHours{Start: start.Format("15:04"), End: start.Add(10 * time.Minute).Format("15:04"), TimeZone: "UTC"})
+	quiet, err := policy.ParseQuietHours(policy.QuietHours{Start: start.Format("15:04"), End: start.Add(10 * time.Minute).Format("15:04"), TimeZone: "UTC"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{QuietHours: push.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
+	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{QuietHours: policy.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(2 * time.Minute) // past Retry-After, inside quiet hours
@@ -393,7 +394,7 @@ func TestAPushSentAgainAfterA429WaitsOutQuietHoursThatBeganMeanwhile(t *testing.
 	if n := len(svc.got()); n != 1 {
 		t.Fatalf("%d requests to the push service during quiet hours, want the first alone", n)
 	}
-	if c := s.counter("spoolcast_push_policy_total", "outcome", push.PolicyDeferred); c != 1 {
+	if c := s.counter("spoolcast_push_policy_total", "outcome", policy.Deferred); c != 1 {
 		t.Errorf("policy deferred = %v, want 1", c)
 	}
 	clk.Advance(10 * time.Minute) // past their end

@@ -19,6 +19,7 @@ import (
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/internal/egress"
 	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/push/policy"
 	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
@@ -36,7 +37,7 @@ type pushFlags struct {
 	receiptInterval time.Duration
 	interrupted     time.Duration // 0 is push's default, 10m
 	maxDevices      int           // enabled push devices per user; 0 is push.DefaultMaxEnabledPerUser
-	throttle        push.Throttle
+	throttle        policy.Throttle
 	suppressIfSeen  time.Duration
 	vapidKeyFile    string
 	vapidSubject    string
@@ -59,7 +60,7 @@ func (p *pushFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.receiptInterval, "receipt-interval", 30*time.Second, "how often push receipts are fetched")
 	fs.DurationVar(&p.interrupted, "push-interrupted-after", 10*time.Minute, "how long a dispatch written but never answered (its replica killed mid-send) stays queued before it ends failed (interrupted); never resent, as Expo may have taken it. At least 3m: a live replica records a send's outcome within its 2-minute lease")
 	fs.Func("push-throttle", "most pushes per user and category in a fixed window, as N/DURATION (such as 5/1h); pushes past it are not sent and show in the delivery log as throttled. Critical notifications pass it. Default off", func(v string) error {
-		t, err := push.ParseThrottle(v)
+		t, err := policy.ParseThrottle(v)
 		p.throttle = t
 		return err
 	})

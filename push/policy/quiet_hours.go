@@ -1,7 +1,6 @@
-package push
+package policy
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +21,15 @@ type QuietHours struct {
 	start, end int // minutes of the day
 	loc        *time.Location
 }
+
+// QuietHoursOf makes quiet hours from minutes of the day (as stored) and
+// an IANA zone.
+func QuietHoursOf(start, end int, zone string) (QuietHours, error) {
+	return ParseQuietHours(QuietHours{Start: formatMinute(start), End: formatMinute(end), TimeZone: zone})
+}
+
+// Minutes returns the start and end as minutes of the day.
+func (q QuietHours) Minutes() (start, end int) { return q.start, q.end }
 
 // ErrBadQuietHours is wrapped by ParseQuietHours's errors.
 var ErrBadQuietHours = errors.New("invalid quiet_hours")
@@ -162,28 +170,6 @@ func firstShowing(loc *time.Location, y int, mo time.Month, d, minute int) time.
 func reading(t time.Time, loc *time.Location) time.Time {
 	l := t.In(loc)
 	return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), l.Nanosecond(), time.UTC)
-}
-
-// quietHours returns the quiet hours of those of users that have them.
-func quietHours(ctx context.Context, db DB, users []string) (map[string]QuietHours, error) {
-	rows, err := db.Query(ctx, `SELECT user_id, start_minute, end_minute, time_zone FROM push_quiet_hours WHERE user_id = ANY($1)`, users)
-	if err != nil {
-		return nil, fmt.Errorf("read quiet hours: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]QuietHours{}
-	for rows.Next() {
-		var user, zone string
-		var start, end int16
-		if err := rows.Scan(&user, &start, &end, &zone); err != nil {
-			return nil, fmt.Errorf("read quiet hours: %w", err)
-		}
-		q, err := ParseQuietHours(QuietHours{Start: formatMinute(int(start)), End: formatMinute(int(end)), TimeZone: zone})
-		if err == nil {
-			out[user] = q
-		}
-	}
-	return out, rows.Err()
 }
 
 // QuietHoursSetting is the quiet_hours member of a PUT /v1/preferences:

@@ -70,3 +70,28 @@ func TestAProviderNotSetUpIsNamedWhenADeviceRegisters(t *testing.T) {
 		t.Errorf("= %d %v", r.status, r.body)
 	}
 }
+
+func TestAnAPNsTokenInUppercaseIsTheSameDeviceAsInLowercase(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{channels: channeltest.Start(t).Channels})
+	alice := h.iss.Token("alice")
+	upper, lower := strings.Repeat("9F", 32), strings.Repeat("9f", 32)
+	r := h.request(http.MethodPut, "/v1/devices", alice, `{"token":"`+upper+`","platform":"ios","provider":"apns"}`)
+	if r.status != 200 || r.body["token"] != lower {
+		t.Fatalf("PUT in uppercase = %d %v; want 200 with the token in lowercase", r.status, r.body)
+	}
+	r = h.request(http.MethodPut, "/v1/devices", alice, `{"token":"`+lower+`","platform":"ios","provider":"apns"}`)
+	if r.status != 200 || r.body["token"] != lower {
+		t.Fatalf("PUT in lowercase = %d %v", r.status, r.body)
+	}
+	if devs := h.request(http.MethodGet, "/v1/devices", alice, "").body["data"].([]any); len(devs) != 1 {
+		t.Fatalf("alice has %d devices, want one: %v", len(devs), devs)
+	}
+	if r := h.request(http.MethodDelete, "/v1/devices/"+upper, alice, ""); r.status != http.StatusNoContent {
+		t.Fatalf("DELETE in uppercase = %d %v", r.status, r.body)
+	}
+	dev := h.request(http.MethodGet, "/v1/devices", alice, "").body["data"].([]any)[0].(map[string]any)
+	if dev["enabled"] != false || dev["disabled_reason"] != "user_request" {
+		t.Errorf("after DELETE in uppercase: %v; want disabled by its user", dev)
+	}
+}

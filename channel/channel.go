@@ -150,6 +150,11 @@ type Registrar interface {
 	// device tokens; tokens are opaque, so this refuses only what cannot
 	// be one.
 	ValidToken(token string) bool
+	// Canonical is a valid token as devices are stored under it, for a
+	// provider whose tokens have more than one spelling (APNs: hex, in
+	// either case): the same phone registered twice, or removed, in
+	// another spelling is the same device.
+	Canonical(token string) string
 }
 
 type retryBudgetKey struct{}

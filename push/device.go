@@ -140,7 +140,7 @@ func (d *Devices) RegisterWith(ctx context.Context, userID, provider, token, pla
 	case !reg.ValidToken(token):
 		return Device{}, fmt.Errorf("%w of %s", ErrProviderToken, provider)
 	}
-	return d.registerRetrying(ctx, userID, token, platform, provider, nil)
+	return d.registerRetrying(ctx, userID, reg.Canonical(token), platform, provider, nil)
 }
 
 // ErrProviderToken: not the shape of the provider's device tokens.
@@ -247,7 +247,7 @@ func (d *Devices) Disable(ctx context.Context, userID, token string) error {
 	tag, err := d.db.Exec(ctx, `UPDATE devices SET enabled = false,
 			disabled_reason = CASE WHEN enabled THEN $3 ELSE disabled_reason END,
 			disabled_at = CASE WHEN enabled THEN now() ELSE disabled_at END
-		WHERE token = $1 AND user_id = $2`, token, userID, DisabledByUser)
+		WHERE token = ANY($1) AND user_id = $2`, d.spellings(token), userID, DisabledByUser)
 	if err != nil {
 		return fmt.Errorf("disable device: %w", err)
 	}
@@ -256,6 +256,20 @@ func (d *Devices) Disable(ctx context.Context, userID, token string) error {
 	}
 	d.metrics.tokensDisabled.WithLabelValues(DisabledByUser).Inc()
 	return nil
+}
+
+// spellings are token and the canonical spellings of it that the
+// providers set up here store devices under.
+func (d *Devices) spellings(token string) []string {
+	out := []string{token}
+	for _, ch := range d.Channels {
+		if reg, ok := ch.(channel.Registrar); ok && reg.ValidToken(token) {
+			if c := reg.Canonical(token); !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }
 
 // List returns the user's devices, enabled or not, newest first.

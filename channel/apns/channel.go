@@ -195,4 +195,9 @@ func (*Channel) Platforms() []string { return []string{"ios"} }
 // registration.
 func (*Channel) ValidToken(s string) bool { return ValidToken(s) }
 
+// Canonical is the token in lowercase hex: APNs takes either case, and
+// apps print it in either (a Data's description, a hex encoding of their
+// own).
+func (*Channel) Canonical(s string) string { return strings.ToLower(s) }
+
 var _ channel.Registrar = (*Channel)(nil)

@@ -264,4 +264,7 @@ func notSent(err error) channel.Outcome {
 	return channel.Outcome{Kind: channel.NotSent, Reason: "not sent: " + err.Error()}
 }
 
+// Canonical is the token as it is: registration tokens are case-sensitive.
+func (*Channel) Canonical(s string) string { return s }
+
 var _ channel.Registrar = (*Channel)(nil)

@@ -106,7 +106,7 @@ func (c *Channel) Send(ctx context.Context, msgs []channel.Message) []channel.Ou
 	case errors.As(err, &re) && re.Unknown:
 		whole = channel.Outcome{Kind: channel.Unknown, Status: re.Status, Code: re.Code, Reason: err.Error()}
 	case errors.As(err, &re) && re.Retryable():
-		whole = channel.Outcome{Kind: channel.RetryAfter, Status: re.Status, Code: re.Code, Reason: err.Error()}
+		whole = channel.Outcome{Kind: channel.RetryAfter, Wait: re.RetryAfter, Status: re.Status, Code: re.Code, Reason: err.Error()}
 	case errors.As(err, &re):
 		whole = channel.Outcome{Kind: channel.Failed, Status: re.Status, Code: re.Code, Reason: err.Error(),
 			Credentials: re.Code == "InvalidCredentials" || re.Status == 401 || re.Status == 403}

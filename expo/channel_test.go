@@ -60,6 +60,12 @@ func TestARequestExpoDidNotTakeIsRetryAfterAndOneItMayHaveTakenIsUnknown(t *test
 	if o := ch.Send(context.Background(), msg)[0]; o.Kind != channel.RetryAfter || o.Status != 503 {
 		t.Errorf("503: %+v", o)
 	}
+	// A wait Expo named that the pass's lease cannot hold is handed on, for
+	// the dispatcher to defer the push to it.
+	fake.SetFailing(http.StatusTooManyRequests, "120")
+	if o := ch.Send(channel.WithRetryBudget(context.Background(), time.Second), msg)[0]; o.Kind != channel.RetryAfter || o.Status != 429 || o.Wait != 2*time.Minute {
+		t.Errorf("429 with Retry-After 120: %+v, want retry after 2m", o)
+	}
 	fake.SetFailing(0, "")
 	fake.DropAnswers(1)
 	if o := ch.Send(context.Background(), msg)[0]; o.Kind != channel.Unknown {

@@ -119,7 +119,10 @@ type RequestError struct {
 	Unknown bool
 	// Tries is how many requests were made, retries included.
 	Tries int
-	cause error // the context's error, when it ended the request
+	// RetryAfter is what the last answer's Retry-After asked for (a 429,
+	// a 503); 0 when it named no wait.
+	RetryAfter time.Duration
+	cause      error // the context's error, when it ended the request
 }
 
 // Unwrap returns the context's error when it ended the request.
@@ -318,7 +321,7 @@ func (c *Client) post(ctx context.Context, endpoint string, idempotent bool, bod
 		if err == nil || !errors.As(err, &re) {
 			return err
 		}
-		re.Tries = attempt + 1
+		re.Tries, re.RetryAfter = attempt+1, wait
 		if !re.retryable(idempotent) {
 			return err
 		}

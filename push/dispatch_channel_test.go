@@ -21,10 +21,11 @@ type scriptedChannel struct {
 	sent   []channel.Message
 }
 
-func (c *scriptedChannel) Provider() string       { return "apns" }
-func (c *scriptedChannel) MaxBatch() int          { return 2 }
-func (c *scriptedChannel) Platforms() []string    { return []string{push.IOS} }
-func (c *scriptedChannel) ValidToken(string) bool { return true }
+func (c *scriptedChannel) Provider() string          { return "apns" }
+func (c *scriptedChannel) MaxBatch() int             { return 2 }
+func (c *scriptedChannel) Platforms() []string       { return []string{push.IOS} }
+func (c *scriptedChannel) ValidToken(string) bool    { return true }
+func (c *scriptedChannel) Canonical(t string) string { return t }
 
 func (c *scriptedChannel) Send(_ context.Context, msgs []channel.Message) []channel.Outcome {
 	c.mu.Lock()

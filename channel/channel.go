@@ -17,6 +17,10 @@ type Message struct {
 	// Token is the device's token as its provider knows it: an APNs
 	// device token (hex), an FCM registration token, an Expo push token.
 	Token string
+	// Address is how to reach the device when its token alone does not
+	// say: a Web Push subscription (JSON, as the browser gave it: endpoint
+	// and keys). "" for providers whose token is the address.
+	Address string
 	// ID is the notification's id. Providers that can replace a banner
 	// not yet read use it as the collapse id, so that a push sent again
 	// after an unknown outcome replaces the first instead of adding a
@@ -138,6 +142,19 @@ type Channel interface {
 	// It bounds its own requests in flight and is safe for concurrent
 	// use; a message whose request ctx ended before is NotSent.
 	Send(ctx context.Context, msgs []Message) []Outcome
+}
+
+// Spread is a channel whose messages go to services the users chose
+// rather than to one provider (Web Push: each browser's push service, any
+// https origin). The dispatcher sends its messages one a Send, beside its
+// pass, each while holding a share of its destination's and of its user's:
+// a service that stalls, or a user's devices on services they control,
+// hold only their own.
+type Spread interface {
+	Channel
+	// Destination names where m goes (an origin); "" when m's address
+	// names none (its Send says why).
+	Destination(m Message) string
 }
 
 // Registrar is what a channel says about the devices it reaches, checked

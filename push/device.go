@@ -324,47 +324,35 @@ func (d *Devices) disableAsOf(ctx context.Context, tokens []string, since []time
 	return nil
 }
 
+// enabledDevice is what a pass needs of an enabled device beside its token.
+type enabledDevice struct {
+	provider string
+	// address is how to reach it when the token does not say: a Web Push
+	// subscription, as JSON (channel.Message.Address); "" for the others.
+	address string
+}
+
 // enabledTokens returns the enabled tokens of users, by user, and each
-// token's provider.
-func (d *Devices) enabledTokens(ctx context.Context, users []string) (map[string][]string, map[string]string, error) {
-	rows, err := d.db.Query(ctx, `SELECT user_id, token, provider FROM devices WHERE user_id = ANY($1) AND enabled ORDER BY user_id, created_at, token`, users)
+// token's provider and address.
+func (d *Devices) enabledTokens(ctx context.Context, users []string) (map[string][]string, map[string]enabledDevice, error) {
+	rows, err := d.db.Query(ctx, `SELECT user_id, token, provider,
+			CASE WHEN endpoint IS NOT NULL THEN json_build_object('endpoint', endpoint, 'keys', json_build_object('p256dh', p256dh, 'auth', auth))::text ELSE '' END
+		FROM devices WHERE user_id = ANY($1) AND enabled ORDER BY user_id, created_at, token`, users)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read devices: %w", err)
 	}
 	defer rows.Close()
-	out, providers := map[string][]string{}, map[string]string{}
+	out, devices := map[string][]string{}, map[string]enabledDevice{}
 	for rows.Next() {
-		var user, token, provider string
-		if err := rows.Scan(&user, &token, &provider); err != nil {
+		var user, token string
+		var dev enabledDevice
+		if err := rows.Scan(&user, &token, &dev.provider, &dev.address); err != nil {
 			return nil, nil, err
 		}
 		out[user] = append(out[user], token)
-		providers[token] = provider
+		devices[token] = dev
 	}
-	return out, providers, rows.Err()
-}
-
-// subscriptions returns the Web Push subscriptions of tokens, by token,
-// those still enabled for users[i] only: a browser disabled, or signed in
-// as another user, since its dispatch was written gets nothing.
-func (d *Devices) subscriptions(ctx context.Context, tokens, users []string) (map[string]webpush.Subscription, error) {
-	rows, err := d.db.Query(ctx, `SELECT d.token, d.endpoint, d.p256dh, d.auth
-		FROM devices d, unnest($1::text[], $2::text[]) AS u(token, user_id)
-		WHERE d.token = u.token AND d.user_id = u.user_id AND d.enabled AND d.endpoint IS NOT NULL`, tokens, users)
-	if err != nil {
-		return nil, fmt.Errorf("read subscriptions: %w", err)
-	}
-	defer rows.Close()
-	out := make(map[string]webpush.Subscription, len(tokens))
-	for rows.Next() {
-		var token string
-		var s webpush.Subscription
-		if err := rows.Scan(&token, &s.Endpoint, &s.P256dh, &s.Auth); err != nil {
-			return nil, err
-		}
-		out[token] = s
-	}
-	return out, rows.Err()
+	return out, devices, rows.Err()
 }
 
 const deviceColumns = `token, platform, provider, enabled, disabled_reason, disabled_at, created_at, last_seen_at`

@@ -40,6 +40,7 @@ const channelAnswerReserve = 10 * time.Second
 func channelMessage(c created) channel.Message {
 	m := channel.Message{
 		Token:    c.token,
+		Address:  c.address,
 		ID:       feed.ID{CreatedAt: c.n.createdAt, Seq: c.n.id}.String(),
 		Title:    c.n.title,
 		Body:     c.n.body,
@@ -79,14 +80,7 @@ func (d *Dispatcher) sendChannel(ctx context.Context, provider string, items []c
 	bg := context.WithoutCancel(ctx)
 	ch := d.channels[provider]
 	if ch == nil {
-		// Set up on other replicas (a rollout of its flags, one replica
-		// misconfigured): given back for them, until --push-max-age ends
-		// it skipped. Counted, so that the alert on not_sent tells.
-		d.failLog.Do(func(suppressed int64) {
-			d.log.Warn("pushes to devices of a provider not set up on this replica are given back for the others; set it up on every replica", "provider", provider, "suppressed", suppressed)
-		})
-		d.cfg.Metrics.channelSent.WithLabelValues(provider, channel.NotSent.String()).Add(float64(len(items)))
-		d.giveBack(bg, items, d.cfg.Clock.Now().Add(channelRetryPause))
+		d.notSetUp(bg, provider, items)
 		return
 	}
 	retrier := false
@@ -96,14 +90,7 @@ func (d *Dispatcher) sendChannel(ctx context.Context, provider string, items []c
 		retrier = true
 	default:
 	}
-	type wait struct {
-		c   created
-		at  time.Time
-		why string
-	}
-	var final []outcome
-	var invalid, unsent, later []created
-	var deferred []wait
+	var settled settled
 	reserve := min(channelAnswerReserve, d.cfg.Lease/4)
 	pending := items
 	for tries := 1; len(pending) > 0; tries++ {
@@ -114,52 +101,14 @@ func (d *Dispatcher) sendChannel(ctx context.Context, provider string, items []c
 			sendCtx = channel.WithRetryBudget(ctx, clock.Until(d.cfg.Clock, by)-reserve)
 		}
 		answers := d.channelSend(sendCtx, ch, pending)
+		now := d.cfg.Clock.Now()
 		var retry []created
 		var backoff time.Duration
 		var lastWhy string
-		now := d.cfg.Clock.Now()
 		for i, o := range answers {
-			c := pending[i]
-			d.cfg.Metrics.channelSent.WithLabelValues(provider, o.Kind.String()).Inc()
-			if o.Credentials {
-				d.cfg.Metrics.credentials.WithLabelValues(provider).Inc()
-			}
-			switch o.Kind {
-			case channel.Accepted:
-				// Taken, and named for a receipt: sent until it comes.
-				final = append(final, outcome{c: c, state: StateSent, ticket: o.ID})
-			case channel.Delivered:
-				final = append(final, outcome{c: c, state: StateDelivered, ticket: o.ID})
-			case channel.TokenGone:
-				final = append(final, outcome{c: c, state: StateFailed, err: o.Reason, gone: true})
-			case channel.TokenInvalid:
-				final = append(final, outcome{c: c, state: StateFailed, err: o.Reason + "; the token is disabled"})
-				invalid = append(invalid, c)
-			case channel.Unknown:
-				final = append(final, outcome{c: c, state: StateFailed, err: fmt.Sprintf("outcome unknown: %s; not retried, a retry could deliver twice", o.Reason)})
-			case channel.Failed:
-				final = append(final, outcome{c: c, state: StateFailed, err: o.Reason})
-			case channel.NotSent:
-				unsent = append(unsent, c)
-			default:
-				final = append(final, outcome{c: c, state: StateFailed, err: fmt.Sprintf("%s answered an outcome of kind %d: %s", provider, o.Kind, o.Reason)})
-			case channel.RetryAfter:
-				d.failLog.Do(func(suppressed int64) {
-					d.log.Warn("a push provider did not take a message; sending it again", "provider", provider, "reason", o.Reason, "credentials", o.Credentials, "suppressed", suppressed)
-				})
-				switch {
-				case o.Credentials:
-					// Refused until an operator acts (the alert says so).
-					deferred = append(deferred, wait{c, now.Add(max(o.Wait, channelRetryPause)), fmt.Sprintf("%s: %s refused this deployment's credentials", o.Reason, provider)})
-				case o.Wait > channelRetryPause || now.Add(o.Wait+reserve).After(by):
-					// A long wait holds no pass: deferred to it, once.
-					deferred = append(deferred, wait{c, now.Add(o.Wait), fmt.Sprintf("%s: %s asked to wait %s", o.Reason, provider, o.Wait)})
-				case !retrier:
-					later = append(later, c)
-				default:
-					retry = append(retry, c)
-					backoff, lastWhy = max(backoff, o.Wait), o.Reason
-				}
+			if v := d.judge(&settled, provider, pending[i], o, retrier, now, by, reserve); v.retry {
+				retry = append(retry, pending[i])
+				backoff, lastWhy = max(backoff, o.Wait), o.Reason
 			}
 		}
 		if len(retry) == 0 {
@@ -167,41 +116,136 @@ func (d *Dispatcher) sendChannel(ctx context.Context, provider string, items []c
 		}
 		backoff = cmp.Or(backoff, startstop.Backoff(tries, channelRetryMin, channelRetryMax))
 		if ctx.Err() != nil || now.Add(backoff+reserve).After(by) || !startstop.Sleep(ctx, d.cfg.Clock, backoff) {
-			if ctx.Err() != nil {
-				unsent = append(unsent, retry...)
-				break
-			}
-			for _, c := range retry {
-				final = append(final, outcome{c: c, state: StateFailed, err: fmt.Sprintf("%s; %s took nothing, and was tried again while a try could end within the dispatch's lease", lastWhy, provider)})
-			}
+			settled.retryEnded(ctx, provider, retry, lastWhy)
 			break
 		}
 		pending = retry
 	}
-	// Recorded first, even if the process is stopping: what was not sent
-	// is given back after, so that whoever takes it again sees which
-	// devices already have it.
-	d.recordOrLog(bg, final)
-	for _, w := range deferred {
-		if !d.deferOnce(bg, w.c, w.at, w.why) {
-			d.recordOrLog(bg, []outcome{{c: w.c, state: StateFailed, err: w.why + "; deferred once already, or past --push-max-age"}})
+	d.finish(bg, provider, &settled)
+}
+
+// notSetUp gives back the dispatches of a provider not set up on this
+// replica (a rollout of its flags, one replica misconfigured), for the
+// others, until --push-max-age ends them skipped. Counted, so that the
+// alert on not_sent tells.
+func (d *Dispatcher) notSetUp(ctx context.Context, provider string, items []created) {
+	d.failLog.Do(func(suppressed int64) {
+		d.log.Warn("pushes to devices of a provider not set up on this replica are given back for the others; set it up on every replica", "provider", provider, "suppressed", suppressed)
+	})
+	d.cfg.Metrics.channelSent.WithLabelValues(provider, channel.NotSent.String()).Add(float64(len(items)))
+	d.giveBack(ctx, items, d.cfg.Clock.Now().Add(channelRetryPause))
+}
+
+// settled is what a send's outcomes came to, to be written (finish).
+type settled struct {
+	final         []outcome
+	invalid       []created // disabled as invalid tokens
+	unsent, later []created // given back at once, and after channelRetryPause
+	deferred      []deferredSend
+}
+
+type deferredSend struct {
+	c   created
+	at  time.Time
+	why string
+}
+
+// verdict is what judge decided for one outcome that is not settled yet.
+type verdict struct{ retry bool }
+
+// judge settles one dispatch's outcome, or asks for another try in this
+// pass (retry: a retrier's, for a provider that took nothing and named no
+// wait longer than channelRetryPause, while a try can end by by).
+func (d *Dispatcher) judge(s *settled, provider string, c created, o channel.Outcome, retrier bool, now, by time.Time, reserve time.Duration) verdict {
+	d.cfg.Metrics.channelSent.WithLabelValues(provider, o.Kind.String()).Inc()
+	if o.Credentials {
+		d.cfg.Metrics.credentials.WithLabelValues(provider).Inc()
+	}
+	switch o.Kind {
+	case channel.Accepted:
+		// Taken, and named for a receipt: sent until it comes.
+		s.final = append(s.final, outcome{c: c, state: StateSent, ticket: o.ID})
+	case channel.Delivered:
+		s.final = append(s.final, outcome{c: c, state: StateDelivered, ticket: o.ID})
+	case channel.TokenGone:
+		s.final = append(s.final, outcome{c: c, state: StateFailed, err: o.Reason, gone: goneReason(provider)})
+	case channel.TokenInvalid:
+		s.final = append(s.final, outcome{c: c, state: StateFailed, err: o.Reason + "; the token is disabled"})
+		s.invalid = append(s.invalid, c)
+	case channel.Unknown:
+		s.final = append(s.final, outcome{c: c, state: StateFailed, err: fmt.Sprintf("outcome unknown: %s; not retried, a retry could deliver twice", o.Reason)})
+	case channel.Failed:
+		s.final = append(s.final, outcome{c: c, state: StateFailed, err: o.Reason})
+	case channel.NotSent:
+		s.unsent = append(s.unsent, c)
+	default:
+		s.final = append(s.final, outcome{c: c, state: StateFailed, err: fmt.Sprintf("%s answered an outcome of kind %d: %s", provider, o.Kind, o.Reason)})
+	case channel.RetryAfter:
+		d.failLog.Do(func(suppressed int64) {
+			d.log.Warn("a push provider did not take a message; sending it again", "provider", provider, "reason", o.Reason, "credentials", o.Credentials, "suppressed", suppressed)
+		})
+		switch {
+		case o.Credentials:
+			// Refused until an operator acts (the alert says so).
+			s.deferred = append(s.deferred, deferredSend{c, now.Add(max(o.Wait, channelRetryPause)), fmt.Sprintf("%s: %s refused this deployment's credentials", o.Reason, provider)})
+		case o.Wait > channelRetryPause || now.Add(o.Wait+reserve).After(by):
+			// A long wait holds no pass: deferred to it, once.
+			s.deferred = append(s.deferred, deferredSend{c, now.Add(o.Wait), fmt.Sprintf("%s: %s asked to wait %s", o.Reason, provider, o.Wait)})
+		case !retrier:
+			s.later = append(s.later, c)
+		default:
+			return verdict{retry: true}
 		}
 	}
-	d.giveBack(bg, unsent, time.Time{})
-	if len(later) > 0 {
-		d.giveBack(bg, later, d.cfg.Clock.Now().Add(channelRetryPause))
+	return verdict{}
+}
+
+// retryEnded settles what was to be tried again when no try can be made:
+// given back if the process is stopping, else failed, the provider having
+// taken nothing within the lease.
+func (s *settled) retryEnded(ctx context.Context, provider string, retry []created, why string) {
+	if ctx.Err() != nil {
+		s.unsent = append(s.unsent, retry...)
+		return
 	}
-	if len(invalid) > 0 {
-		tokens, since := make([]string, len(invalid)), make([]time.Time, len(invalid))
-		for i, c := range invalid {
+	for _, c := range retry {
+		s.final = append(s.final, outcome{c: c, state: StateFailed, err: fmt.Sprintf("%s; %s took nothing, and was tried again while a try could end within the dispatch's lease", why, provider)})
+	}
+}
+
+// finish writes what the sends came to. Recorded first, even if the
+// process is stopping: what was not sent is given back after, so that
+// whoever takes it again sees which devices already have it.
+func (d *Dispatcher) finish(ctx context.Context, provider string, s *settled) {
+	d.recordOrLog(ctx, s.final)
+	for _, w := range s.deferred {
+		if !d.deferOnce(ctx, w.c, w.at, w.why) {
+			d.recordOrLog(ctx, []outcome{{c: w.c, state: StateFailed, err: w.why + "; deferred once already, or past --push-max-age"}})
+		}
+	}
+	d.giveBack(ctx, s.unsent, time.Time{})
+	if len(s.later) > 0 {
+		d.giveBack(ctx, s.later, d.cfg.Clock.Now().Add(channelRetryPause))
+	}
+	if len(s.invalid) > 0 {
+		tokens, since := make([]string, len(s.invalid)), make([]time.Time, len(s.invalid))
+		for i, c := range s.invalid {
 			tokens[i], since[i] = c.token, c.createdAt
 		}
-		if err := d.persist(bg, func(ctx context.Context) error {
+		if err := d.persist(ctx, func(ctx context.Context) error {
 			return d.cfg.Devices.disableAsOf(ctx, tokens, since, DisabledInvalid)
 		}); err != nil {
 			d.log.Warn("disable tokens the provider refused", "provider", provider, "err", err)
 		}
 	}
+}
+
+// goneReason is the disabled_reason of a device its provider says is gone.
+func goneReason(provider string) string {
+	if provider == ProviderWebPush {
+		return DisabledGone
+	}
+	return DisabledUnreachable
 }
 
 // channelSend hands items to ch in batches of at most its MaxBatch, the

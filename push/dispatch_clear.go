@@ -314,7 +314,7 @@ func (d *Dispatcher) sendWebClears(ctx context.Context, devs []*clearDevice) []c
 			out[i] = clearOutcome{dev: dev, state: StateQueued, due: d.cfg.Clock.Now().Add(clearInterval), held: true}
 			continue
 		}
-		key := pushOrigin(dev.sub.Endpoint)
+		key := webpush.Origin(dev.sub.Endpoint)
 		share := origins[key]
 		if share == nil {
 			share = make(chan struct{}, max(1, n/2))

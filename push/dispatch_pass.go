@@ -116,7 +116,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 			users = append(users, q.user)
 		}
 	}
-	tokens, providers, err := d.cfg.Devices.enabledTokens(ctx, users)
+	tokens, devices, err := d.cfg.Devices.enabledTokens(ctx, users)
 	if err != nil {
 		return len(claimed), err
 	}
@@ -169,7 +169,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 		default:
 			for _, t := range tokens[q.user] {
 				switch {
-				case !d.validToken(t, providers[t]):
+				case !d.validToken(t, devices[t].provider):
 					invalid = append(invalid, t)
 				case !before[t]:
 					sends = append(sends, dispatchRow{n: q, token: &t, state: StateQueued})
@@ -216,7 +216,8 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 	}
 	written = true
 	for i := range created {
-		created[i].provider = providers[created[i].token]
+		dev := devices[created[i].token]
+		created[i].provider, created[i].address = dev.provider, dev.address
 	}
 	d.send(ctx, created, leased.Add(d.cfg.Lease))
 	return len(claimed), nil
@@ -256,6 +257,7 @@ type created struct {
 	n         *queued
 	token     string
 	provider  string // the device's, as the pass read it
+	address   string // the device's, for a provider whose token is not one (channel.Message.Address)
 }
 
 // create writes the dispatch rows and takes the notifications out of the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
@@ -18,25 +19,25 @@ type outcome struct {
 	state  string
 	ticket string
 	err    string
-	gone   bool // the provider says the device is gone: disabled as of the send
+	gone   string // the provider says the device is gone: disabled as of the send, with this reason
 }
 
-// send pushes the written dispatches: each provider's through its channel
-// (Expo's, APNs', FCM's: sendChannels), browsers' by sendWeb, beside them.
+// send pushes the written dispatches, each provider's through its
+// channel: the spread ones' (Web Push's) are started beside the pass
+// (sendSpread), and the others' sent in batches while they answer
+// (sendChannels).
 func (d *Dispatcher) send(ctx context.Context, all []created, by time.Time) {
-	var web []created
-	others := map[string][]created{}
+	byProvider := map[string][]created{}
 	for _, c := range all {
-		if c.provider == ProviderWebPush {
-			web = append(web, c)
-			continue
-		}
-		others[c.provider] = append(others[c.provider], c)
+		byProvider[c.provider] = append(byProvider[c.provider], c)
 	}
-	// The browsers' pushes are handed to their own sends while the
-	// channels' providers answer.
-	d.sendWeb(ctx, web, by)
-	d.sendChannels(ctx, others, by)
+	for provider, items := range byProvider {
+		if ch, ok := d.channels[provider].(channel.Spread); ok {
+			d.sendSpread(ctx, ch, items, by)
+			delete(byProvider, provider)
+		}
+	}
+	d.sendChannels(ctx, byProvider, by)
 }
 
 // persist runs write until it succeeds, for at most the lease: what it
@@ -144,13 +145,12 @@ func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
 	}
 	var ids []int64
 	var states, tickets, errs []string
-	var gone []string
-	var goneSince []time.Time
+	gone, goneSince := map[string][]string{}, map[string][]time.Time{}
 	for _, o := range outcomes {
 		ids = append(ids, o.c.id)
 		states, tickets, errs = append(states, o.state), append(tickets, o.ticket), append(errs, o.err)
-		if o.gone {
-			gone, goneSince = append(gone, o.c.token), append(goneSince, o.c.createdAt)
+		if o.gone != "" {
+			gone[o.gone], goneSince[o.gone] = append(gone[o.gone], o.c.token), append(goneSince[o.gone], o.c.createdAt)
 		}
 	}
 	// The dispatches of one pass were written by one statement, so they share
@@ -168,5 +168,10 @@ func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
 	if err != nil {
 		return err
 	}
-	return d.cfg.Devices.disableUnreachable(ctx, gone, goneSince)
+	for reason, tokens := range gone {
+		if err := d.cfg.Devices.disableAsOf(ctx, tokens, goneSince[reason], reason); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -128,7 +128,7 @@ type Dispatcher struct {
 	// Web Push sends run beside the passes: webSlots are the requests in
 	// flight, webWaiting those started or waiting for a slot, webOrigins
 	// and webUsers their shares per push service origin and per user,
-	// webSends all of them, which Stop waits for (see sendWeb for the bounds).
+	// webSends all of them, which Stop waits for (see sendSpread for the bounds).
 	webSlots, webWaiting chan struct{}
 	webOrigins, webUsers *shares
 	webSends             sync.WaitGroup
@@ -179,6 +179,17 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		return nil, err
 	}
 	channels, retriers := map[string]channel.Channel{ProviderExpo: ex}, map[string]chan struct{}{ProviderExpo: make(chan struct{}, 1)}
+	if cfg.WebPush != nil {
+		web, err := webpush.NewChannel(webpush.ChannelConfig{Sender: cfg.WebPush, TTL: cfg.WebTTL, Timeout: cfg.WebTimeout,
+			OnResult: func(o webpush.Outcome, took time.Duration) {
+				cfg.Metrics.webSent.WithLabelValues(o.String()).Inc()
+				cfg.Metrics.webTook.Observe(took.Seconds())
+			}})
+		if err != nil {
+			return nil, err
+		}
+		channels[ProviderWebPush] = web
+	}
 	for _, ch := range cfg.Channels {
 		p := ch.Provider()
 		if p == ProviderExpo || p == ProviderWebPush || channels[p] != nil || !ValidProvider(p) {

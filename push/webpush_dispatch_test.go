@@ -336,7 +336,7 @@ func TestAnUnreachablePushServiceIsTriedOnceMoreAfterAPauseThenFailed(t *testing
 	clk.Advance(21 * time.Second)
 	s.drain()
 	s.waitForState("the second try to end failed", dev.Token, push.StateFailed)
-	if _, why := s.stateOf(dev.Token); !strings.Contains(why, "unreachable again") {
+	if _, why := s.stateOf(dev.Token); !strings.Contains(why, "unreachable") || !strings.Contains(why, "deferred once already") {
 		t.Errorf("failed because %q", why)
 	}
 	if n := s.counter("spoolcast_webpush_sent_total", "outcome", "not_sent"); n != 2 {

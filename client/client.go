@@ -14,9 +14,10 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spoolcast/spoolcast/internal/retryafter"
 )
 
 // DefaultRelayURL is where the relay listens beside every producer pod.
@@ -406,7 +407,7 @@ func readAnswer(resp *http.Response, raw []byte, key string) (Result, time.Durat
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return Result{}, -1, &UnauthorizedError{StatusCode: code, Challenge: resp.Header.Get("WWW-Authenticate"), Problem: p}
 	case retryableStatus(code):
-		wait := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		wait, _ := retryafter.Parse(resp.Header.Get("Retry-After"), time.Now())
 		return Result{}, wait, &StatusError{StatusCode: code, RetryAfter: wait, Problem: p}
 	}
 	return Result{}, -1, &StatusError{StatusCode: code, Problem: p}
@@ -431,23 +432,4 @@ func truncate(raw []byte) string {
 		s = s[:200] + "…"
 	}
 	return strings.ToValidUTF8(s, "\uFFFD")
-}
-
-// parseRetryAfter reads Retry-After as seconds or an HTTP date; 0 when absent
-// or unreadable.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 {
-			return 0
-		}
-		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
 }

@@ -26,7 +26,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -34,6 +33,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/retryafter"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
@@ -422,24 +422,11 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 		if json.Unmarshal(payload, &body) == nil && len(body.Errors) > 0 {
 			re.Code, re.Msg = body.Errors[0].Code, body.Errors[0].Message
 		}
-		return retryAfter(resp.Header.Get("Retry-After"), c.cfg.Clock.Now()), re
+		wait, _ := retryafter.Parse(resp.Header.Get("Retry-After"), c.cfg.Clock.Now())
+		return wait, re
 	}
 	if err := json.Unmarshal(payload, out); err != nil {
 		return 0, &RequestError{Status: resp.StatusCode, Msg: "undecodable answer: " + err.Error(), Unknown: true}
 	}
 	return 0, nil
-}
-
-// retryAfter reads a Retry-After header: seconds, or an HTTP date after now.
-func retryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(0, t.Sub(now))
-	}
-	return 0
 }

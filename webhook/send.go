@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spoolcast/spoolcast/internal/retryafter"
 )
 
 // result is what one attempt came to.
@@ -73,7 +75,8 @@ func (d *Deliverer) send(ctx context.Context, l lease) result {
 	// Whatever failed answer carries it: Standard Webhooks names 503 only as
 	// an example, RFC 9110 gives it a meaning on 3xx too, and a receiver
 	// behind a gateway may add it to a 502.
-	r.retryAfter = retryAfter(resp.Header.Get("Retry-After"), d.cfg.Clock.Now())
+	wait, _ := retryafter.Parse(resp.Header.Get("Retry-After"), d.cfg.Clock.Now())
+	r.retryAfter = min(wait, maxRetryAfter)
 	// A receiver that says it is overloaded gets nothing more until it said,
 	// as Standard Webhooks asks senders to throttle the endpoint, not only
 	// to put off the one delivery: a 429 (for minRetry without a
@@ -100,19 +103,4 @@ func loggable(b []byte) string {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
-}
-
-// retryAfter reads a Retry-After header, seconds or an HTTP date; 0 when
-// absent or unreadable. It is capped at maxRetryAfter.
-func retryAfter(h string, now time.Time) time.Duration {
-	if h == "" {
-		return 0
-	}
-	var d time.Duration
-	if secs, err := strconv.ParseInt(h, 10, 64); err == nil && secs > 0 {
-		d = time.Duration(min(secs, int64(maxRetryAfter/time.Second))) * time.Second
-	} else if t, err := http.ParseTime(h); err == nil {
-		d = t.Sub(now)
-	}
-	return min(max(d, 0), maxRetryAfter)
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/internal/retryafter"
 )
 
 // scope is the OAuth scope that sending with FCM takes.
@@ -91,7 +92,7 @@ func (c *Channel) tokenFailure(err error) channel.Outcome {
 	if body.Description != "" {
 		reason += ": " + body.Description
 	}
-	wait, _ := retryAfter(re.Response.Header.Get("Retry-After"), c.cfg.Clock.Now())
+	wait, _ := retryafter.Parse(re.Response.Header.Get("Retry-After"), c.cfg.Clock.Now())
 	return channel.Outcome{
 		Kind:        channel.RetryAfter,
 		Wait:        wait,

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/internal/retryafter"
 )
 
 const (
@@ -16,8 +16,6 @@ const (
 	// Retry-After: FCM's ErrorCode reference asks for backoff "with a
 	// minimum initial delay of 1 minute" there.
 	quotaWait = time.Minute
-	// maxWait caps Retry-After: a longer wait is a misreading.
-	maxWait = 24 * time.Hour
 	// maxReason caps the provider's words kept in Outcome.Reason.
 	maxReason = 300
 )
@@ -71,7 +69,7 @@ func (c *Channel) answer(status int, header http.Header, body []byte) (o channel
 		message = http.StatusText(status)
 	}
 	o = channel.Outcome{Status: status, Code: code, Reason: reason(status, code, message)}
-	wait, waitSaid := retryAfter(header.Get("Retry-After"), c.cfg.Clock.Now())
+	wait, waitSaid := retryafter.Parse(header.Get("Retry-After"), c.cfg.Clock.Now())
 
 	switch {
 	case code == "UNREGISTERED":
@@ -117,18 +115,4 @@ func reason(status int, code, message string) string {
 		return fmt.Sprintf("FCM %d: %s", status, message)
 	}
 	return fmt.Sprintf("FCM %d %s: %s", status, code, message)
-}
-
-// retryAfter reads a Retry-After header: seconds, or an HTTP date.
-func retryAfter(v string, now time.Time) (time.Duration, bool) {
-	if v == "" {
-		return 0, false
-	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil && s >= 0 {
-		return time.Duration(min(s, int64(maxWait/time.Second))) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return min(max(0, t.Sub(now)), maxWait), true
-	}
-	return 0, false
 }

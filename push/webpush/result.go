@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spoolcast/spoolcast/internal/retryafter"
 )
 
 // Outcome is what became of a Send.
@@ -76,9 +78,7 @@ const (
 	// DefaultRetryAfter is RateLimited's RetryAfter when the push service
 	// gave none.
 	DefaultRetryAfter = time.Minute
-	// maxRetryAfter caps Retry-After: a longer wait is a misreading.
-	maxRetryAfter = 24 * time.Hour
-	maxExcerpt    = 256 // bytes of a refusal's body kept in Result.Body
+	maxExcerpt        = 256 // bytes of a refusal's body kept in Result.Body
 )
 
 // answer classifies the push service's answer. It reads at most maxExcerpt
@@ -101,12 +101,12 @@ func answer(resp *http.Response, now time.Time) Result {
 	case code == http.StatusTooManyRequests:
 		r.Outcome = RateLimited
 		var ok bool
-		if r.RetryAfter, ok = retryAfter(resp.Header.Get("Retry-After"), now); !ok {
+		if r.RetryAfter, ok = retryafter.Parse(resp.Header.Get("Retry-After"), now); !ok {
 			r.RetryAfter = DefaultRetryAfter
 		}
 	case code >= 500:
 		r.Outcome = Unavailable
-		r.RetryAfter, _ = retryAfter(resp.Header.Get("Retry-After"), now)
+		r.RetryAfter, _ = retryafter.Parse(resp.Header.Get("Retry-After"), now)
 	default:
 		r.Outcome = Rejected
 	}
@@ -116,18 +116,4 @@ func answer(resp *http.Response, now time.Time) Result {
 	}
 	r.Err = errors.New(msg)
 	return r
-}
-
-// retryAfter reads a Retry-After header: seconds, or an HTTP date.
-func retryAfter(v string, now time.Time) (time.Duration, bool) {
-	if v == "" {
-		return 0, false
-	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil && s >= 0 {
-		return time.Duration(min(s, int64(maxRetryAfter/time.Second))) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return min(max(0, t.Sub(now)), maxRetryAfter), true
-	}
-	return 0, false
 }

@@ -40,7 +40,8 @@ check-tour:
 	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql
 	scripts/check-readme-tour
 
-## chaos: the whole system (Postgres primary + synchronous standby, two relays, two central replicas, fake Expo, a webhook receiver,
+## chaos: the whole system (Postgres primary + synchronous standby, two relays, two central replicas, fake Expo, APNs, FCM and
+## Web Push service, a webhook receiver,
 ## apps on sockets) under every production fault for CHAOS_DURATION (default 10m), then one row per invariant;
 ## non-zero on any violation. CHAOS_SEED replays a run. Needs root (tmpfs spool volumes); installs PostgreSQL
 CHAOS_DURATION ?= 10m

@@ -124,6 +124,15 @@ func run(duration time.Duration, seed uint64, selfcheck, inject bool, binary str
 		if a.direct = directDevice(a.user, i); a.direct != "" {
 			a.call(ctx, http.MethodPut, bases[0]+"/v1/devices", a.direct)
 		}
+		browser, err := w.web.webDevice(a.user, i)
+		if err != nil {
+			return 0, err
+		}
+		if browser != "" {
+			if status, body := a.call(ctx, http.MethodPut, bases[0]+"/v1/devices", browser); status != http.StatusOK && status != http.StatusCreated {
+				return 0, fmt.Errorf("register %s's browser: %d %s", a.user, status, body)
+			}
+		}
 		appsDone.Go(func() { a.stream(streams, rand.New(rand.NewPCG(seed, uint64(200+i)))) })
 		actsDone.Go(func() { a.act(actions, arng, apps) })
 	}

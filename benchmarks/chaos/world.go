@@ -143,6 +143,8 @@ type world struct {
 	handovers *handovers
 	// channels are the fake APNs and FCM.
 	channels *directChannels
+	// web is the Web Push service browsers' subscriptions name.
+	web      *webPushService
 	arrivals *expoArrivals
 	expoURL  string
 	prefs    *prefsService
@@ -172,6 +174,13 @@ func (l *lossWindow) holds(t time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return !l.from.IsZero() && !t.Before(l.from) && !t.After(l.to)
+}
+
+// overlaps reports whether the window and [from, to] share a moment.
+func (l *lossWindow) overlaps(from, to time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.from.IsZero() && !to.Before(l.from) && !from.After(l.to)
 }
 
 func (l *lossWindow) String() string {
@@ -252,6 +261,11 @@ func setUp(ctx context.Context, dir, binary string, seed uint64) (*world, error)
 	if err != nil {
 		return w, fmt.Errorf("fake APNs and FCM: %w", err)
 	}
+	webArgs, err := w.startWebPush()
+	if err != nil {
+		return w, fmt.Errorf("fake Web Push service: %w", err)
+	}
+	channelArgs = append(channelArgs, webArgs...)
 	w.prefs = &prefsService{}
 	prefsURL, err := w.serve(w.prefs)
 	if err != nil {

@@ -25,18 +25,21 @@ var ErrBadCursor = errors.New("malformed cursor")
 
 // Delivery is one dispatch as the delivery log shows it.
 type Delivery struct {
-	ID             string     `json:"id"`
-	NotificationID *string    `json:"notification_id"` // null when cancelled: it never existed
-	Title          string     `json:"title"`
-	Category       string     `json:"category"`
-	UserID         string     `json:"user_id"`
-	Token          *string    `json:"token"` // masked
-	State          string     `json:"state"`
-	Error          *string    `json:"error"`
-	TicketID       *string    `json:"ticket_id"`
-	CreatedAt      time.Time  `json:"created_at"`
-	SentAt         *time.Time `json:"sent_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
+	ID             string  `json:"id"`
+	NotificationID *string `json:"notification_id"` // null when cancelled: it never existed
+	Title          string  `json:"title"`
+	Category       string  `json:"category"`
+	UserID         string  `json:"user_id"`
+	Token          *string `json:"token"` // masked
+	// Provider reaches the device: expo, webpush, apns, fcm; null for a
+	// row without a device (skipped, cancelled before any).
+	Provider  *string    `json:"provider"`
+	State     string     `json:"state"`
+	Error     *string    `json:"error"`
+	TicketID  *string    `json:"ticket_id"`
+	CreatedAt time.Time  `json:"created_at"`
+	SentAt    *time.Time `json:"sent_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
 	// Clear is the clear sent to the device once the notification was read
 	// or archived; absent when there is none.
 	Clear *DeliveryClear `json:"clear,omitempty"`
@@ -101,11 +104,13 @@ func Deliveries(ctx context.Context, db DeliveryReader, q DeliveryQuery) (Delive
 	sql := `SELECT d.id, d.created_at, d.notification_id, d.notification_created_at,
 			coalesce(n.title, s.title, ''), coalesce(n.category, s.category, ''),
 			d.user_id, d.token, d.state, d.error, d.ticket_id, d.sent_at, d.updated_at,
-			c.state, c.error, c.ticket_id, c.created_at, c.sent_at
+			c.state, c.error, c.ticket_id, c.created_at, c.sent_at,
+			CASE WHEN d.token IS NOT NULL THEN coalesce(v.provider, CASE WHEN d.token LIKE 'WebPush[%' THEN 'webpush' ELSE 'expo' END) END
 		FROM push_dispatches d
 		LEFT JOIN notifications n ON d.state <> 'cancelled' AND n.id = d.notification_id AND n.created_at = d.notification_created_at
 		LEFT JOIN scheduled_notifications s ON d.state = 'cancelled' AND s.id = d.notification_id
 		LEFT JOIN push_clears c ON c.notification_id = d.notification_id AND c.token = d.token
+		LEFT JOIN devices v ON v.token = d.token
 		WHERE true`
 	args := []any{limit + 1}
 	if q.UserID != "" {
@@ -136,7 +141,7 @@ func Deliveries(ctx context.Context, db DeliveryReader, q DeliveryQuery) (Delive
 		var clear DeliveryClear
 		var clearCreated *time.Time
 		err := r.Scan(&d.seq, &d.CreatedAt, &nid, &ncreated, &d.Title, &d.Category, &d.UserID, &d.Token, &d.State, &d.Error, &d.TicketID, &d.SentAt, &d.UpdatedAt,
-			&clearState, &clear.Error, &clear.TicketID, &clearCreated, &clear.SentAt)
+			&clearState, &clear.Error, &clear.TicketID, &clearCreated, &clear.SentAt, &d.Provider)
 		if clearState != nil && clearCreated != nil {
 			clear.State, clear.CreatedAt = *clearState, *clearCreated
 			d.Clear = &clear
@@ -168,11 +173,18 @@ func Deliveries(ctx context.Context, db DeliveryReader, q DeliveryQuery) (Delive
 }
 
 // MaskToken shows enough of a push token to tell two apart in a log, and no
-// more: ExponentPushToken[abcd…wxyz].
+// more: ExponentPushToken[abcd…wxyz], and an APNs or FCM token's first and
+// last four characters (9f3a…c01d).
 func MaskToken(token string) string {
 	open := strings.IndexByte(token, '[')
-	if open < 0 || !strings.HasSuffix(token, "]") || len(token)-open-2 <= 8 {
-		return token[:max(0, open+1)] + "…]"
+	if open < 0 || !strings.HasSuffix(token, "]") {
+		if len(token) <= 12 {
+			return "…"
+		}
+		return token[:4] + "…" + token[len(token)-4:]
+	}
+	if len(token)-open-2 <= 8 {
+		return token[:open+1] + "…]"
 	}
 	inner := token[open+1 : len(token)-1]
 	return token[:open+1] + inner[:4] + "…" + inner[len(inner)-4:] + "]"

@@ -42,6 +42,11 @@ type Message struct {
 	// CollapseKey, when set, replaces ID as the collapse id: a digest's
 	// pushes share one, so a newer replaces an older still undelivered.
 	CollapseKey string
+	// Silent is a background message the app handles without showing
+	// anything (a clear: take these banners down): no title, body, sound or
+	// collapse id, normal priority; Data is all it carries (APNs
+	// content-available, FCM data only).
+	Silent bool
 }
 
 // Collapse is the id under which the provider replaces an undelivered push.

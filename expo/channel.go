@@ -153,6 +153,10 @@ func (c *Channel) count(result string, n int) {
 // as data (notification_id, as apps built with Expo read it), and high
 // priority for an urgent one.
 func fromChannel(m channel.Message) Message {
+	if m.Silent {
+		// Data only, to wake the app: no title, body or sound.
+		return Message{To: m.Token, Priority: "normal", ContentAvailable: true, Data: m.Data}
+	}
 	msg := Message{To: m.Token, Title: m.Title, Body: m.Body, Sound: "default",
 		Data: map[string]any{"notification_id": m.ID, "category": m.Category}}
 	for k, v := range m.Data {

@@ -2,6 +2,7 @@ package push_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"github.com/spoolcast/spoolcast/channel/apns/apnstest"
 	"github.com/spoolcast/spoolcast/channel/channeltest"
 	"github.com/spoolcast/spoolcast/channel/fcm/fcmtest"
+	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/push"
 )
 
@@ -21,18 +24,75 @@ type channelStack struct {
 	fcm  *fcmtest.Server
 }
 
-func newChannelStack(t *testing.T) *channelStack {
+func newChannelStack(t *testing.T, edits ...func(*push.DispatcherConfig)) *channelStack {
 	t.Helper()
 	s := newStack(t)
 	rig := channeltest.Start(t)
 	chs := rig.Channels
 	s.devices.Channels = chs
+	cfg := push.DispatcherConfig{DB: s.pool, Sender: s.client, Preferences: s.prefs, Devices: s.devices,
+		Channels: chs, Interval: 20 * time.Millisecond, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
 	var err error
-	if s.dispatcher, err = push.NewDispatcher(push.DispatcherConfig{DB: s.pool, Sender: s.client, Preferences: s.prefs, Devices: s.devices,
-		Channels: chs, Interval: 20 * time.Millisecond, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+	if s.dispatcher, err = push.NewDispatcher(cfg); err != nil {
 		t.Fatal(err)
 	}
 	return &channelStack{stack: s, apns: rig.APNs, fcm: rig.FCM}
+}
+
+func TestAReadTakesTheBannerDownOnTheUsersAPNsAndFCMDevicesWithABackgroundMessage(t *testing.T) {
+	s := newChannelStack(t, func(c *push.DispatcherConfig) { c.ClearOnRead = true })
+	ctx := context.Background()
+	apnsToken, fcmToken := strings.Repeat("cd", 32), "fcm-token-"+strings.Repeat("z", 140)
+	if _, err := s.devices.RegisterWith(ctx, "u1", "apns", apnsToken, push.IOS); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.devices.RegisterWith(ctx, "u1", "fcm", fcmToken, push.Android); err != nil {
+		t.Fatal(err)
+	}
+	s.ingest("k1", "news", "u1")
+	s.drain()
+	var id feed.ID
+	if err := s.pool.QueryRow(ctx, `SELECT created_at, id FROM notifications WHERE user_id = 'u1'`).Scan(&id.CreatedAt, &id.Seq); err != nil {
+		t.Fatal(err)
+	}
+	if err := feed.NewStore(s.pool, nil).MarkRead(ctx, "u1", id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.dispatcher.ClearPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reqs := s.apns.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("APNs got %d requests, want the push and its clear", len(reqs))
+	}
+	var clear struct {
+		APS  map[string]any `json:"aps"`
+		Type string         `json:"type"`
+		IDs  []string       `json:"ids"`
+	}
+	if err := json.Unmarshal(reqs[1].Payload, &clear); err != nil {
+		t.Fatal(err)
+	}
+	if reqs[1].Header.Get("apns-push-type") != "background" || reqs[1].Status != 200 || clear.Type != "clear" ||
+		strings.Join(clear.IDs, ",") != id.String() || clear.APS["alert"] != nil {
+		t.Errorf("APNs clear %s %v (%d), want a background push naming %s", reqs[1].Payload, reqs[1].Header, reqs[1].Status, id)
+	}
+	msgs := s.fcm.Messages()
+	if len(msgs) != 2 {
+		t.Fatalf("FCM got %d messages, want the push and its clear", len(msgs))
+	}
+	if m := msgs[1]; m.Notification != nil || m.Data["type"] != "clear" || m.Data["ids"] != `["`+id.String()+`"]` {
+		t.Errorf("FCM clear %+v, want data only naming %s", m, id)
+	}
+	if n := pgtest.Count(t, s.pool, `SELECT count(*) FROM push_clears WHERE state = 'sent'`); n != 2 {
+		t.Errorf("%d clears sent, want 2", n)
+	}
+	if n := s.counter("spoolcast_push_clears_total", "provider", "fcm", "result", "sent"); n != 1 {
+		t.Errorf("FCM clears sent = %v", n)
+	}
 }
 
 func TestOneUserGetsEachPushOnEveryProviderOnce(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/startstop"
@@ -127,15 +128,17 @@ func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
 		return 0, err
 	}
 	var phones, browsers []*clearDevice
+	direct := map[string][]*clearDevice{}
 	var outcomes []clearOutcome
 	for _, dev := range devs {
 		switch {
 		case !dev.enabled:
 			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: "the device was disabled, or signed in as another user, since the push"})
+		case dev.provider != ProviderExpo && dev.provider != ProviderWebPush && d.channels[dev.provider] == nil:
+			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: dev.provider + " is not set up on this replica"})
 		case dev.provider != ProviderExpo && dev.provider != ProviderWebPush:
-			// A banner from APNs or FCM comes down when the app, woken by a
-			// background message, removes it; the channels send none yet.
-			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: "clears are not sent to " + dev.provider + " devices"})
+			// APNs, FCM: a background message the app, woken by it, acts on.
+			direct[dev.provider] = append(direct[dev.provider], dev)
 		case IsWebToken(dev.token) && d.cfg.WebPush == nil:
 			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: "Web Push is not set up on this replica (--vapid-key-file)"})
 		case IsWebToken(dev.token):
@@ -152,6 +155,14 @@ func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
 		outcomes = append(outcomes, out...)
 		mu.Unlock()
 	})
+	for provider, devs := range direct {
+		wg.Go(func() {
+			out := d.sendChannelClears(sends, d.channels[provider], devs)
+			mu.Lock()
+			outcomes = append(outcomes, out...)
+			mu.Unlock()
+		})
+	}
 	out := d.sendWebClears(sends, browsers)
 	wg.Wait()
 	outcomes = append(outcomes, out...)
@@ -160,26 +171,22 @@ func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
 		// Left sending: the sweep ends them failed, never sends them again.
 		return len(devs), fmt.Errorf("record clears: %w", err)
 	}
-	var gone, goneWeb []string
-	var since, sinceWeb []time.Time
+	gone, since := map[string][]string{}, map[string][]time.Time{}
 	for _, o := range outcomes {
 		if o.held {
 			continue
 		}
 		result := map[string]string{StateSent: ClearSent, StateFailed: ClearFailed, StateSkipped: ClearSkipped, StateQueued: ClearRetried}[o.state]
 		d.cfg.Metrics.clears.WithLabelValues(o.dev.provider, result).Inc()
-		switch {
-		case o.gone && IsWebToken(o.dev.token):
-			goneWeb, sinceWeb = append(goneWeb, o.dev.token), append(sinceWeb, o.dev.claimed)
-		case o.gone:
-			gone, since = append(gone, o.dev.token), append(since, o.dev.claimed)
+		if o.gone {
+			reason := goneReason(o.dev.provider)
+			gone[reason], since[reason] = append(gone[reason], o.dev.token), append(since[reason], o.dev.claimed)
 		}
 	}
-	if err := d.cfg.Devices.disableUnreachable(bg, gone, since); err != nil {
-		d.log.Warn("disable tokens Expo no longer knows", "err", err)
-	}
-	if err := d.cfg.Devices.disableAsOf(bg, goneWeb, sinceWeb, DisabledGone); err != nil {
-		d.log.Warn("disable gone web subscriptions", "err", err)
+	for reason, tokens := range gone {
+		if err := d.cfg.Devices.disableAsOf(bg, tokens, since[reason], reason); err != nil {
+			d.log.Warn("disable devices their provider says are gone", "err", err)
+		}
 	}
 	return len(devs), nil
 }
@@ -283,6 +290,45 @@ func (d *Dispatcher) sendExpoClears(ctx context.Context, devs []*clearDevice) []
 			default:
 				o.state, o.err = StateFailed, strings.TrimSpace(tickets[i].Code()+": "+tickets[i].Message)
 				o.gone = tickets[i].Code() == expo.DeviceNotRegistered
+			}
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// sendChannelClears sends the clears of one channel's devices (APNs,
+// FCM) as silent messages, in batches of the channel's MaxBatch: what the
+// provider did not take is given back for its Retry-After, or clearRetry;
+// an unknown outcome is not sent again.
+func (d *Dispatcher) sendChannelClears(ctx context.Context, ch channel.Channel, devs []*clearDevice) []clearOutcome {
+	out := make([]clearOutcome, 0, len(devs))
+	size := max(1, ch.MaxBatch())
+	for lo := 0; lo < len(devs); lo += size {
+		batch := devs[lo:min(lo+size, len(devs))]
+		msgs := make([]channel.Message, len(batch))
+		for i, dev := range batch {
+			msgs[i] = channel.Message{Token: dev.token, Silent: true, Expires: d.cfg.Clock.Now().Add(ClearTTL),
+				Data: map[string]any{"type": "clear", "ids": dev.public}}
+		}
+		answers := ch.Send(ctx, msgs)
+		for i, dev := range batch {
+			o := clearOutcome{dev: dev}
+			a := channel.Outcome{Kind: channel.Failed, Reason: ch.Provider() + " answered fewer outcomes than messages"}
+			if i < len(answers) {
+				a = answers[i]
+			}
+			switch a.Kind {
+			case channel.Delivered, channel.Accepted:
+				o.state, o.ticket = StateSent, a.ID
+			case channel.RetryAfter, channel.NotSent:
+				o.state, o.due, o.err = StateQueued, d.cfg.Clock.Now().Add(cmp.Or(a.Wait, clearRetry)), fmt.Sprintf("%s took nothing (%s); sending again", ch.Provider(), a.Reason)
+			case channel.TokenGone:
+				o.state, o.err, o.gone = StateFailed, a.Reason, true
+			case channel.Unknown:
+				o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %s; not retried, a retry could deliver twice", a.Reason)
+			default:
+				o.state, o.err = StateFailed, a.Reason
 			}
 			out = append(out, o)
 		}

@@ -32,8 +32,9 @@ type directChannels struct {
 	apns *apnstest.Server
 	fcm  *fcmtest.Server
 
-	mu      sync.Mutex
-	fcmSeen map[string][]time.Time // "token notification-id" → arrivals FCM took
+	mu        sync.Mutex
+	fcmSeen   map[string][]time.Time // "token notification-id" → arrivals FCM took
+	fcmClears []directArrival        // one per id a clear FCM took names
 }
 
 // startChannels starts the fakes and returns the centrals' flags for them.
@@ -54,9 +55,17 @@ func (w *world) startChannels() ([]string, error) {
 	}
 	d.fcm.SetOnMessage(func(m fcmtest.Message) {
 		d.mu.Lock()
+		defer d.mu.Unlock()
+		if m.Data["type"] == "clear" {
+			var ids []string
+			_ = json.Unmarshal([]byte(m.Data["ids"]), &ids)
+			for _, id := range ids {
+				d.fcmClears = append(d.fcmClears, directArrival{token: m.Token, id: id, at: time.Now()})
+			}
+			return
+		}
 		k := m.Token + " " + m.Data["id"]
 		d.fcmSeen[k] = append(d.fcmSeen[k], time.Now())
-		d.mu.Unlock()
 	})
 	creds := filepath.Join(w.dir, "fcm.json")
 	if err := d.fcm.WriteCredentials(creds); err != nil {
@@ -95,29 +104,37 @@ type directArrival struct {
 	at        time.Time
 }
 
-// arrivals lists every message that reached APNs (taken or not answered:
-// either may have been delivered) or that FCM took.
-func (d *directChannels) arrivals() []directArrival {
-	var out []directArrival
+// arrivals lists every push that reached APNs (taken or not answered:
+// either may have been delivered) or that FCM took, and apart, one clear
+// per id each clear names.
+func (d *directChannels) arrivals() (pushes, clears []directArrival) {
 	for _, r := range d.apns.Requests() {
 		if r.Status != 0 && r.Status != 200 {
 			continue // refused: not delivered
 		}
 		var p struct {
-			ID string `json:"id"`
+			ID   string   `json:"id"`
+			Type string   `json:"type"`
+			IDs  []string `json:"ids"`
 		}
 		_ = json.Unmarshal(r.Payload, &p)
-		out = append(out, directArrival{token: r.Token, id: p.ID, at: r.At})
+		if p.Type == "clear" {
+			for _, id := range p.IDs {
+				clears = append(clears, directArrival{token: r.Token, id: id, at: r.At})
+			}
+			continue
+		}
+		pushes = append(pushes, directArrival{token: r.Token, id: p.ID, at: r.At})
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for k, ats := range d.fcmSeen {
 		token, id, _ := strings.Cut(k, " ")
 		for _, at := range ats {
-			out = append(out, directArrival{token: token, id: id, at: at})
+			pushes = append(pushes, directArrival{token: token, id: id, at: at})
 		}
 	}
-	return out
+	return pushes, append(clears, d.fcmClears...)
 }
 
 // apnsKill kills every connection to the fake APNs after a few more

@@ -41,6 +41,7 @@ func checkPushes(ctx context.Context, db *pgx.Conn, w *world) ([]invariant, erro
 	direct := map[string][]directArrival{}
 	expoPushes := len(pushes)
 	webPushes, webClears, webRefused := w.web.arrivals()
+	directArrivals, directClears := w.channels.arrivals()
 	add := func(arrivals []directArrival) int {
 		before := len(pushes)
 		for _, a := range arrivals {
@@ -50,13 +51,13 @@ func checkPushes(ctx context.Context, db *pgx.Conn, w *world) ([]invariant, erro
 		}
 		return len(pushes) - before
 	}
-	directPushes, browserPushes := add(w.channels.arrivals()), add(webPushes)
-	webClearedIn := map[string]bool{} // a web clear that arrived while the asynchronous failover's lost commits were
-	for _, a := range webClears {
+	directPushes, browserPushes := add(directArrivals), add(webPushes)
+	clearedInLoss := map[string]bool{} // a clear that arrived while the asynchronous failover's lost commits were
+	for _, a := range append(webClears, directClears...) {
 		k := a.token + " " + a.id
 		clears[k]++
 		if w.loss.holds(a.at) {
-			webClearedIn[k] = true
+			clearedInLoss[k] = true
 		}
 	}
 	clearTwice, clearLostTwice, clearUnpushed := 0, 0, 0
@@ -66,7 +67,7 @@ func checkPushes(ctx context.Context, db *pgx.Conn, w *world) ([]invariant, erro
 		}
 		if n > 1 {
 			to, id, _ := strings.Cut(k, " ")
-			if webClearedIn[k] || w.arrivals.arrivedIn(clearKey(to), id, &w.loss) {
+			if clearedInLoss[k] || w.arrivals.arrivedIn(clearKey(to), id, &w.loss) {
 				clearLostTwice++ // its clear row was lost in the asynchronous failover, and written again by a later read
 				continue
 			}

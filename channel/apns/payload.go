@@ -36,7 +36,11 @@ func (c *Channel) notification(m channel.Message) (*apns2.Notification, *channel
 		Expiration:  m.Expires,
 		Payload:     body,
 	}
-	if m.Urgent {
+	switch {
+	case m.Silent:
+		// A background push: APNs requires priority 5 and no alert.
+		n.PushType, n.CollapseID = apns2.PushTypeBackground, ""
+	case m.Urgent:
 		n.Priority = apns2.PriorityHigh
 	}
 	if n.Expiration.IsZero() {
@@ -59,6 +63,20 @@ var errTooLarge = fmt.Errorf("over %d bytes even with the title and body cut: th
 // with the body, then the title, cut to fit APNs' 4096 bytes. Data cannot
 // replace aps or id, nor category when there is one.
 func encodePayload(m channel.Message) ([]byte, error) {
+	if m.Silent {
+		// {"aps": {"content-available": 1}, m.Data's keys...}
+		p := payload.NewPayload().ContentAvailable()
+		for k, v := range m.Data {
+			if k != "aps" {
+				p.Custom(k, v)
+			}
+		}
+		b, err := json.Marshal(p)
+		if err == nil && len(b) > maxPayload {
+			return nil, errTooLarge
+		}
+		return b, err
+	}
 	encode := func(title, body string) ([]byte, error) {
 		p := payload.NewPayload()
 		for k, v := range m.Data {

@@ -136,3 +136,32 @@ func TestALongBodyIsCutToFitAndKeepsTheID(t *testing.T) {
 		t.Errorf("payload of %d bytes, id %q; want the title cut under 4096 bytes, the id whole", len(raw), p.ID)
 	}
 }
+
+func TestASilentMessageIsABackgroundPushWithItsDataAlone(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	clear := message(0)
+	clear.Silent, clear.Urgent = true, true // urgency does not make a background push high priority
+	clear.Title, clear.Body, clear.ID = "", "", ""
+	clear.Data = map[string]any{"type": "clear", "ids": []string{"n1", "n2"}}
+	if o := r.send(t, clear)[0]; o.Kind != channel.Delivered {
+		t.Fatalf("%+v, want delivered (APNs refuses a background push at priority 10)", o)
+	}
+	req := byToken(r.fake.Requests())[clear.Token]
+	for name, want := range map[string]string{"apns-push-type": "background", "apns-priority": "5", "apns-collapse-id": ""} {
+		if got := req.Header.Get(name); got != want {
+			t.Errorf("%s %q, want %q", name, got, want)
+		}
+	}
+	var p struct {
+		APS  map[string]any `json:"aps"`
+		Type string
+		IDs  []string
+	}
+	if err := json.Unmarshal(req.Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.APS) != 1 || p.APS["content-available"] != float64(1) || p.Type != "clear" || strings.Join(p.IDs, ",") != "n1,n2" {
+		t.Errorf("payload %s, want aps with content-available alone, and the data", req.Payload)
+	}
+}

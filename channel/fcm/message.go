@@ -57,6 +57,14 @@ type (
 	}
 	apnsConfig struct {
 		Headers map[string]string `json:"headers"`
+		// Payload is sent for a silent message only: an iPhone wakes its
+		// app for a data-only message only with content-available.
+		Payload *apnsPayload `json:"payload,omitempty"`
+	}
+	apnsPayload struct {
+		APS struct {
+			ContentAvailable int `json:"content-available"`
+		} `json:"aps"`
 	}
 )
 
@@ -86,12 +94,17 @@ func (c *Channel) body(m channel.Message) ([]byte, error) {
 		}
 		data[k] = s
 	}
-	data["id"] = m.ID
+	if m.ID != "" {
+		data["id"] = m.ID
+	}
 	if m.Category != "" {
 		data["category"] = m.Category
 	}
 
 	collapse := m.Collapse()
+	if m.Silent {
+		collapse = "" // a background message replaces nothing
+	}
 	msg := message{
 		Token: m.Token,
 		Data:  data,
@@ -102,7 +115,13 @@ func (c *Channel) body(m channel.Message) ([]byte, error) {
 		},
 		APNs: apnsConfig{Headers: map[string]string{"apns-priority": "5", "apns-expiration": "0"}},
 	}
-	if m.Urgent {
+	switch {
+	case m.Silent:
+		// Data only, normal priority; APNs takes it as a background push.
+		msg.APNs.Headers["apns-push-type"] = "background"
+		msg.APNs.Payload = &apnsPayload{}
+		msg.APNs.Payload.APS.ContentAvailable = 1
+	case m.Urgent:
 		msg.Android.Priority, msg.APNs.Headers["apns-priority"] = "HIGH", "10"
 	}
 	// The android TTL's counterpart, which APNs reads from its own header.
@@ -112,7 +131,7 @@ func (c *Channel) body(m channel.Message) ([]byte, error) {
 	if collapse != "" {
 		msg.APNs.Headers["apns-collapse-id"] = apnsCollapseID(collapse)
 	}
-	if m.Title != "" || m.Body != "" {
+	if !m.Silent && (m.Title != "" || m.Body != "") {
 		msg.Notification = &notification{Title: m.Title, Body: m.Body}
 		fit(msg.Notification, data)
 		if collapse != "" {

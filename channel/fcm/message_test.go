@@ -75,3 +75,24 @@ func TestTextOverFCMsPayloadIsShortenedAtARuneWithAnEllipsis(t *testing.T) {
 		}
 	}
 }
+
+func TestASilentMessageIsDataOnlyAndWakesAnIPhoneInTheBackground(t *testing.T) {
+	t.Parallel()
+	fake, ch := setup(t)
+	m := channel.Message{Token: "silent-1", Silent: true, Urgent: true, CollapseKey: "digest:x",
+		Data: map[string]any{"type": "clear", "ids": []string{"n1", "n2"}}}
+	if o := ch.Send(context.Background(), []channel.Message{m})[0]; o.Kind != channel.Delivered {
+		t.Fatalf("%+v", o)
+	}
+	got := fake.Messages()[0]
+	if got.Notification != nil || got.Android.Notification != nil || got.Android.CollapseKey != "" || got.Android.Priority != "NORMAL" {
+		t.Errorf("android %+v, notification %+v: want data only, normal priority, no collapse key", got.Android, got.Notification)
+	}
+	if got.Data["type"] != "clear" || got.Data["ids"] != `["n1","n2"]` || got.Data["id"] != "" {
+		t.Errorf("data %v", got.Data)
+	}
+	aps, _ := got.APNs.Payload["aps"].(map[string]any)
+	if got.APNs.Headers["apns-push-type"] != "background" || got.APNs.Headers["apns-priority"] != "5" || aps["content-available"] != float64(1) {
+		t.Errorf("apns %+v, want a background push at priority 5 with content-available", got.APNs)
+	}
+}

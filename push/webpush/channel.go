@@ -161,6 +161,11 @@ type payload struct {
 // notifications are high urgency, and messages that share a collapse key
 // share a Topic, so that a newer one replaces an older one undelivered.
 func (c *Channel) message(m channel.Message) Message {
+	if m.Silent {
+		// The service worker gets the data alone, and shows nothing.
+		body, _ := json.Marshal(m.Data)
+		return Message{TTL: c.cfg.TTL, Urgency: UrgencyNormal, Payload: body}
+	}
 	p := payload{Title: m.Title, Body: m.Body, Data: map[string]any{"notification_id": m.ID, "category": m.Category}}
 	for k, v := range m.Data {
 		p.Data[k] = v

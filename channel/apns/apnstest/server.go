@@ -322,6 +322,9 @@ func (s *Server) judge(token string, h http.Header, payload []byte, authErr stri
 		return Reply{Status: http.StatusRequestEntityTooLarge, Reason: "PayloadTooLarge"}
 	case len(payload) == 0:
 		return Reply{Status: http.StatusBadRequest, Reason: "PayloadEmpty"}
+	case h.Get("apns-push-type") == "background" && h.Get("apns-priority") != "5":
+		// Apple: a background notification's priority must be 5.
+		return Reply{Status: http.StatusBadRequest, Reason: "BadPriority"}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

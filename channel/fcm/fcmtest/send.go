@@ -51,6 +51,9 @@ type AndroidNotification struct {
 // APNs is the message's apns config.
 type APNs struct {
 	Headers map[string]string `json:"headers"`
+	// Payload is the APNs payload FCM merges into what it sends an
+	// iPhone (aps.content-available for a background message).
+	Payload map[string]any `json:"payload"`
 }
 
 // MaxPayload is FCM's limit on a message's payload: its notification's
@@ -204,7 +207,9 @@ func parse(body []byte) (Message, *Error) {
 		return Message{}, &Error{Code: 400, Status: "INVALID_ARGUMENT", ErrorCode: "INVALID_ARGUMENT",
 			Message: fmt.Sprintf("Message is too big: a payload of %d bytes, over %d", size, MaxPayload)}
 	}
-	if wire.Android == nil || wire.Android.CollapseKey == "" {
+	// spoolcast's rule, not FCM's: every push that shows a banner names
+	// its collapse key (a background message replaces nothing).
+	if wire.Android == nil || wire.Android.CollapseKey == "" && wire.Notification != nil {
 		return Message{}, invalid("message.android.collapse_key", "fcmtest: android.collapse_key is not set")
 	}
 	m.Android = *wire.Android

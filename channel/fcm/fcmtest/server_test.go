@@ -114,7 +114,7 @@ func TestTheFakeRefusesMessagesFCMWould(t *testing.T) {
 		{"another project", "other", "", `{"message":{` + ok + `}}`, 403, `"status":"PERMISSION_DENIED"`},
 		{"a number in data", "", "", `{"message":{` + ok + `,"data":{"a":"x","b":5}}}`, 400, `Invalid value at 'message.data[1].value' (TYPE_STRING), 5`},
 		{"a reserved data key", "", "", `{"message":{` + ok + `,"data":{"from":"x"}}}`, 400, `Invalid data payload key: from`},
-		{"no collapse key", "", "", `{"message":{"token":"t1","android":{"priority":"HIGH"}}}`, 400, `collapse_key`},
+		{"a banner without a collapse key", "", "", `{"message":{"token":"t1","notification":{"title":"x"},"android":{"priority":"HIGH"}}}`, 400, `collapse_key`},
 		{"no token", "", "", `{"message":{"android":{"collapse_key":"n1"}}}`, 400, `"errorCode":"INVALID_ARGUMENT"`},
 		{"a field FCM does not know", "", "", `{"message":{` + ok + `,"collapseKey":"x"}}`, 400, `Invalid JSON payload`},
 		{"a bad ttl", "", "", `{"message":{"token":"t1","android":{"collapse_key":"n1","ttl":"60"}}}`, 400, `message.android.ttl`},

@@ -42,16 +42,23 @@ func newChannelStack(t *testing.T, edits ...func(*push.DispatcherConfig)) *chann
 	return &channelStack{stack: s, apns: rig.APNs, fcm: rig.FCM}
 }
 
+// registerDirect registers user's iPhone with APNs and Android phone with FCM.
+func (s *channelStack) registerDirect(user, apnsToken, fcmToken string) {
+	s.t.Helper()
+	ctx := context.Background()
+	if _, err := s.devices.RegisterWith(ctx, user, "apns", apnsToken, push.IOS); err != nil {
+		s.t.Fatal(err)
+	}
+	if _, err := s.devices.RegisterWith(ctx, user, "fcm", fcmToken, push.Android); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
 func TestAReadTakesTheBannerDownOnTheUsersAPNsAndFCMDevicesWithABackgroundMessage(t *testing.T) {
 	s := newChannelStack(t, func(c *push.DispatcherConfig) { c.ClearOnRead = true })
 	ctx := context.Background()
 	apnsToken, fcmToken := strings.Repeat("cd", 32), "fcm-token-"+strings.Repeat("z", 140)
-	if _, err := s.devices.RegisterWith(ctx, "u1", "apns", apnsToken, push.IOS); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.devices.RegisterWith(ctx, "u1", "fcm", fcmToken, push.Android); err != nil {
-		t.Fatal(err)
-	}
+	s.registerDirect("u1", apnsToken, fcmToken)
 	s.ingest("k1", "news", "u1")
 	s.drain()
 	var id feed.ID
@@ -100,12 +107,7 @@ func TestOneUserGetsEachPushOnEveryProviderOnce(t *testing.T) {
 	ctx := context.Background()
 	apnsToken, fcmToken := strings.Repeat("ab", 32), "fcm-token-"+strings.Repeat("x", 140)
 	s.register("u1", "ExponentPushToken[u1-phone]")
-	if _, err := s.devices.RegisterWith(ctx, "u1", "apns", apnsToken, push.IOS); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.devices.RegisterWith(ctx, "u1", "fcm", fcmToken, push.Android); err != nil {
-		t.Fatal(err)
-	}
+	s.registerDirect("u1", apnsToken, fcmToken)
 	s.ingest("k1", "news", "u1")
 	s.drain()
 

@@ -332,11 +332,15 @@ type enabledDevice struct {
 	address string
 }
 
+// deviceAddress is a devices row's address (channel.Message.Address): a
+// browser's subscription as JSON, as the browser gave it; empty for the
+// others, and for no row (a LEFT JOIN's).
+const deviceAddress = `CASE WHEN endpoint IS NOT NULL THEN json_build_object('endpoint', endpoint, 'keys', json_build_object('p256dh', p256dh, 'auth', auth))::text ELSE '' END`
+
 // enabledTokens returns the enabled tokens of users, by user, and each
 // token's provider and address.
 func (d *Devices) enabledTokens(ctx context.Context, users []string) (map[string][]string, map[string]enabledDevice, error) {
-	rows, err := d.db.Query(ctx, `SELECT user_id, token, provider,
-			CASE WHEN endpoint IS NOT NULL THEN json_build_object('endpoint', endpoint, 'keys', json_build_object('p256dh', p256dh, 'auth', auth))::text ELSE '' END
+	rows, err := d.db.Query(ctx, `SELECT user_id, token, provider, `+deviceAddress+`
 		FROM devices WHERE user_id = ANY($1) AND enabled ORDER BY user_id, created_at, token`, users)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read devices: %w", err)

@@ -12,8 +12,6 @@ package push
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -25,7 +23,6 @@ import (
 	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/startstop"
-	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
 // Limits of the clears.
@@ -69,13 +66,6 @@ const (
 	ProviderWebPush = "webpush"
 )
 
-// clearPayload is what the app or the service worker receives: the public
-// ids of the notifications whose banners to take down.
-type clearPayload struct {
-	Type string   `json:"type"`
-	IDs  []string `json:"ids"`
-}
-
 // clearDevice is one device's claimed clears, sent as one message.
 type clearDevice struct {
 	token    string
@@ -83,8 +73,8 @@ type clearDevice struct {
 	user     string
 	ids      []int64
 	public   []string
-	enabled  bool // still enabled, and the user's
-	sub      webpush.Subscription
+	enabled  bool   // still enabled, and the user's
+	address  string // channel.Message.Address
 	claimed  time.Time
 }
 
@@ -127,45 +117,19 @@ func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
 	if err != nil || len(devs) == 0 {
 		return 0, err
 	}
-	var phones, browsers []*clearDevice
-	direct := map[string][]*clearDevice{}
+	byProvider := map[string][]*clearDevice{}
 	var outcomes []clearOutcome
 	for _, dev := range devs {
 		switch {
 		case !dev.enabled:
 			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: "the device was disabled, or signed in as another user, since the push"})
-		case dev.provider != ProviderExpo && dev.provider != ProviderWebPush && d.channels[dev.provider] == nil:
+		case d.channels[dev.provider] == nil:
 			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: dev.provider + " is not set up on this replica"})
-		case dev.provider != ProviderExpo && dev.provider != ProviderWebPush:
-			// APNs, FCM: a background message the app, woken by it, acts on.
-			direct[dev.provider] = append(direct[dev.provider], dev)
-		case IsWebToken(dev.token) && d.cfg.WebPush == nil:
-			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: "Web Push is not set up on this replica (--vapid-key-file)"})
-		case IsWebToken(dev.token):
-			browsers = append(browsers, dev)
 		default:
-			phones = append(phones, dev)
+			byProvider[dev.provider] = append(byProvider[dev.provider], dev)
 		}
 	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		out := d.sendExpoClears(sends, phones)
-		mu.Lock()
-		outcomes = append(outcomes, out...)
-		mu.Unlock()
-	})
-	for provider, devs := range direct {
-		wg.Go(func() {
-			out := d.sendChannelClears(sends, d.channels[provider], devs)
-			mu.Lock()
-			outcomes = append(outcomes, out...)
-			mu.Unlock()
-		})
-	}
-	out := d.sendWebClears(sends, browsers)
-	wg.Wait()
-	outcomes = append(outcomes, out...)
+	outcomes = append(outcomes, d.sendClears(sends, byProvider)...)
 	bg := context.WithoutCancel(sends)
 	if err := d.persist(bg, func(ctx context.Context) error { return d.recordClears(ctx, outcomes) }); err != nil {
 		// Left sending: the sweep ends them failed, never sends them again.
@@ -219,7 +183,7 @@ func (d *Dispatcher) claimClears(ctx context.Context) ([]*clearDevice, error) {
 			RETURNING c.notification_id, c.notification_created_at, c.token, c.user_id, c.sent_at
 		)
 		SELECT c.notification_id, c.notification_created_at, c.token, c.user_id, c.sent_at,
-		       coalesce(v.enabled AND v.user_id = c.user_id, false), coalesce(v.endpoint, ''), coalesce(v.p256dh, ''), coalesce(v.auth, ''),
+		       coalesce(v.enabled AND v.user_id = c.user_id, false), `+deviceAddress+`,
 		       coalesce(v.provider, CASE WHEN c.token LIKE 'WebPush[%' THEN 'webpush' ELSE 'expo' END)
 		FROM claimed c LEFT JOIN devices v ON v.token = c.token
 		ORDER BY c.token, c.notification_created_at, c.notification_id`,
@@ -240,14 +204,15 @@ func collectClears(rows pgx.Rows) ([]*clearDevice, error) {
 		var created, claimed time.Time
 		var token, user string
 		var enabled bool
-		var sub webpush.Subscription
-		var provider string
-		if err := rows.Scan(&id, &created, &token, &user, &claimed, &enabled, &sub.Endpoint, &sub.P256dh, &sub.Auth, &provider); err != nil {
+		var address, provider string
+		if err := rows.Scan(&id, &created, &token, &user, &claimed, &enabled, &address, &provider); err != nil {
 			return nil, fmt.Errorf("claim clears: %w", err)
 		}
 		dev := byToken[token]
 		if dev == nil {
-			dev = &clearDevice{token: token, provider: provider, user: user, enabled: enabled && (!IsWebToken(token) || sub.Endpoint != ""), sub: sub, claimed: claimed}
+			// A browser is reached by its subscription: one removed since
+			// the push has none.
+			dev = &clearDevice{token: token, provider: provider, user: user, enabled: enabled && (provider != ProviderWebPush || address != ""), address: address, claimed: claimed}
 			byToken[token] = dev
 			out = append(out, dev)
 		}
@@ -260,150 +225,118 @@ func collectClears(rows pgx.Rows) ([]*clearDevice, error) {
 	return out, nil
 }
 
-// sendExpoClears sends the phones' clears to Expo, 100 messages a request:
-// data only (no title, body or sound), content-available, normal priority.
-// What Expo did not take (a 429, a 5xx, no connection, after the client's
-// own retries) is given back for clearRetry; a request written whole whose
-// answer was lost is not sent again.
-func (d *Dispatcher) sendExpoClears(ctx context.Context, devs []*clearDevice) []clearOutcome {
-	out := make([]clearOutcome, 0, len(devs))
-	for lo := 0; lo < len(devs); lo += expo.MaxMessagesPerSend {
-		batch := devs[lo:min(lo+expo.MaxMessagesPerSend, len(devs))]
-		msgs := make([]expo.Message, len(batch))
-		for i, dev := range batch {
-			msgs[i] = expo.Message{To: dev.token, Priority: "normal", ContentAvailable: true,
-				Data: map[string]any{"type": "clear", "ids": dev.public}}
-		}
-		tickets, err := d.cfg.Sender.Send(ctx, msgs)
-		var re *expo.RequestError
-		for i, dev := range batch {
-			o := clearOutcome{dev: dev}
-			switch {
-			case errors.Is(err, expo.ErrNotSent), errors.As(err, &re) && !re.Unknown && re.Retryable():
-				o.state, o.due, o.err = StateQueued, d.cfg.Clock.Now().Add(clearRetry), fmt.Sprintf("Expo took nothing (%v); sending again", err)
-			case errors.As(err, &re) && re.Unknown:
-				o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %v; not retried, a retry could deliver twice", err)
-			case err != nil:
-				o.state, o.err = StateFailed, err.Error()
-			case tickets[i].Status == "ok":
-				o.state, o.ticket = StateSent, tickets[i].ID
-			default:
-				o.state, o.err = StateFailed, strings.TrimSpace(tickets[i].Code()+": "+tickets[i].Message)
-				o.gone = tickets[i].Code() == expo.DeviceNotRegistered
-			}
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
-// sendChannelClears sends the clears of one channel's devices (APNs,
-// FCM) as silent messages, in batches of the channel's MaxBatch: what the
-// provider did not take is given back for its Retry-After, or clearRetry;
-// an unknown outcome is not sent again.
-func (d *Dispatcher) sendChannelClears(ctx context.Context, ch channel.Channel, devs []*clearDevice) []clearOutcome {
-	out := make([]clearOutcome, 0, len(devs))
-	size := max(1, ch.MaxBatch())
-	for lo := 0; lo < len(devs); lo += size {
-		batch := devs[lo:min(lo+size, len(devs))]
-		msgs := make([]channel.Message, len(batch))
-		for i, dev := range batch {
-			msgs[i] = channel.Message{Token: dev.token, Silent: true, Expires: d.cfg.Clock.Now().Add(ClearTTL),
-				Data: map[string]any{"type": "clear", "ids": dev.public}}
-		}
-		answers := ch.Send(ctx, msgs)
-		for i, dev := range batch {
-			o := clearOutcome{dev: dev}
-			a := channel.Outcome{Kind: channel.Failed, Reason: ch.Provider() + " answered fewer outcomes than messages"}
-			if i < len(answers) {
-				a = answers[i]
-			}
-			switch a.Kind {
-			case channel.Delivered, channel.Accepted:
-				o.state, o.ticket = StateSent, a.ID
-			case channel.RetryAfter, channel.NotSent:
-				o.state, o.due, o.err = StateQueued, d.cfg.Clock.Now().Add(cmp.Or(a.Wait, clearRetry)), fmt.Sprintf("%s took nothing (%s); sending again", ch.Provider(), a.Reason)
-			case channel.TokenGone:
-				o.state, o.err, o.gone = StateFailed, a.Reason, true
-			case channel.Unknown:
-				o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %s; not retried, a retry could deliver twice", a.Reason)
-			default:
-				o.state, o.err = StateFailed, a.Reason
-			}
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
-// clearWebPerUser is the most browsers of one user a pass sends clears to:
-// the user's others wait for the next pass, a second later, so that no
-// user's subscriptions (whose push services the user chooses) hold the
-// pass's slots.
-const clearWebPerUser = 4
-
-// sendWebClears sends the browsers' clears, encrypted, urgency normal,
-// kept by the push service at most ClearTTL; a quarter of WebConcurrency
-// at a time, at most half of those to one push service origin (a slow one
-// waits on its own share), each bounded by WebTimeout. A 429, a 5xx or a
-// push service not reached is given back (after its Retry-After, or
-// clearRetry); no answer to a request written whole is not sent again.
-func (d *Dispatcher) sendWebClears(ctx context.Context, devs []*clearDevice) []clearOutcome {
-	out := make([]clearOutcome, len(devs))
-	n := max(1, d.cfg.WebConcurrency/4)
-	slots := make(chan struct{}, n)
-	origins := map[string]chan struct{}{}
-	users := map[string]int{}
+// sendClears sends each provider's clears through its channel, the
+// providers in parallel, and returns what each came to.
+func (d *Dispatcher) sendClears(ctx context.Context, byProvider map[string][]*clearDevice) []clearOutcome {
+	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for i, dev := range devs {
-		if users[dev.user]++; users[dev.user] > clearWebPerUser {
-			out[i] = clearOutcome{dev: dev, state: StateQueued, due: d.cfg.Clock.Now().Add(clearInterval), held: true}
-			continue
-		}
-		key := webpush.Origin(dev.sub.Endpoint)
-		share := origins[key]
-		if share == nil {
-			share = make(chan struct{}, max(1, n/2))
-			origins[key] = share
-		}
+	var out []clearOutcome
+	for provider, devs := range byProvider {
 		wg.Go(func() {
-			share <- struct{}{}
-			slots <- struct{}{}
-			defer func() { <-slots; <-share }()
-			out[i] = d.sendWebClear(ctx, dev)
+			var got []clearOutcome
+			if ch, ok := d.channels[provider].(channel.Spread); ok {
+				got = d.sendSpreadClears(ctx, ch, devs)
+			} else {
+				got = d.sendBatchedClears(ctx, d.channels[provider], devs)
+			}
+			mu.Lock()
+			out = append(out, got...)
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	return out
 }
 
-func (d *Dispatcher) sendWebClear(ctx context.Context, dev *clearDevice) clearOutcome {
+// clearMessage is dev's clear: a silent message (no title, body or
+// sound, normal priority, data only) naming the notifications whose
+// banners to take down, kept by the provider at most ClearTTL.
+func (d *Dispatcher) clearMessage(dev *clearDevice) channel.Message {
+	return channel.Message{Token: dev.token, Address: dev.address, Silent: true, Expires: d.cfg.Clock.Now().Add(ClearTTL),
+		Data: map[string]any{"type": "clear", "ids": dev.public}}
+}
+
+// clearOutcomeOf is what a channel's answer to dev's clear comes to: what
+// the provider did not take is given back for its Retry-After, or
+// clearRetry; an unknown outcome is not sent again.
+func (d *Dispatcher) clearOutcomeOf(provider string, dev *clearDevice, a channel.Outcome) clearOutcome {
 	o := clearOutcome{dev: dev}
-	payload, _ := json.Marshal(clearPayload{Type: "clear", IDs: dev.public})
-	sctx, cancel := context.WithTimeout(ctx, d.cfg.WebTimeout)
-	start := time.Now()
-	res := d.cfg.WebPush.Send(sctx, dev.sub, webpush.Message{Payload: payload, TTL: ClearTTL, Urgency: webpush.UrgencyNormal})
-	cancel()
-	d.cfg.Metrics.webTook.Observe(time.Since(start).Seconds())
-	now := d.cfg.Clock.Now()
-	switch res.Outcome {
-	case webpush.Delivered:
-		o.state, o.ticket = StateSent, res.MessageID
-	case webpush.RateLimited, webpush.Unavailable:
-		o.state, o.due, o.err = StateQueued, now.Add(cmp.Or(res.RetryAfter, clearRetry)), fmt.Sprintf("push service took nothing (%d %s); sending again", res.Status, res.Body)
-	case webpush.NotSent:
-		o.state, o.due, o.err = StateQueued, now.Add(clearRetry), fmt.Sprintf("push service not reached (%v); sending again", res.Err)
-	case webpush.Gone:
-		o.state, o.err, o.gone = StateFailed, fmt.Sprintf("subscription gone (%d)", res.Status), true
-	case webpush.Unknown:
-		o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %v; not retried, a retry could deliver twice", res.Err)
+	switch a.Kind {
+	case channel.Delivered, channel.Accepted:
+		o.state, o.ticket = StateSent, a.ID
+	case channel.RetryAfter, channel.NotSent:
+		o.state, o.due, o.err = StateQueued, d.cfg.Clock.Now().Add(cmp.Or(a.Wait, clearRetry)), fmt.Sprintf("%s took nothing (%s); sending again", provider, a.Reason)
+	case channel.TokenGone:
+		o.state, o.err, o.gone = StateFailed, a.Reason, true
+	case channel.Unknown:
+		o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %s; not retried, a retry could deliver twice", a.Reason)
 	default:
-		o.state = StateFailed
-		if o.err = fmt.Sprintf("push service refused it (%d %s)", res.Status, res.Body); res.Err != nil {
-			o.err = res.Err.Error()
-		}
+		o.state, o.err = StateFailed, a.Reason
 	}
 	return o
+}
+
+// sendBatchedClears sends the clears of one channel's devices (Expo, APNs,
+// FCM) in batches of the channel's MaxBatch, one after another.
+func (d *Dispatcher) sendBatchedClears(ctx context.Context, ch channel.Channel, devs []*clearDevice) []clearOutcome {
+	out := make([]clearOutcome, 0, len(devs))
+	size := max(1, ch.MaxBatch())
+	for lo := 0; lo < len(devs); lo += size {
+		batch := devs[lo:min(lo+size, len(devs))]
+		msgs := make([]channel.Message, len(batch))
+		for i, dev := range batch {
+			msgs[i] = d.clearMessage(dev)
+		}
+		answers := ch.Send(ctx, msgs)
+		for i, dev := range batch {
+			a := channel.Outcome{Kind: channel.Failed, Reason: ch.Provider() + " answered fewer outcomes than messages"}
+			if i < len(answers) {
+				a = answers[i]
+			}
+			out = append(out, d.clearOutcomeOf(ch.Provider(), dev, a))
+		}
+	}
+	return out
+}
+
+// clearSpreadPerUser is the most devices of one user a pass sends a spread
+// channel's clears to: the user's others wait for the next pass, a second
+// later, so that no user's subscriptions (whose push services the user
+// chooses) hold the pass's slots.
+const clearSpreadPerUser = 4
+
+// sendSpreadClears sends the clears of a spread channel's devices
+// (browsers'), one a request, a quarter of WebConcurrency at a time, at
+// most half of those to one destination (a slow push service waits on its
+// own share), each bounded by the channel's own timeout.
+func (d *Dispatcher) sendSpreadClears(ctx context.Context, ch channel.Spread, devs []*clearDevice) []clearOutcome {
+	out := make([]clearOutcome, len(devs))
+	n := max(1, d.cfg.WebConcurrency/4)
+	slots := make(chan struct{}, n)
+	destinations := map[string]chan struct{}{}
+	users := map[string]int{}
+	var wg sync.WaitGroup
+	for i, dev := range devs {
+		if users[dev.user]++; users[dev.user] > clearSpreadPerUser {
+			out[i] = clearOutcome{dev: dev, state: StateQueued, due: d.cfg.Clock.Now().Add(clearInterval), held: true}
+			continue
+		}
+		msg := d.clearMessage(dev)
+		key := ch.Destination(msg)
+		share := destinations[key]
+		if share == nil {
+			share = make(chan struct{}, max(1, n/2))
+			destinations[key] = share
+		}
+		wg.Go(func() {
+			share <- struct{}{}
+			slots <- struct{}{}
+			defer func() { <-slots; <-share }()
+			out[i] = d.clearOutcomeOf(ch.Provider(), dev, ch.Send(ctx, []channel.Message{msg})[0])
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // recordClears writes what became of the claimed clears: only rows still

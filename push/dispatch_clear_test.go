@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -361,5 +363,37 @@ func TestAUsersManyBrowsersGetTheirClearsWithinTheirShare(t *testing.T) {
 		if got := clears(h); got != 1 {
 			t.Errorf("u1's browser %d got %d clears after two passes; want 1", i, got)
 		}
+	}
+}
+
+// A browser's clear is kept by its push service at most ClearTTL, at
+// normal urgency, replacing nothing: a clear for a banner long gone is
+// pointless, and the push it clears keeps its own Topic.
+func TestABrowsersClearIsKeptAnHourAtMost(t *testing.T) {
+	t.Parallel()
+	s := newWebStackWith(t, nil, func(c *push.DispatcherConfig) { c.ClearOnRead = true })
+	svc := newPushService(t, 0, http.StatusCreated)
+	browser := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
+	s.register("u1", phone)
+	s.emit(`{"idempotency_key":"k1","type":"t","category":"c","recipients":["u1"],"title":"T"}`)
+	s.drain()
+	s.waitForState("the browser's push to be delivered", browser.Token, push.StateDelivered)
+	var id feed.ID
+	if err := s.pool.QueryRow(context.Background(), `SELECT created_at, id FROM notifications WHERE user_id = 'u1'`).Scan(&id.CreatedAt, &id.Seq); err != nil {
+		t.Fatal(err)
+	}
+	if err := feed.NewStore(s.pool, nil).MarkRead(context.Background(), "u1", id); err != nil {
+		t.Fatal(err)
+	}
+	racePasses(t, 1, s.dispatcher)
+	reqs := svc.got()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests reached the push service, want the push and its clear", len(reqs))
+	}
+	// Measured from the pass's clock, rounded down: a second may go by.
+	h := reqs[1]
+	if ttl, err := strconv.Atoi(h.Get("TTL")); err != nil || ttl > int(push.ClearTTL.Seconds()) || ttl < int(push.ClearTTL.Seconds())-2 ||
+		h.Get("Urgency") != "normal" || h.Get("Topic") != "" {
+		t.Errorf("the clear's TTL %q, Urgency %q, Topic %q; want %d, normal, none", h.Get("TTL"), h.Get("Urgency"), h.Get("Topic"), int(push.ClearTTL.Seconds()))
 	}
 }

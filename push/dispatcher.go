@@ -174,13 +174,14 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	ex, err := expo.NewChannel(expo.ChannelConfig{Sender: cfg.Sender, OnResult: func(r string) { cfg.Metrics.sent.WithLabelValues(r).Inc() }})
 	if err != nil {
 		return nil, err
 	}
 	channels, retriers := map[string]channel.Channel{ProviderExpo: ex}, map[string]chan struct{}{ProviderExpo: make(chan struct{}, 1)}
 	if cfg.WebPush != nil {
-		web, err := webpush.NewChannel(webpush.ChannelConfig{Sender: cfg.WebPush, TTL: cfg.WebTTL, Timeout: cfg.WebTimeout,
+		web, err := webpush.NewChannel(webpush.ChannelConfig{Sender: cfg.WebPush, TTL: cfg.WebTTL, Timeout: cfg.WebTimeout, Clock: cfg.Clock,
 			OnResult: func(o webpush.Outcome, took time.Duration) {
 				cfg.Metrics.webSent.WithLabelValues(o.String()).Inc()
 				cfg.Metrics.webTook.Observe(took.Seconds())
@@ -196,10 +197,6 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 			return nil, fmt.Errorf("dispatcher: channel %q: a provider's name is lowercase, and each is set up once", p)
 		}
 		channels[p], retriers[p] = ch, make(chan struct{}, 1)
-	}
-	cfg.Clock = clock.Or(cfg.Clock)
-	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(nil)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/egress"
 )
 
@@ -31,6 +32,9 @@ type ChannelConfig struct {
 	// OnResult, if set, is told what each request came to and how long
 	// it took (for metrics).
 	OnResult func(o Outcome, took time.Duration)
+	// Clock reads the time a message's Expires is measured from; nil: the
+	// system's.
+	Clock clock.Clock
 }
 
 // Channel is Web Push behind the channel shape: a message's Address is
@@ -49,6 +53,7 @@ func NewChannel(cfg ChannelConfig) (*Channel, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	return &Channel{cfg: cfg}, nil
 }
 
@@ -161,16 +166,25 @@ type payload struct {
 // notifications are high urgency, and messages that share a collapse key
 // share a Topic, so that a newer one replaces an older one undelivered.
 func (c *Channel) message(m channel.Message) Message {
+	ttl := c.cfg.TTL
+	if !m.Expires.IsZero() {
+		// Kept no longer than Expires; one already past is delivered now
+		// or never (a negative TTL sends 0).
+		ttl = min(ttl, clock.Until(c.cfg.Clock, m.Expires))
+		if ttl < time.Second {
+			ttl = -1
+		}
+	}
 	if m.Silent {
 		// The service worker gets the data alone, and shows nothing.
 		body, _ := json.Marshal(m.Data)
-		return Message{TTL: c.cfg.TTL, Urgency: UrgencyNormal, Payload: body}
+		return Message{TTL: ttl, Urgency: UrgencyNormal, Payload: body}
 	}
 	p := payload{Title: m.Title, Body: m.Body, Data: map[string]any{"notification_id": m.ID, "category": m.Category}}
 	for k, v := range m.Data {
 		p.Data[k] = v
 	}
-	msg := Message{TTL: c.cfg.TTL, Urgency: UrgencyNormal}
+	msg := Message{TTL: ttl, Urgency: UrgencyNormal}
 	if m.Urgent {
 		msg.Urgency = UrgencyHigh
 	}

@@ -71,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		channelTook: metric.HistogramVec("spoolcast_push_channel_request_duration_seconds",
 			"Time of one batch of pushes handed to a channel (expo, webpush, apns, fcm), to the last message's answer, by provider.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, "provider"),
 		credentials: metric.CounterVec("spoolcast_push_credentials_refused_total",
-			"Messages a provider refused because of this deployment's credentials (an APNs 403, an FCM 401 or 403, the OAuth token endpoint refusing the grant), by provider: the key, team, topic, project or service account is wrong or revoked. The device is never blamed.", "provider"),
+			"Messages (pushes and clears) a provider refused because of this deployment's credentials or settings (an APNs 403 or a topic refused, an FCM 401 or 403 or SENDER_ID_MISMATCH, the OAuth token endpoint refusing the grant), by provider: the key, team, topic, project or service account is wrong or revoked. The device is never blamed.", "provider"),
 		webTook: metric.Histogram("spoolcast_webpush_request_duration_seconds",
 			"Web Push request time, to the push service's answer or the failure.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
 	}

@@ -13,15 +13,18 @@
 //	---------------------------------------------------  -------------------------------
 //	200                                                  Delivered, ID = apns-id
 //	410 Unregistered, ExpiredToken                       TokenGone
-//	400 BadDeviceToken, DeviceTokenNotForTopic           TokenInvalid
+//	400 BadDeviceToken                                   TokenInvalid
+//	400 DeviceTokenNotForTopic, TopicDisallowed,         Failed, Credentials: the topic
+//	    BadTopic, MissingTopic                           is wrong; no device to blame
 //	400 any other (PayloadEmpty, BadCollapseId,          Failed, Code = the reason
-//	    BadExpirationDate, BadPriority, MissingTopic,
-//	    TopicDisallowed, ...)
+//	    BadExpirationDate, BadPriority, ...)
 //	403 any (InvalidProviderToken,                       RetryAfter, Credentials: an
 //	    ExpiredProviderToken, MissingProviderToken,      operator must fix the key
 //	    BadCertificate, Forbidden, ...)
 //	413 PayloadTooLarge; 404, 405                        Failed
-//	429 TooManyRequests, TooManyProviderTokenUpdates     RetryAfter, Wait = Retry-After
+//	429 TooManyRequests (to one device)                  RetryAfter, Wait = Retry-After,
+//	                                                     else TooManyWait (1 min)
+//	429 TooManyProviderTokenUpdates                      RetryAfter, Wait = Retry-After
 //	500 InternalServerError, 503 ServiceUnavailable,     RetryAfter, Wait = Retry-After
 //	    Shutdown
 //	any other 5xx (a proxy's 502, 504)                   Unknown: APNs may have taken it

@@ -1,6 +1,7 @@
 package apns
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,10 @@ import (
 	"github.com/spoolcast/spoolcast/channel"
 )
 
+// TooManyWait is how long a message APNs answered 429 TooManyRequests
+// (too many to its device) without a Retry-After waits.
+const TooManyWait = time.Minute
+
 // answered maps an APNs answer to its outcome (the table in doc.go).
 func answered(status int, reason, apnsID string, wait time.Duration) channel.Outcome {
 	o := channel.Outcome{Status: status, Code: reason, Reason: fmt.Sprintf("APNs %d %s", status, reason)}
@@ -27,10 +32,20 @@ func answered(status int, reason, apnsID string, wait time.Duration) channel.Out
 		o.Kind, o.ID = channel.Delivered, apnsID
 	case status == http.StatusGone:
 		o.Kind = channel.TokenGone
-	case status == http.StatusBadRequest && (reason == apns2.ReasonBadDeviceToken || reason == apns2.ReasonDeviceTokenNotForTopic):
+	case status == http.StatusBadRequest && reason == apns2.ReasonBadDeviceToken:
 		o.Kind = channel.TokenInvalid
+	case status == http.StatusBadRequest && (reason == apns2.ReasonDeviceTokenNotForTopic || reason == apns2.ReasonTopicDisallowed ||
+		reason == apns2.ReasonBadTopic || reason == apns2.ReasonMissingTopic):
+		// The topic (--apns-topic) is not this app's, or this key's: a
+		// wrong setting answers so for every device, none of which is to
+		// blame. An operator's alert, never a disabled device.
+		o.Kind, o.Credentials = channel.Failed, true
 	case status == http.StatusForbidden:
 		o.Kind, o.Credentials = channel.RetryAfter, true
+	case status == http.StatusTooManyRequests && reason == apns2.ReasonTooManyRequests:
+		// Too many to this one device: sent again at once, it is refused
+		// again. Apple names no wait; a minute, deferred.
+		o.Kind, o.Wait = channel.RetryAfter, cmp.Or(wait, TooManyWait)
 	case status == http.StatusTooManyRequests, status == http.StatusInternalServerError, status == http.StatusServiceUnavailable:
 		o.Kind, o.Wait = channel.RetryAfter, wait
 	case status >= 500:

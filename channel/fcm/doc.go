@@ -23,7 +23,8 @@
 //	                                           or "The registration token is not a valid FCM
 //	                                           registration token")
 //	400 INVALID_ARGUMENT, anything else        Failed (the message, not the token)
-//	403 SENDER_ID_MISMATCH                     TokenInvalid (the token is another sender's)
+//	403 SENDER_ID_MISMATCH                     Failed, Credentials (the token is another
+//	                                           project's: the service account is wrong)
 //	429 QUOTA_EXCEEDED                         RetryAfter, Wait = Retry-After, else 1 min (FCM's
 //	                                           documented least wait for it)
 //	429 RESOURCE_EXHAUSTED, any 429            RetryAfter, Wait = Retry-After

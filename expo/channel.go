@@ -81,6 +81,11 @@ func (*Channel) Platforms() []string { return []string{"ios", "android"} }
 // ValidToken reports whether token is an Expo push token.
 func (*Channel) ValidToken(token string) bool { return ValidToken(token) }
 
+// Canonical is token as it is: Expo's tokens have one spelling.
+func (*Channel) Canonical(token string) string { return token }
+
+var _ channel.Registrar = (*Channel)(nil)
+
 // Send sends msgs (at most MaxMessagesPerSend) in one request.
 func (c *Channel) Send(ctx context.Context, msgs []channel.Message) []channel.Outcome {
 	out := make([]channel.Outcome, len(msgs))

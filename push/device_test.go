@@ -226,3 +226,24 @@ func TestConcurrentRegistrationsFromTwoReplicasNeverPassTheCap(t *testing.T) {
 		t.Errorf("tokens disabled as replaced = %v, want %d", got, registrations-limit)
 	}
 }
+
+// A token stored without Register's check (a restore, a hand-written row)
+// that is no Expo token is disabled before any send, and never reaches Expo.
+func TestAMalformedExpoTokenInTheDevicesIsDisabledBeforeAnySend(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.register("u1", "ExponentPushToken[phone]")
+	if _, err := s.pool.Exec(context.Background(), `INSERT INTO devices (token, user_id, platform, provider) VALUES ('not-a-push-token', 'u1', 'ios', 'expo')`); err != nil {
+		t.Fatal(err)
+	}
+	s.ingest("k1", "c", "u1")
+	s.drain()
+	if got := s.deviceStates("u1"); got["not-a-push-token"] != push.DisabledInvalid || got["ExponentPushToken[phone]"] != "" {
+		t.Errorf("devices %v; want the malformed token disabled (%s), the phone enabled", got, push.DisabledInvalid)
+	}
+	for _, m := range s.fake.Messages() {
+		if m.To != "ExponentPushToken[phone]" {
+			t.Errorf("Expo got a push to %q", m.To)
+		}
+	}
+}

@@ -39,6 +39,10 @@ const (
 	// clearRetry is how long a clear its provider did not take (a 429, a
 	// 5xx, a request that never reached it) waits before its next try.
 	clearRetry = 5 * time.Second
+	// clearCredentialsRetry is how long a clear waits when its provider
+	// refused this deployment's credentials: until an operator acts, each
+	// try is refused again.
+	clearCredentialsRetry = time.Minute
 	// clearKeep is how long a clear's row is kept: past the 3 days of pushes
 	// a read clears (migration 20), so that a notification read again
 	// never clears twice.
@@ -80,13 +84,14 @@ type clearDevice struct {
 
 // clearOutcome is what became of one device's clear.
 type clearOutcome struct {
-	dev    *clearDevice
-	state  string // StateSent, StateFailed, StateSkipped, or StateQueued: given back, due at due
-	ticket string
-	err    string
-	due    time.Time
-	gone   bool
-	held   bool // given back unsent, to keep the user within their share
+	dev     *clearDevice
+	state   string // StateSent, StateFailed, StateSkipped, or StateQueued: given back, due at due
+	ticket  string
+	err     string
+	due     time.Time
+	gone    bool
+	invalid bool // the provider refuses the token: disabled, as for a push
+	held    bool // given back unsent, to keep the user or the destination within their share
 }
 
 // clearLoop runs a clear pass every clearInterval.
@@ -142,8 +147,11 @@ func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
 		}
 		result := map[string]string{StateSent: ClearSent, StateFailed: ClearFailed, StateSkipped: ClearSkipped, StateQueued: ClearRetried}[o.state]
 		d.cfg.Metrics.clears.WithLabelValues(o.dev.provider, result).Inc()
-		if o.gone {
-			reason := goneReason(o.dev.provider)
+		reason := goneReason(o.dev.provider)
+		if o.invalid {
+			reason = DisabledInvalid
+		}
+		if o.gone || o.invalid {
 			gone[reason], since[reason] = append(gone[reason], o.dev.token), append(since[reason], o.dev.claimed)
 		}
 	}
@@ -261,13 +269,23 @@ func (d *Dispatcher) clearMessage(dev *clearDevice) channel.Message {
 // clearRetry; an unknown outcome is not sent again.
 func (d *Dispatcher) clearOutcomeOf(provider string, dev *clearDevice, a channel.Outcome) clearOutcome {
 	o := clearOutcome{dev: dev}
+	if a.Credentials {
+		d.cfg.Metrics.credentials.WithLabelValues(provider).Inc()
+	}
 	switch a.Kind {
 	case channel.Delivered, channel.Accepted:
 		o.state, o.ticket = StateSent, a.ID
 	case channel.RetryAfter, channel.NotSent:
-		o.state, o.due, o.err = StateQueued, d.cfg.Clock.Now().Add(cmp.Or(a.Wait, clearRetry)), fmt.Sprintf("%s took nothing (%s); sending again", provider, a.Reason)
+		wait := cmp.Or(a.Wait, clearRetry)
+		if a.Credentials {
+			// Refused until an operator acts (the alert says so).
+			wait = max(wait, clearCredentialsRetry)
+		}
+		o.state, o.due, o.err = StateQueued, d.cfg.Clock.Now().Add(wait), fmt.Sprintf("%s took nothing (%s); sending again", provider, a.Reason)
 	case channel.TokenGone:
 		o.state, o.err, o.gone = StateFailed, a.Reason, true
+	case channel.TokenInvalid:
+		o.state, o.err, o.invalid = StateFailed, a.Reason+"; the token is disabled", true
 	case channel.Unknown:
 		o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %s; not retried, a retry could deliver twice", a.Reason)
 	default:
@@ -307,18 +325,26 @@ const clearSpreadPerUser = 4
 
 // sendSpreadClears sends the clears of a spread channel's devices
 // (browsers'), one a request, a quarter of WebConcurrency at a time, at
-// most half of those to one destination (a slow push service waits on its
-// own share), each bounded by the channel's own timeout.
+// most half of those to one destination, each bounded by the channel's
+// own timeout. A clear that finds no slot within WebTimeout is given back
+// for the next pass, so that a push service that stalls holds the pass
+// (and every provider's clears recorded with it) for at most two
+// timeouts, however many of the pass's browsers use it.
 func (d *Dispatcher) sendSpreadClears(ctx context.Context, ch channel.Spread, devs []*clearDevice) []clearOutcome {
 	out := make([]clearOutcome, len(devs))
 	n := max(1, d.cfg.WebConcurrency/4)
 	slots := make(chan struct{}, n)
 	destinations := map[string]chan struct{}{}
 	users := map[string]int{}
+	held := func(dev *clearDevice) clearOutcome {
+		return clearOutcome{dev: dev, state: StateQueued, due: d.cfg.Clock.Now().Add(clearInterval), held: true}
+	}
+	waiting, stopWaiting := context.WithTimeout(ctx, d.cfg.WebTimeout)
+	defer stopWaiting()
 	var wg sync.WaitGroup
 	for i, dev := range devs {
 		if users[dev.user]++; users[dev.user] > clearSpreadPerUser {
-			out[i] = clearOutcome{dev: dev, state: StateQueued, due: d.cfg.Clock.Now().Add(clearInterval), held: true}
+			out[i] = held(dev)
 			continue
 		}
 		msg := d.clearMessage(dev)
@@ -329,14 +355,31 @@ func (d *Dispatcher) sendSpreadClears(ctx context.Context, ch channel.Spread, de
 			destinations[key] = share
 		}
 		wg.Go(func() {
-			share <- struct{}{}
-			slots <- struct{}{}
-			defer func() { <-slots; <-share }()
+			if !take(waiting, share) {
+				out[i] = held(dev)
+				return
+			}
+			defer func() { <-share }()
+			if !take(waiting, slots) {
+				out[i] = held(dev)
+				return
+			}
+			defer func() { <-slots }()
 			out[i] = d.clearOutcomeOf(ch.Provider(), dev, ch.Send(ctx, []channel.Message{msg})[0])
 		})
 	}
 	wg.Wait()
 	return out
+}
+
+// take takes a slot of slots, unless ctx ends first.
+func take(ctx context.Context, slots chan struct{}) bool {
+	select {
+	case slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // recordClears writes what became of the claimed clears: only rows still

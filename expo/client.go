@@ -25,15 +25,14 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptrace"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/retryafter"
+	"github.com/spoolcast/spoolcast/internal/sendtrace"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
@@ -377,12 +376,11 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 		_ = zw.Close()
 		reqBody = &buf
 	}
-	// Whether the request was written whole tells one Expo did not take (no
-	// connection, or one that broke while it was written: Expo reads a
-	// request whole before it acts on it) from one it may have.
-	var written atomic.Bool
-	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) { written.Store(i.Err == nil) }}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, c.cfg.URL+"/"+endpoint, reqBody)
+	// Whether Expo may have the request whole (sendtrace) tells one Expo
+	// did not take (no connection, or one that broke while it was written:
+	// Expo reads a request whole before it acts on it) from one it may have.
+	tctx, trace := sendtrace.With(ctx)
+	req, err := http.NewRequestWithContext(tctx, http.MethodPost, c.cfg.URL+"/"+endpoint, reqBody)
 	if err != nil {
 		return 0, fmt.Errorf("expo: %w", err)
 	}
@@ -397,7 +395,7 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 	resp, err := c.cfg.HTTP.Do(req)
 	if err != nil {
 		switch {
-		case written.Load():
+		case trace.MaybeReceived():
 			return 0, &RequestError{Msg: err.Error(), Unknown: true, cause: ctx.Err()}
 		case ctx.Err() != nil:
 			return 0, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())

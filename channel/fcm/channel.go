@@ -8,17 +8,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/oauth2/jwt"
 
 	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/sendtrace"
 )
 
 // DefaultEndpoint is FCM's API.
@@ -214,12 +213,12 @@ func (c *Channel) Send(ctx context.Context, msgs []channel.Message) []channel.Ou
 	return out
 }
 
-// send makes m's request. Whether the request was written whole tells a
-// request FCM never had (a dial or TLS error, a connection that broke as
-// it was written: RetryAfter, or NotSent when ctx had ended) from one it
-// may have taken (no answer after it was written: Unknown). A request
-// counts as written once flushed to the connection, so one that breaks
-// as the kernel sends it counts as written, erring towards at most once.
+// send makes m's request. Whether FCM may have received it whole
+// (sendtrace) tells a request FCM never had (a dial or TLS error, a
+// connection that broke as it was written: RetryAfter, or NotSent when ctx
+// had ended) from one it may have taken (no answer after it was written,
+// or a timeout while it was being written: Unknown), erring towards at
+// most once.
 func (c *Channel) send(ctx context.Context, src *tokenSource, token string, m channel.Message) channel.Outcome {
 	if err := ctx.Err(); err != nil {
 		return notSent(err)
@@ -230,10 +229,7 @@ func (c *Channel) send(ctx context.Context, src *tokenSource, token string, m ch
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	var written atomic.Bool
-	rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
-		WroteRequest: func(i httptrace.WroteRequestInfo) { written.Store(i.Err == nil) },
-	})
+	rctx, trace := sendtrace.With(rctx)
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, c.sendURL, bytes.NewReader(body))
 	if err != nil {
 		return channel.Outcome{Kind: channel.Failed, Reason: "FCM message not sent: " + err.Error()}
@@ -242,7 +238,7 @@ func (c *Channel) send(ctx context.Context, src *tokenSource, token string, m ch
 	req.Header.Set("Content-Type", "application/json; charset=UTF-8")
 	resp, err := c.client.Do(req)
 	switch {
-	case err != nil && written.Load():
+	case err != nil && trace.MaybeReceived():
 		return channel.Outcome{Kind: channel.Unknown, Reason: fmt.Sprintf("FCM gave no answer: %v (it may have been delivered)", err)}
 	case err != nil && ctx.Err() != nil:
 		return notSent(ctx.Err())

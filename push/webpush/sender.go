@@ -8,16 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/sendtrace"
 )
 
 // DefaultTimeout bounds a request of NewSender's default client.
@@ -90,21 +89,18 @@ func (s *Sender) Send(ctx context.Context, sub Subscription, msg Message) Result
 	if err != nil {
 		return Result{Outcome: Invalid, Err: err}
 	}
-	// Whether the request was written whole tells one the push service did
-	// not take (no connection, or one that broke while it was written: it
-	// takes a message only once it has it whole) from one it may have. A
-	// request is written once it is in the connection's buffer: one that
-	// breaks as the buffer is flushed counts as written, erring towards
-	// sending once.
-	var written atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) { written.Store(i.Err == nil) }})
+	// Whether the push service may have the request whole (sendtrace)
+	// tells one it did not take (no connection, or one that broke while it
+	// was written: it takes a message only once it has it whole) from one
+	// it may have, erring towards sending once.
+	ctx, trace := sendtrace.With(ctx)
 	req, err := s.request(ctx, sub.Endpoint, parsed, msg)
 	if err != nil {
 		return Result{Outcome: Invalid, Err: err}
 	}
 	resp, err := s.client.Do(req)
 	switch {
-	case err != nil && written.Load():
+	case err != nil && trace.MaybeReceived():
 		return Result{Outcome: Unknown, Err: fmt.Errorf("push: %w (it may have been delivered)", err)}
 	case err != nil:
 		return Result{Outcome: NotSent, Err: fmt.Errorf("push: %w", err)}

@@ -432,3 +432,31 @@ func TestBatchesShrinkWhileTheyTakeLongerThanTheirTime(t *testing.T) {
 		t.Errorf("%d notifications; want 1,000", n)
 	}
 }
+
+// A cancel that comes after a fan-out's last batch, before its worker
+// records it complete, finds every member reached: too late, as after
+// completion, and the fan-out completes.
+func TestACancelAfterTheLastBatchIsTooLate(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	addMembers(t, pool, "late", users("l", 250))
+	ingestOne(t, pool, topicEvent(t, "late-1", nil, []string{"late"}, ""))
+	batches := 0
+	var res ingest.CancelResult
+	var cancelErr error
+	f := newFanout(t, pool, topics.FanoutConfig{BatchSize: 100, Written: func() {
+		if batches++; batches == 3 { // the last: 50 members, its range done
+			res, cancelErr = ingest.Cancel(ctx, pool, "news", "late-1", time.Now())
+		}
+	}})
+	if err := f.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if batches != 3 || cancelErr != nil || res.Outcome != ingest.CancelTooLate {
+		t.Errorf("a cancel between the last batch and the completion (batch %d) = %+v, %v; want too late", batches, res, cancelErr)
+	}
+	if st := fanoutOf(t, pool, "late-1", "late"); st.State != topics.StateCompleted || st.Written != 250 {
+		t.Errorf("the fan-out %+v; want completed, 250 written", st)
+	}
+}

@@ -101,11 +101,15 @@ func Cancel(ctx context.Context, db DB, producer, key string, at time.Time) (Can
 			),
 			-- The event's topic fan-outs not ended: the members not yet
 			-- written are stopped. Batches that held the event's lock have
-			-- committed, and this statement's snapshot sees them.
+			-- committed, and this statement's snapshot sees them. One whose
+			-- every range is written reached every member: it is complete
+			-- (its worker records so), and too late to cancel.
 			fc AS (
-				UPDATE topic_fanouts SET state = 'cancelled', ended_at = $3
-				WHERE producer = $1 AND idempotency_key = $2 AND state IN ('pending', 'running')
-				RETURNING id
+				UPDATE topic_fanouts fo SET state = 'cancelled', ended_at = $3
+				WHERE fo.producer = $1 AND fo.idempotency_key = $2
+				  AND (fo.state = 'pending' OR (fo.state = 'running'
+				       AND EXISTS (SELECT 1 FROM topic_fanout_ranges r WHERE r.fanout_id = fo.id AND NOT r.done)))
+				RETURNING fo.id
 			),
 			fanouts AS (SELECT id, state, ended_at FROM topic_fanouts WHERE producer = $1 AND idempotency_key = $2)
 			SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM fc),

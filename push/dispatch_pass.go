@@ -43,6 +43,8 @@ type queued struct {
 	// claimedBy is the pass's claim token (claimToken), which its later
 	// statements name.
 	claimedBy string
+	// broadcast: a topic fan-out's push, claimed after the direct ones.
+	broadcast bool
 }
 
 func (q *queued) critical() bool { return q.priority == "critical" }

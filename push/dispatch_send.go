@@ -76,7 +76,7 @@ func (d *Dispatcher) release(ctx context.Context, items []created, notBefore tim
 	var ids, nid []int64
 	var ncreated, enqueued, due []time.Time
 	var users, categories, priorities []string
-	var seenWaited []bool
+	var seenWaited, broadcast []bool
 	var digestKeys []*string
 	var digestWindows, digestCounts []*int64
 	seen := map[int64]bool{}
@@ -87,6 +87,7 @@ func (d *Dispatcher) release(ctx context.Context, items []created, notBefore tim
 			nid, ncreated, enqueued = append(nid, c.n.id), append(ncreated, c.n.createdAt), append(enqueued, c.n.enqueuedAt)
 			users, categories = append(users, c.n.user), append(categories, c.n.category)
 			due, priorities, seenWaited = append(due, c.n.dueAt), append(priorities, c.n.priority), append(seenWaited, c.n.seenWaited)
+			broadcast = append(broadcast, c.n.broadcast)
 			key, window, count := c.n.digestArgs()
 			digestKeys, digestWindows, digestCounts = append(digestKeys, key), append(digestWindows, window), append(digestCounts, count)
 		}
@@ -98,16 +99,16 @@ func (d *Dispatcher) release(ctx context.Context, items []created, notBefore tim
 			RETURNING notification_id
 		)
 		INSERT INTO push_queue (notification_id, notification_created_at, enqueued_at, user_id, category, claimed_by,
-		                        due_at, priority, digest_key, digest_window, digest_count, seen_waited, decided)
+		                        due_at, priority, digest_key, digest_window, digest_count, seen_waited, decided, broadcast)
 		SELECT n.id, n.created_at, n.enqueued_at, n.user_id, n.category, $3,
-		       greatest(n.due_at, $15), n.priority, n.digest_key, make_interval(secs => n.digest_window), n.digest_count, n.seen_waited, true
+		       greatest(n.due_at, $15), n.priority, n.digest_key, make_interval(secs => n.digest_window), n.digest_count, n.seen_waited, true, n.broadcast
 		FROM unnest($4::int8[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[],
-		            $9::timestamptz[], $10::text[], $11::text[], $12::int8[], $13::int8[], $14::bool[])
-		     AS n(id, created_at, enqueued_at, user_id, category, due_at, priority, digest_key, digest_window, digest_count, seen_waited)
+		            $9::timestamptz[], $10::text[], $11::text[], $12::int8[], $13::int8[], $14::bool[], $16::bool[])
+		     AS n(id, created_at, enqueued_at, user_id, category, due_at, priority, digest_key, digest_window, digest_count, seen_waited, broadcast)
 		WHERE n.id IN (SELECT notification_id FROM dropped)
 		ON CONFLICT (notification_id) DO UPDATE SET `+retakeQueued,
 		ids, items[0].createdAt, d.cfg.Replica, nid, ncreated, enqueued, users, categories,
-		due, priorities, digestKeys, digestWindows, digestCounts, seenWaited, pgtype.Timestamptz{Time: notBefore, Valid: !notBefore.IsZero()})
+		due, priorities, digestKeys, digestWindows, digestCounts, seenWaited, pgtype.Timestamptz{Time: notBefore, Valid: !notBefore.IsZero()}, broadcast)
 	if err != nil {
 		return err
 	}

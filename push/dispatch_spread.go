@@ -183,11 +183,11 @@ func (d *Dispatcher) requeueAt(ctx context.Context, c created, at time.Time, why
 			RETURNING notification_id
 		)
 		INSERT INTO push_queue (notification_id, notification_created_at, enqueued_at, user_id, category, claimed_by,
-		                        due_at, priority, digest_key, digest_window, digest_count, seen_waited, decided)
-		SELECT $4, $5, $6, $7, $8, $9, $10, $11, $12, make_interval(secs => $13), $14, $15, true
+		                        due_at, priority, digest_key, digest_window, digest_count, seen_waited, decided, broadcast)
+		SELECT $4, $5, $6, $7, $8, $9, $10, $11, $12, make_interval(secs => $13), $14, $15, true, $16
 		WHERE EXISTS (SELECT 1 FROM deferred)
 		ON CONFLICT (notification_id) DO UPDATE SET `+retakeQueued,
 		c.id, c.createdAt, why, n.id, n.createdAt, n.enqueuedAt, n.user, n.category, d.cfg.Replica,
-		at, n.priority, key, window, count, n.seenWaited)
+		at, n.priority, key, window, count, n.seenWaited, n.broadcast)
 	return err
 }

@@ -83,17 +83,36 @@ func (d *Dispatcher) unclaimAll(ctx context.Context, token string) error {
 	return err
 }
 
-// claim leases up to BatchSize queue rows no one holds, oldest first, with
-// their notifications' text, under the pass's token. A row claimed before
-// keeps claimed_by when it is given back or its lease runs out: that is how
-// a dispatcher knows it was retaken.
+// claim leases up to BatchSize queue rows no one holds, with their
+// notifications' text, under the pass's token: the due direct rows first,
+// oldest first, then a broadcast's (a topic fan-out's), so that direct
+// pushes never wait behind a broadcast's hundreds of thousands. A row
+// claimed before keeps claimed_by when it is given back or its lease runs
+// out: that is how a dispatcher knows it was retaken.
 func (d *Dispatcher) claim(ctx context.Context, token string) ([]queued, error) {
-	// Rows are due when either clock says so: Postgres's (rows queued by
-	// ingest) or the dispatcher's (rows deferred to a time it computed).
-	rows, err := d.cfg.DB.Query(ctx, `WITH c AS (
+	direct, err := d.claimLane(ctx, claimDirectSQL, token, d.cfg.BatchSize, false)
+	if err != nil || len(direct) == d.cfg.BatchSize {
+		return direct, err
+	}
+	broadcast, err := d.claimLane(ctx, claimBroadcastSQL, token, d.cfg.BatchSize-len(direct), true)
+	if err != nil && ctx.Err() == nil {
+		// The direct rows are claimed: sent now, the broadcast's next pass.
+		d.log.Warn("claim a broadcast's pushes", "err", err)
+	}
+	return append(direct, broadcast...), nil
+}
+
+// The claim of each lane: the direct one reads its own partial index
+// (migration 24), so that due broadcast rows ahead of it cost nothing.
+var (
+	claimDirectSQL    = fmt.Sprintf(claimSQL, "NOT broadcast")
+	claimBroadcastSQL = fmt.Sprintf(claimSQL, "broadcast")
+)
+
+const claimSQL = `WITH c AS (
 			UPDATE push_queue q SET claimed_until = now() + $3::interval, claimed_by = $2
 			FROM (SELECT notification_id, claimed_by FROM push_queue
-			      WHERE due_at <= greatest(now(), $4) AND (claimed_until IS NULL OR claimed_until < now())
+			      WHERE %s AND due_at <= greatest(now(), $4) AND (claimed_until IS NULL OR claimed_until < now())
 			      ORDER BY due_at, notification_id LIMIT $1 FOR UPDATE SKIP LOCKED) t
 			WHERE q.notification_id = t.notification_id
 			RETURNING q.notification_id, q.notification_created_at, q.enqueued_at, q.user_id, q.category,
@@ -108,7 +127,14 @@ func (d *Dispatcher) claim(ctx context.Context, token string) ([]queued, error) 
 			-- it did, 6 ms a claim at 4,000 rows and growing with them).
 			SELECT n.title, n.body FROM notifications n
 			WHERE n.id = c.notification_id AND n.created_at = c.notification_created_at LIMIT 1) n ON true
-		ORDER BY c.due_at, c.notification_id`, d.cfg.BatchSize, token, d.cfg.Lease, d.cfg.Clock.Now())
+		ORDER BY c.due_at, c.notification_id`
+
+// claimLane claims up to n due rows of one lane (claimDirectSQL or
+// claimBroadcastSQL).
+func (d *Dispatcher) claimLane(ctx context.Context, sql, token string, n int, broadcast bool) ([]queued, error) {
+	// Rows are due when either clock says so: Postgres's (rows queued by
+	// ingest) or the dispatcher's (rows deferred to a time it computed).
+	rows, err := d.cfg.DB.Query(ctx, sql, n, token, d.cfg.Lease, d.cfg.Clock.Now())
 	if err != nil {
 		return nil, fmt.Errorf("claim the push queue: %w", err)
 	}
@@ -126,7 +152,7 @@ func (d *Dispatcher) claim(ctx context.Context, token string) ([]queued, error) 
 			// A digest's push says how many it gathers, with the latest title.
 			q.title, q.body = policy.DigestTitle(q.digestCount, q.digestKey), q.title
 		}
-		q.claimedBy = token
+		q.claimedBy, q.broadcast = token, broadcast
 		return q, err
 	})
 	if err != nil {

@@ -262,8 +262,8 @@ inserted AS (
     FROM new n, f ORDER BY n.id
 ),
 queued AS (
-    INSERT INTO push_queue (notification_id, notification_created_at, user_id, category, priority, digest_key, digest_window, due_at)
-    SELECT p.id, now(), p.user_id, f.category, f.priority, f.digest_key, f.digest_window, greatest(p.due_at, now())
+    INSERT INTO push_queue (notification_id, notification_created_at, user_id, category, priority, digest_key, digest_window, due_at, broadcast)
+    SELECT p.id, now(), p.user_id, f.category, f.priority, f.digest_key, f.digest_window, greatest(p.due_at, now()), true
     FROM paced p, f WHERE p.devices > 0
 ),
 progress AS (

@@ -1,0 +1,85 @@
+package push_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/sync/ingest"
+	"github.com/spoolcast/spoolcast/topics"
+)
+
+// A broadcast's pushes due before a direct one do not hold it back: a
+// pass claims the due direct pushes first, then fills its batch with the
+// broadcast's. Its members' devices are APNs devices, which topic pacing
+// does not spread: all due at once.
+func TestADirectPushGoesBeforeABroadcastsPushesDueEarlier(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	// m00's first push is given back unsent (the replica stopping): it
+	// stays in the broadcast's lane.
+	ch := &scriptedChannel{script: map[string][]channel.Outcome{fmt.Sprintf("%064x", 0): {{Kind: channel.NotSent}, {Kind: channel.Delivered}}}}
+	s.devices.Channels = append(s.devices.Channels, ch)
+	d, err := push.NewDispatcher(push.DispatcherConfig{DB: s.pool, Sender: s.client, Preferences: s.prefs, Devices: s.devices,
+		Channels: []channel.Channel{ch}, BatchSize: 10, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	members := make([]string, 30)
+	for i := range members {
+		members[i] = fmt.Sprintf("m%02d", i)
+		if _, err := s.devices.RegisterWith(ctx, members[i], "apns", fmt.Sprintf("%064x", i), push.IOS); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := topics.NewStore(s.pool).ChangeMembers(ctx, "everyone", members, nil); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"idempotency_key": "launch", "type": "launch", "title": "We launched", "topics": []string{"everyone"}})
+	ev, err := event.Decode(body, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ingest.Ingest(ctx, s.pool, []ingest.Item{{Producer: "news", Event: ev}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := topics.NewFanout(topics.FanoutConfig{DB: s.pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // the direct push is due after every member's
+	s.register("u-direct", phone)
+	s.ingest("direct-1", "c", "u-direct")
+
+	if _, err := d.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(s.fake.Messages()); got != 1 {
+		t.Errorf("the first pass sent %d direct pushes; want the one, ahead of the broadcast's", got)
+	}
+	if got := len(ch.sent); got != 9 {
+		t.Errorf("the first pass sent %d of the broadcast's pushes; want 9, the rest of its batch", got)
+	}
+	var lane []bool
+	if err := s.pool.QueryRow(ctx, `SELECT array_agg(broadcast) FROM push_queue WHERE user_id = 'm00'`).Scan(&lane); err != nil || len(lane) != 1 || !lane[0] {
+		t.Errorf("m00's push given back is queued with broadcast %v (%v); want the broadcast's lane", lane, err)
+	}
+	for range 3 {
+		if _, err := d.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(ch.sent); got != 31 {
+		t.Errorf("%d of the broadcast's pushes sent after four passes; want every member's 30, and m00's again", got)
+	}
+}

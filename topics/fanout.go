@@ -40,6 +40,10 @@ type FanoutConfig struct {
 	Written func()
 	// Workers is how many batches this replica writes at once. Default 1.
 	Workers int
+	// WatchOnly runs no workers, only the gauges (a replica with
+	// --topic-fanout-workers 0): the alerts see fan-outs that no replica
+	// writes.
+	WatchOnly bool
 	// BatchSize is the most members one transaction writes. Default 1000.
 	BatchSize int
 	// BatchTime is how long a batch's transaction should take at most: a
@@ -111,7 +115,7 @@ func NewFanout(cfg FanoutConfig) (*Fanout, error) {
 // commit, where any replica resumes it.
 func (f *Fanout) Start(ctx context.Context) {
 	loops := []func(context.Context){f.gauges}
-	for range f.cfg.Workers {
+	for range f.cfg.Workers * boolInt(!f.cfg.WatchOnly) {
 		loops = append(loops, f.loop)
 	}
 	f.svc.Start(ctx, loops...)
@@ -466,4 +470,11 @@ func (f *Fanout) resize(size, members int, took time.Duration) {
 	case took < f.cfg.BatchTime/2 && members == size && size < f.cfg.BatchSize:
 		f.batch.Store(int64(min(f.cfg.BatchSize, size*2)))
 	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

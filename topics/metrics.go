@@ -39,9 +39,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		left: metric.Gauge("spoolcast_topic_fanout_members_left",
 			"Members the running fan-outs have still to write, estimated from their ranges (a range's members are counted when it starts)."),
 		lag: metric.Gauge("spoolcast_topic_fanout_lag_seconds",
-			"How long the oldest due fan-out not yet completed has been due; 0 when none is."),
+			"How long the oldest due fan-out not yet completed has been due (since it reached central, for an event a relay held); 0 when none is."),
 		stalled: metric.Gauge("spoolcast_topic_fanout_stalled_seconds",
-			"The longest time a running fan-out has gone without writing a batch; 0 when none is running."),
+			"How long fan-out work has been due with no batch written by any replica: since the last batch, or since the oldest due fan-out not ended became due if later; 0 when none is due."),
 	}
 	for _, s := range []string{StatePending, StateRunning} {
 		m.open.WithLabelValues(s)
@@ -71,11 +71,19 @@ func (f *Fanout) RefreshGauges(ctx context.Context) error {
 			(SELECT count(*) FROM topic_fanouts WHERE state = 'running'),
 			coalesce((SELECT sum(greatest(0, r.members - r.written - r.skipped)) FROM topic_fanout_ranges r
 			          JOIN topic_fanouts fo ON fo.id = r.fanout_id WHERE fo.state = 'running' AND NOT r.done), 0),
-			coalesce((SELECT extract(epoch FROM greatest(now(), $1) - due_at) FROM topic_fanouts
+			coalesce((SELECT extract(epoch FROM greatest(now(), $1) - greatest(due_at, created_at)) FROM topic_fanouts
 			          WHERE state IN ('pending', 'running') AND due_at <= greatest(now(), $1) ORDER BY due_at, id LIMIT 1), 0),
-			coalesce((SELECT max(extract(epoch FROM greatest(now(), $1) - last)) FROM (
-			          SELECT greatest(fo.started_at, max(r.updated_at)) AS last FROM topic_fanouts fo
-			          JOIN topic_fanout_ranges r ON r.fanout_id = fo.id WHERE fo.state = 'running' GROUP BY fo.id, fo.started_at) s), 0)`,
+			-- Stalled: work due, and no batch anywhere since. Fan-outs are
+			-- written one after another, so one waiting behind a large one
+			-- that progresses is not stalled; one no replica starts is.
+			coalesce((SELECT extract(epoch FROM greatest(now(), $1) - greatest(
+			              (SELECT min(greatest(due_at, created_at)) FROM topic_fanouts
+			               WHERE state IN ('pending', 'running') AND due_at <= greatest(now(), $1)),
+			              (SELECT max(r.updated_at) FROM topic_fanouts fo JOIN topic_fanout_ranges r ON r.fanout_id = fo.id
+			               WHERE fo.state = 'running'),
+			              (SELECT max(started_at) FROM topic_fanouts WHERE state IN ('pending', 'running')),
+			              (SELECT max(ended_at) FROM topic_fanouts WHERE ended_at IS NOT NULL)))
+			          WHERE EXISTS (SELECT 1 FROM topic_fanouts WHERE state IN ('pending', 'running') AND due_at <= greatest(now(), $1))), 0)`,
 		f.cfg.Clock.Now()).Scan(&pending, &running, &left, &lag, &stalled)
 	if err != nil {
 		return err

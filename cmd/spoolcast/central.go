@@ -147,7 +147,7 @@ type runningCentral struct {
 	channels    []channel.Channel    // APNs and FCM, as set up
 	firer       *schedule.Firer      // scheduled notifications and digest windows
 	firerWaker  *ingest.Waker        // wakes the readers after the firer's commits
-	fanout      *topics.Fanout       // nil with --topic-fanout-workers 0
+	fanout      *topics.Fanout       // its gauges only, with --topic-fanout-workers 0
 	fanoutWaker *ingest.Waker        // wakes the readers after the fan-out's commits
 	webhooks    *webhook.Deliverer   // nil with --webhooks=false
 	listener    *pglisten.Listener
@@ -399,10 +399,12 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 
 	// Topic fan-outs, shared by every replica that runs workers.
 	c.fanoutWaker = ingest.NewWaker(c.pool, o.wakeUpInterval, nil, logger)
-	fanoutMetrics := topics.NewMetrics(reg)
-	if o.topics.workers > 0 {
+	// A replica with --topic-fanout-workers 0 writes none, but still
+	// exports the gauges: with 0 everywhere, the stall alert says so.
+	{
 		cfg := o.topics.config()
-		cfg.DB, cfg.Written, cfg.Metrics, cfg.Logger = c.pool, c.fanoutWaker.Committed, fanoutMetrics, logger
+		cfg.DB, cfg.Written, cfg.Metrics, cfg.Logger = c.pool, c.fanoutWaker.Committed, topics.NewMetrics(reg), logger
+		cfg.WatchOnly = o.topics.workers == 0
 		if c.fanout, err = topics.NewFanout(cfg); err != nil {
 			return fail(err)
 		}

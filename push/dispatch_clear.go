@@ -372,10 +372,16 @@ func (d *Dispatcher) sendSpreadClears(ctx context.Context, ch channel.Spread, de
 	return out
 }
 
-// take takes a slot of slots, unless ctx ends first.
+// take takes a slot of slots, unless ctx ends first. A slot freed at
+// ctx's deadline or after is not taken: which of the two a select sees
+// first is chance.
 func take(ctx context.Context, slots chan struct{}) bool {
 	select {
 	case slots <- struct{}{}:
+		if deadline, ok := ctx.Deadline(); ctx.Err() != nil || (ok && !time.Now().Before(deadline)) {
+			<-slots
+			return false
+		}
 		return true
 	case <-ctx.Done():
 		return false

@@ -26,7 +26,7 @@ var files embed.FS
 
 // goMigrations are the migrations written in Go, where plain SQL cannot do
 // the work (an index built concurrently, which cannot run in a transaction).
-var goMigrations = []*goose.Migration{m007, m015, m017, m019}
+var goMigrations = []*goose.Migration{m007, m015, m017, m019, m024}
 
 // Status is one migration's state.
 type Status struct {

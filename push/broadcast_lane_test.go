@@ -10,6 +10,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/event"
+	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 	"github.com/spoolcast/spoolcast/topics"
@@ -81,5 +82,43 @@ func TestADirectPushGoesBeforeABroadcastsPushesDueEarlier(t *testing.T) {
 	}
 	if got := len(ch.sent); got != 31 {
 		t.Errorf("%d of the broadcast's pushes sent after four passes; want every member's 30, and m00's again", got)
+	}
+}
+
+// A digest gathering a broadcast's pushes keeps their lane: its one push,
+// queued when its window ends, waits behind direct pushes as they did.
+func TestADigestOfABroadcastsPushesStaysInItsLane(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	s := newStackOn(t, clk)
+	ctx := context.Background()
+	s.register("m1", phone)
+	if _, err := topics.NewStore(s.pool).ChangeMembers(ctx, "rooms", []string{"m1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"idempotency_key": "room-1", "type": "message", "title": "New message", "topics": []string{"rooms"},
+		"digest": map[string]any{"key": "room", "window": "10s"}})
+	ev, err := event.Decode(body, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ingest.Ingest(ctx, s.pool, []ingest.Item{{Producer: "news", Event: ev}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := topics.NewFanout(topics.FanoutConfig{DB: s.pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.drain() // the member's push joins its digest
+	clk.Advance(11 * time.Second)
+	if _, _, err := newFirer(t, s.pool, clk).Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var lanes []bool
+	if err := s.pool.QueryRow(ctx, `SELECT array_agg(broadcast) FROM push_queue WHERE user_id = 'm1' AND digest_count = 1`).Scan(&lanes); err != nil || len(lanes) != 1 || !lanes[0] {
+		t.Errorf("the digest's push is queued with broadcast %v (%v); want one, in the broadcast's lane", lanes, err)
 	}
 }

@@ -85,7 +85,7 @@ func TestAClearsAnswerDisablesARefusedTokenAndCountsRefusedCredentials(t *testin
 }
 
 // A push service that stalls holds a pass's clears for at most two of
-// --webpush-timeout: the browsers that find no slot within one are given
+// the Web Push timeout: the browsers that find no slot within one are given
 // back for the next pass, not sent one after another behind it.
 func TestAStalledPushServiceHoldsTheClearPassForItsShareOnly(t *testing.T) {
 	t.Parallel()

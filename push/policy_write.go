@@ -231,16 +231,19 @@ func joinDigests(ctx context.Context, tx pgx.Tx, token string, members []*queued
 	_, err := tx.Exec(ctx, `WITH released AS (
 			DELETE FROM push_queue WHERE notification_id = ANY($1) AND claimed_by = $2
 			RETURNING notification_id, coalesce(notification_created_at, now()) AS ncreated, user_id, category,
-			          priority, digest_key, digest_window
+			          priority, digest_key, digest_window, broadcast
 		),
 		joined AS (
-			INSERT INTO push_digests AS d (user_id, digest_key, window_end, count, notification_id, notification_created_at, category, priority)
+			-- A digest's push is a broadcast's (queued behind direct pushes)
+			-- only if everything it gathers is.
+			INSERT INTO push_digests AS d (user_id, digest_key, window_end, count, notification_id, notification_created_at, category, priority, broadcast)
 			SELECT user_id, digest_key, $3::timestamptz + min(digest_window), count(*), max(notification_id),
 			       (array_agg(ncreated ORDER BY notification_id DESC))[1], (array_agg(category ORDER BY notification_id DESC))[1],
-			       CASE WHEN bool_or(priority = 'critical') THEN 'critical' ELSE 'normal' END
+			       CASE WHEN bool_or(priority = 'critical') THEN 'critical' ELSE 'normal' END, bool_and(broadcast)
 			FROM released GROUP BY user_id, digest_key
 			ON CONFLICT (user_id, digest_key) DO UPDATE SET
 			    count = d.count + EXCLUDED.count,
+			    broadcast = d.broadcast AND EXCLUDED.broadcast,
 			    notification_id = greatest(d.notification_id, EXCLUDED.notification_id),
 			    notification_created_at = CASE WHEN EXCLUDED.notification_id > d.notification_id THEN EXCLUDED.notification_created_at ELSE d.notification_created_at END,
 			    category = CASE WHEN EXCLUDED.notification_id > d.notification_id THEN EXCLUDED.category ELSE d.category END,

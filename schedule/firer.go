@@ -192,8 +192,8 @@ func (f *Firer) fireDigests(ctx context.Context, now time.Time) (int, error) {
 			RETURNING d.*
 		),
 		queued AS (
-			INSERT INTO push_queue (notification_id, notification_created_at, user_id, category, priority, digest_key, digest_count)
-			SELECT notification_id, notification_created_at, user_id, category, priority, digest_key, count FROM due
+			INSERT INTO push_queue (notification_id, notification_created_at, user_id, category, priority, digest_key, digest_count, broadcast)
+			SELECT notification_id, notification_created_at, user_id, category, priority, digest_key, count, broadcast FROM due
 			ON CONFLICT (notification_id) DO NOTHING
 		)
 		SELECT count(*), coalesce(extract(epoch FROM greatest(now(), $1) - min(window_end)), 0) FROM due`,

@@ -113,12 +113,17 @@ func NewFanout(cfg FanoutConfig) (*Fanout, error) {
 // Start runs the workers in the background. Stop stops them: a batch is one
 // transaction, so stopping mid-fan-out leaves its progress at the last
 // commit, where any replica resumes it.
-func (f *Fanout) Start(ctx context.Context) {
+func (f *Fanout) Start(ctx context.Context) { f.svc.Start(ctx, f.loops()...) }
+
+// loops are what Start runs: the gauges, and the workers unless WatchOnly.
+func (f *Fanout) loops() []func(context.Context) {
 	loops := []func(context.Context){f.gauges}
-	for range f.cfg.Workers * boolInt(!f.cfg.WatchOnly) {
-		loops = append(loops, f.loop)
+	if !f.cfg.WatchOnly {
+		for range f.cfg.Workers {
+			loops = append(loops, f.loop)
+		}
 	}
-	f.svc.Start(ctx, loops...)
+	return loops
 }
 
 // Stop stops the workers and waits for their batches in flight.
@@ -470,11 +475,4 @@ func (f *Fanout) resize(size, members int, took time.Duration) {
 	case took < f.cfg.BatchTime/2 && members == size && size < f.cfg.BatchSize:
 		f.batch.Store(int64(min(f.cfg.BatchSize, size*2)))
 	}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -42,6 +42,7 @@ func TestAFanoutNoReplicaWritesShowsStalled(t *testing.T) {
 	if _, err := ingest.Ingest(ctx, pool, []ingest.Item{{Producer: "news", Event: ev, ReceivedAt: time.Now().Add(-2 * time.Hour)}}); err != nil {
 		t.Fatal(err)
 	}
+	ingestOne(t, pool, topicEvent(t, "other-1", nil, []string{"watched"}, ""))
 	clk := clock.NewFake(time.Now())
 	reg := prometheus.NewRegistry()
 	watcher := newFanout(t, pool, topics.FanoutConfig{Clock: clk, Metrics: topics.NewMetrics(reg), WatchOnly: true})
@@ -51,13 +52,12 @@ func TestAFanoutNoReplicaWritesShowsStalled(t *testing.T) {
 	if lag, stalled := gauge(t, reg, "spoolcast_topic_fanout_lag_seconds"), gauge(t, reg, "spoolcast_topic_fanout_stalled_seconds"); lag > 60 || stalled > 60 {
 		t.Errorf("just ingested: lag %.0fs, stalled %.0fs; want both under a minute, though the relay received it 2 h ago", lag, stalled)
 	}
-	// The watcher writes nothing, however long it runs.
-	runCtx, cancel := context.WithCancel(ctx)
-	watcher.Start(runCtx)
-	time.Sleep(100 * time.Millisecond)
-	cancel()
-	if err := watcher.Stop(ctx); err != nil {
-		t.Fatal(err)
+	// The watcher runs its gauges alone: no worker.
+	if n := topics.Loops(watcher); n != 1 {
+		t.Errorf("a watch-only replica runs %d loops; want its gauges alone", n)
+	}
+	if n := topics.Loops(newFanout(t, pool, topics.FanoutConfig{Workers: 3})); n != 4 {
+		t.Errorf("a replica with 3 workers runs %d loops; want the gauges and 3 workers", n)
 	}
 	clk.Advance(10 * time.Minute)
 	if err := watcher.RefreshGauges(ctx); err != nil {
@@ -65,6 +65,16 @@ func TestAFanoutNoReplicaWritesShowsStalled(t *testing.T) {
 	}
 	if stalled := gauge(t, reg, "spoolcast_topic_fanout_stalled_seconds"); stalled < 590 {
 		t.Errorf("10 minutes without a worker: stalled %.0fs; want about 600", stalled)
+	}
+	// A cancel writes no batch: the other fan-out is as stalled as before.
+	if _, err := ingest.Cancel(ctx, pool, "news", "other-1", clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := watcher.RefreshGauges(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if stalled := gauge(t, reg, "spoolcast_topic_fanout_stalled_seconds"); stalled < 590 {
+		t.Errorf("after a cancel of the other fan-out: stalled %.0fs; want still about 600", stalled)
 	}
 	if st := fanoutOf(t, pool, "held-1", "watched"); st.State != topics.StatePending {
 		t.Errorf("the watch-only replica moved the fan-out: %+v", st)

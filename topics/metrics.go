@@ -71,8 +71,8 @@ func (f *Fanout) RefreshGauges(ctx context.Context) error {
 			(SELECT count(*) FROM topic_fanouts WHERE state = 'running'),
 			coalesce((SELECT sum(greatest(0, r.members - r.written - r.skipped)) FROM topic_fanout_ranges r
 			          JOIN topic_fanouts fo ON fo.id = r.fanout_id WHERE fo.state = 'running' AND NOT r.done), 0),
-			coalesce((SELECT extract(epoch FROM greatest(now(), $1) - greatest(due_at, created_at)) FROM topic_fanouts
-			          WHERE state IN ('pending', 'running') AND due_at <= greatest(now(), $1) ORDER BY due_at, id LIMIT 1), 0),
+			coalesce((SELECT max(extract(epoch FROM greatest(now(), $1) - greatest(due_at, created_at))) FROM topic_fanouts
+			          WHERE state IN ('pending', 'running') AND due_at <= greatest(now(), $1)), 0),
 			-- Stalled: work due, and no batch anywhere since. Fan-outs are
 			-- written one after another, so one waiting behind a large one
 			-- that progresses is not stalled; one no replica starts is.
@@ -82,7 +82,7 @@ func (f *Fanout) RefreshGauges(ctx context.Context) error {
 			              (SELECT max(r.updated_at) FROM topic_fanouts fo JOIN topic_fanout_ranges r ON r.fanout_id = fo.id
 			               WHERE fo.state = 'running'),
 			              (SELECT max(started_at) FROM topic_fanouts WHERE state IN ('pending', 'running')),
-			              (SELECT max(ended_at) FROM topic_fanouts WHERE ended_at IS NOT NULL)))
+			              (SELECT max(ended_at) FROM topic_fanouts WHERE ended_at IS NOT NULL AND state = 'completed')))
 			          WHERE EXISTS (SELECT 1 FROM topic_fanouts WHERE state IN ('pending', 'running') AND due_at <= greatest(now(), $1))), 0)`,
 		f.cfg.Clock.Now()).Scan(&pending, &running, &left, &lag, &stalled)
 	if err != nil {

@@ -1,0 +1,4 @@
+package topics
+
+// Loops is how many background loops Start runs for f.
+func Loops(f *Fanout) int { return len(f.loops()) }

@@ -43,21 +43,7 @@ func TestADirectPushGoesBeforeABroadcastsPushesDueEarlier(t *testing.T) {
 	if _, err := topics.NewStore(s.pool).ChangeMembers(ctx, "everyone", members, nil); err != nil {
 		t.Fatal(err)
 	}
-	body, _ := json.Marshal(map[string]any{"idempotency_key": "launch", "type": "launch", "title": "We launched", "topics": []string{"everyone"}})
-	ev, err := event.Decode(body, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ingest.Ingest(ctx, s.pool, []ingest.Item{{Producer: "news", Event: ev}}); err != nil {
-		t.Fatal(err)
-	}
-	f, err := topics.NewFanout(topics.FanoutConfig{DB: s.pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Drain(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s.broadcast(map[string]any{"idempotency_key": "launch", "type": "launch", "title": "We launched", "topics": []string{"everyone"}})
 	time.Sleep(10 * time.Millisecond) // the direct push is due after every member's
 	s.register("u-direct", phone)
 	s.ingest("direct-1", "c", "u-direct")
@@ -96,22 +82,8 @@ func TestADigestOfABroadcastsPushesStaysInItsLane(t *testing.T) {
 	if _, err := topics.NewStore(s.pool).ChangeMembers(ctx, "rooms", []string{"m1"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	body, _ := json.Marshal(map[string]any{"idempotency_key": "room-1", "type": "message", "title": "New message", "topics": []string{"rooms"},
+	s.broadcast(map[string]any{"idempotency_key": "room-1", "type": "message", "title": "New message", "topics": []string{"rooms"},
 		"digest": map[string]any{"key": "room", "window": "10s"}})
-	ev, err := event.Decode(body, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ingest.Ingest(ctx, s.pool, []ingest.Item{{Producer: "news", Event: ev}}); err != nil {
-		t.Fatal(err)
-	}
-	f, err := topics.NewFanout(topics.FanoutConfig{DB: s.pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Drain(ctx); err != nil {
-		t.Fatal(err)
-	}
 	s.drain() // the member's push joins its digest
 	clk.Advance(11 * time.Second)
 	if _, _, err := newFirer(t, s.pool, clk).Pass(ctx); err != nil {
@@ -120,5 +92,26 @@ func TestADigestOfABroadcastsPushesStaysInItsLane(t *testing.T) {
 	var lanes []bool
 	if err := s.pool.QueryRow(ctx, `SELECT array_agg(broadcast) FROM push_queue WHERE user_id = 'm1' AND digest_count = 1`).Scan(&lanes); err != nil || len(lanes) != 1 || !lanes[0] {
 		t.Errorf("the digest's push is queued with broadcast %v (%v); want one, in the broadcast's lane", lanes, err)
+	}
+}
+
+// broadcast ingests the topic event body and writes its fan-out whole.
+func (s *stack) broadcast(body map[string]any) {
+	s.t.Helper()
+	raw, _ := json.Marshal(body)
+	ev, err := event.Decode(raw, "")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := ingest.Ingest(ctx, s.pool, []ingest.Item{{Producer: "news", Event: ev}}); err != nil {
+		s.t.Fatal(err)
+	}
+	f, err := topics.NewFanout(topics.FanoutConfig{DB: s.pool})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := f.Drain(ctx); err != nil {
+		s.t.Fatal(err)
 	}
 }

@@ -39,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		left: metric.Gauge("spoolcast_topic_fanout_members_left",
 			"Members the running fan-outs have still to write, estimated from their ranges (a range's members are counted when it starts)."),
 		lag: metric.Gauge("spoolcast_topic_fanout_lag_seconds",
-			"How long the oldest due fan-out not yet completed has been due (since it reached central, for an event a relay held); 0 when none is."),
+			"The longest any due fan-out not yet ended has waited (since it reached central, for an event a relay held); 0 when none is."),
 		stalled: metric.Gauge("spoolcast_topic_fanout_stalled_seconds",
 			"How long fan-out work has been due with no batch written by any replica: since the last batch, or since the oldest due fan-out not ended became due if later; 0 when none is due."),
 	}
@@ -66,24 +66,28 @@ func (f *Fanout) gauges(ctx context.Context) {
 func (f *Fanout) RefreshGauges(ctx context.Context) error {
 	var pending, running int64
 	var left, lag, stalled float64
-	err := f.cfg.DB.QueryRow(ctx, `SELECT
+	// due: since when the longest-waiting due fan-out not ended has been
+	// due (an event a relay held, from its arrival at central); the lag is
+	// the time since, and the stall the time since then or since the last
+	// batch anywhere, whichever is later: fan-outs are written one after
+	// another, so one waiting behind a large one that progresses is not
+	// stalled, and one that no replica starts is. A cancel is no batch.
+	err := f.cfg.DB.QueryRow(ctx, `WITH due AS (
+			SELECT min(greatest(due_at, created_at)) AS since FROM topic_fanouts
+			WHERE state IN ('pending', 'running') AND due_at <= greatest(now(), $1)
+		)
+		SELECT
 			(SELECT count(*) FROM topic_fanouts WHERE state = 'pending'),
 			(SELECT count(*) FROM topic_fanouts WHERE state = 'running'),
 			coalesce((SELECT sum(greatest(0, r.members - r.written - r.skipped)) FROM topic_fanout_ranges r
 			          JOIN topic_fanouts fo ON fo.id = r.fanout_id WHERE fo.state = 'running' AND NOT r.done), 0),
-			coalesce((SELECT max(extract(epoch FROM greatest(now(), $1) - greatest(due_at, created_at))) FROM topic_fanouts
-			          WHERE state IN ('pending', 'running') AND due_at <= greatest(now(), $1)), 0),
-			-- Stalled: work due, and no batch anywhere since. Fan-outs are
-			-- written one after another, so one waiting behind a large one
-			-- that progresses is not stalled; one no replica starts is.
-			coalesce((SELECT extract(epoch FROM greatest(now(), $1) - greatest(
-			              (SELECT min(greatest(due_at, created_at)) FROM topic_fanouts
-			               WHERE state IN ('pending', 'running') AND due_at <= greatest(now(), $1)),
-			              (SELECT max(r.updated_at) FROM topic_fanouts fo JOIN topic_fanout_ranges r ON r.fanout_id = fo.id
-			               WHERE fo.state = 'running'),
-			              (SELECT max(started_at) FROM topic_fanouts WHERE state IN ('pending', 'running')),
-			              (SELECT max(ended_at) FROM topic_fanouts WHERE ended_at IS NOT NULL AND state = 'completed')))
-			          WHERE EXISTS (SELECT 1 FROM topic_fanouts WHERE state IN ('pending', 'running') AND due_at <= greatest(now(), $1))), 0)`,
+			coalesce(extract(epoch FROM greatest(now(), $1) - due.since), 0),
+			-- greatest() skips NULLs: nothing due is no stall.
+			CASE WHEN due.since IS NULL THEN 0 ELSE extract(epoch FROM greatest(now(), $1) - greatest(due.since,
+			    (SELECT max(r.updated_at) FROM topic_fanouts fo JOIN topic_fanout_ranges r ON r.fanout_id = fo.id WHERE fo.state = 'running'),
+			    (SELECT max(started_at) FROM topic_fanouts WHERE state = 'running'),
+			    (SELECT max(ended_at) FROM topic_fanouts WHERE ended_at IS NOT NULL AND state = 'completed'))) END
+		FROM due`,
 		f.cfg.Clock.Now()).Scan(&pending, &running, &left, &lag, &stalled)
 	if err != nil {
 		return err

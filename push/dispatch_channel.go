@@ -248,30 +248,44 @@ func goneReason(provider string) string {
 	return DisabledUnreachable
 }
 
-// channelSend hands items to ch in batches of at most its MaxBatch, the
-// batches in parallel, and returns one answer per item, in order.
+// channelSend hands items' pushes to ch (sendBatches), timed and, in the
+// chaos self-check's build only, sent twice where planted.
 func (d *Dispatcher) channelSend(ctx context.Context, ch channel.Channel, items []created) []channel.Outcome {
-	answers := make([]channel.Outcome, len(items))
-	size := max(1, ch.MaxBatch())
-	var wg sync.WaitGroup
-	for lo := 0; lo < len(items); lo += size {
-		hi := min(lo+size, len(items))
-		wg.Go(func() {
-			msgs := make([]channel.Message, hi-lo)
-			for i, c := range items[lo:hi] {
-				msgs[i] = channelMessage(c)
-			}
-			start := time.Now()
-			got := ch.Send(ctx, msgs)
-			d.cfg.Metrics.channelTook.WithLabelValues(ch.Provider()).Observe(time.Since(start).Seconds())
-			if chaosplant.Enabled {
-				for i, m := range msgs {
-					if i < len(got) && (got[i].Kind == channel.Accepted || got[i].Kind == channel.Delivered) && chaosplant.Plant(chaosplant.DoublePush) {
-						_ = ch.Send(ctx, []channel.Message{m}) // a planted defect (chaos self-check builds only)
-					}
+	msgs := make([]channel.Message, len(items))
+	for i, c := range items {
+		msgs[i] = channelMessage(c)
+	}
+	return sendBatches(ctx, ch, msgs, func(batch []channel.Message) []channel.Outcome {
+		start := time.Now()
+		got := ch.Send(ctx, batch)
+		d.cfg.Metrics.channelTook.WithLabelValues(ch.Provider()).Observe(time.Since(start).Seconds())
+		if chaosplant.Enabled {
+			for i, m := range batch {
+				if i < len(got) && (got[i].Kind == channel.Accepted || got[i].Kind == channel.Delivered) && chaosplant.Plant(chaosplant.DoublePush) {
+					_ = ch.Send(ctx, []channel.Message{m}) // a planted defect (chaos self-check builds only)
 				}
 			}
-			for i := range msgs {
+		}
+		return got
+	})
+}
+
+// sendBatches hands msgs to ch in batches of at most its MaxBatch, the
+// batches in parallel, each through send (nil: ch.Send), and returns one
+// answer per message, in order: Failed for those a channel left
+// unanswered.
+func sendBatches(ctx context.Context, ch channel.Channel, msgs []channel.Message, send func([]channel.Message) []channel.Outcome) []channel.Outcome {
+	if send == nil {
+		send = func(batch []channel.Message) []channel.Outcome { return ch.Send(ctx, batch) }
+	}
+	answers := make([]channel.Outcome, len(msgs))
+	size := max(1, ch.MaxBatch())
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(msgs); lo += size {
+		hi := min(lo+size, len(msgs))
+		wg.Go(func() {
+			got := send(msgs[lo:hi])
+			for i := range hi - lo {
 				if i < len(got) {
 					answers[lo+i] = got[i]
 				} else {

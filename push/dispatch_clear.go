@@ -295,24 +295,16 @@ func (d *Dispatcher) clearOutcomeOf(provider string, dev *clearDevice, a channel
 }
 
 // sendBatchedClears sends the clears of one channel's devices (Expo, APNs,
-// FCM) in batches of the channel's MaxBatch, one after another.
+// FCM) in batches of the channel's MaxBatch.
 func (d *Dispatcher) sendBatchedClears(ctx context.Context, ch channel.Channel, devs []*clearDevice) []clearOutcome {
-	out := make([]clearOutcome, 0, len(devs))
-	size := max(1, ch.MaxBatch())
-	for lo := 0; lo < len(devs); lo += size {
-		batch := devs[lo:min(lo+size, len(devs))]
-		msgs := make([]channel.Message, len(batch))
-		for i, dev := range batch {
-			msgs[i] = d.clearMessage(dev)
-		}
-		answers := ch.Send(ctx, msgs)
-		for i, dev := range batch {
-			a := channel.Outcome{Kind: channel.Failed, Reason: ch.Provider() + " answered fewer outcomes than messages"}
-			if i < len(answers) {
-				a = answers[i]
-			}
-			out = append(out, d.clearOutcomeOf(ch.Provider(), dev, a))
-		}
+	msgs := make([]channel.Message, len(devs))
+	for i, dev := range devs {
+		msgs[i] = d.clearMessage(dev)
+	}
+	answers := sendBatches(ctx, ch, msgs, nil)
+	out := make([]clearOutcome, len(devs))
+	for i, dev := range devs {
+		out[i] = d.clearOutcomeOf(ch.Provider(), dev, answers[i])
 	}
 	return out
 }

@@ -13,12 +13,12 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/channel/webpush"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/egress"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/problem"
 	"github.com/spoolcast/spoolcast/push"
-	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
 // devicesJSON is the caller's devices.

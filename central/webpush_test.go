@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spoolcast/spoolcast/push/webpush"
+	"github.com/spoolcast/spoolcast/channel/webpush"
 )
 
 // testVAPIDPublicKey stands for a deployment's key where only its presence matters.

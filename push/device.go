@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/channel"
-	"github.com/spoolcast/spoolcast/expo"
-	"github.com/spoolcast/spoolcast/push/webpush"
+	"github.com/spoolcast/spoolcast/channel/expo"
+	"github.com/spoolcast/spoolcast/channel/webpush"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/channel/expo"
+	"github.com/spoolcast/spoolcast/channel/webpush"
+	"github.com/spoolcast/spoolcast/channel/webpush/webpushtest"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
-	"github.com/spoolcast/spoolcast/internal/webpushtest"
 	"github.com/spoolcast/spoolcast/push"
-	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
 const phone, later, failed = "ExponentPushToken[phone]", "ExponentPushToken[later]", "ExponentPushToken[failed]"

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/channel/webpush"
 	"github.com/spoolcast/spoolcast/internal/startstop"
-	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
 // Defaults of the Web Push sends.

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/channel"
-	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/channel/expo"
+	"github.com/spoolcast/spoolcast/channel/webpush"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 	"github.com/spoolcast/spoolcast/push/policy"
-	"github.com/spoolcast/spoolcast/push/webpush"
 )
 
 // Sender sends push messages to Expo: an *expo.Client.

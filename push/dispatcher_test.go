@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/channel/expo"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"

@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolcast/spoolcast/channel"
-	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/channel/expo"
 	"github.com/spoolcast/spoolcast/internal/metric"
 	"github.com/spoolcast/spoolcast/push/policy"
 )

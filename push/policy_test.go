@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/spoolcast/spoolcast/channel/expo"
 	"github.com/spoolcast/spoolcast/event"
-	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"

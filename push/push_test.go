@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spoolcast/spoolcast/channel/expo"
+	"github.com/spoolcast/spoolcast/channel/expo/expotest"
 	"github.com/spoolcast/spoolcast/event"
-	"github.com/spoolcast/spoolcast/expo"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/clock"
-	"github.com/spoolcast/spoolcast/internal/expofake"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
@@ -36,7 +36,7 @@ type stack struct {
 	clock      clock.Clock // of the dispatchers and the reconciler; nil: the wall clock
 	dbURL      string
 	pool       *pgxpool.Pool
-	fake       *expofake.Server
+	fake       *expotest.Server
 	expoURL    string // the fake's API base
 	client     *expo.Client
 	reg        *prometheus.Registry
@@ -55,7 +55,7 @@ func newStack(t *testing.T) *stack {
 // newStackOn is newStack with its dispatchers and reconciler on clk (nil: the wall clock).
 func newStackOn(t *testing.T, clk clock.Clock) *stack {
 	t.Helper()
-	s := &stack{t: t, clock: clk, dbURL: pgtest.DB(t), fake: expofake.New(), reg: prometheus.NewRegistry()}
+	s := &stack{t: t, clock: clk, dbURL: pgtest.DB(t), fake: expotest.New(), reg: prometheus.NewRegistry()}
 	s.pool = s.connect()
 	ts := httptest.NewServer(s.fake)
 	t.Cleanup(ts.Close)

@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolcast/spoolcast/channel/webpush"
+	"github.com/spoolcast/spoolcast/channel/webpush/webpushtest"
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
-	"github.com/spoolcast/spoolcast/internal/webpushtest"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/push/policy"
-	"github.com/spoolcast/spoolcast/push/webpush"
 	"github.com/spoolcast/spoolcast/schedule"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )

@@ -6,7 +6,7 @@ package main
 // 8291, aes128gcm), so that it knows which notification each push carries
 // and which a clear takes down; its answers go wrong on the faults' cue.
 // (The sender's encryption and VAPID token are checked against an
-// implementation spoolcast did not write in push/webpush's tests.)
+// implementation spoolcast did not write in channel/webpush's tests.)
 
 import (
 	"context"

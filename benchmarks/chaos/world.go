@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/channel/expo/expotest"
 	"github.com/spoolcast/spoolcast/internal/devauth"
-	"github.com/spoolcast/spoolcast/internal/expofake"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
 )
@@ -138,7 +138,7 @@ type world struct {
 	relays      []*proc
 	centrals    []*proc
 	spoolMounts []string
-	expo        *expofake.Server
+	expo        *expotest.Server
 	// handovers: when app users' phones were taken over by others.
 	handovers *handovers
 	// channels are the fake APNs and FCM.
@@ -248,7 +248,7 @@ func setUp(ctx context.Context, dir, binary string, seed uint64) (*world, error)
 	if _, err := migrations.Up(ctx, w.dbURL, nil); err != nil {
 		return w, fmt.Errorf("migrate: %w", err)
 	}
-	w.expo = expofake.New()
+	w.expo = expotest.New()
 	w.arrivals = newExpoArrivals(w.expo)
 	var err error
 	if w.expoURL, err = w.serve(w.arrivals); err != nil {

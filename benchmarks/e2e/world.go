@@ -19,8 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spoolcast/spoolcast/channel/expo/expotest"
 	"github.com/spoolcast/spoolcast/internal/devauth"
-	"github.com/spoolcast/spoolcast/internal/expofake"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
 )
@@ -124,7 +124,7 @@ func setUp(ctx context.Context, dir, bin string, cfg config, l *ledger) (*world,
 			return w, err
 		}
 	}
-	expo := httptest.NewServer(&expoClock{next: expofake.New(), l: l})
+	expo := httptest.NewServer(&expoClock{next: expotest.New(), l: l})
 	w.stops = append(w.stops, expo.Close)
 	if w.issuer, err = devauth.LoadIssuer(filepath.Join(dir, "issuer-key.pem"), issuerName, audience); err != nil {
 		return w, err

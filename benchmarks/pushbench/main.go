@@ -23,9 +23,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/spoolcast/spoolcast/channel/expo"
+	"github.com/spoolcast/spoolcast/channel/expo/expotest"
 	"github.com/spoolcast/spoolcast/event"
-	"github.com/spoolcast/spoolcast/expo"
-	"github.com/spoolcast/spoolcast/internal/expofake"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/push"
@@ -121,7 +121,7 @@ func runRound(ctx context.Context, adminURL, name string, users, devices, events
 			return 0, err
 		}
 	}
-	fake := expofake.New()
+	fake := expotest.New()
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	client, err := expo.New(expo.Config{URL: srv.URL, RatePerSecond: -1})

@@ -18,14 +18,14 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/auth"
-	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/channel/expo"
+	"github.com/spoolcast/spoolcast/channel/expo/expotest"
+	"github.com/spoolcast/spoolcast/channel/webpush"
 	"github.com/spoolcast/spoolcast/internal/devauth"
-	"github.com/spoolcast/spoolcast/internal/expofake"
 	"github.com/spoolcast/spoolcast/internal/filelock"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
 	"github.com/spoolcast/spoolcast/push"
-	"github.com/spoolcast/spoolcast/push/webpush"
 	"github.com/spoolcast/spoolcast/topics"
 )
 
@@ -203,7 +203,7 @@ func devSampleCurl(addr string) string { return sampleCurl(addr) }
 // startFakeExpo serves a fake Expo on loopback that logs each push it gets,
 // so the dev stack shows the whole path without a real device.
 func startFakeExpo(logger *slog.Logger) (url string, stop func(), err error) {
-	fake := expofake.New()
+	fake := expotest.New()
 	log := logger.With("component", "fake-expo")
 	fake.OnPush = func(m expo.Message) {
 		log.Info("push delivered to the fake Expo", "to", push.MaskToken(m.To), "title", m.Title, "body", m.Body)

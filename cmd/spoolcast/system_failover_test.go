@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolcast/spoolcast/channel/expo/expotest"
 	"github.com/spoolcast/spoolcast/feed"
-	"github.com/spoolcast/spoolcast/internal/expofake"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
@@ -172,7 +172,7 @@ func pipelineFailover(t *testing.T, synchronous bool) {
 	t.Parallel()
 	r := pgtest.Primary(t, synchronous)
 	r.Migrate(t)
-	expo := expofake.New()
+	expo := expotest.New()
 	expo.SetAnswerDelay(50 * time.Millisecond) // sends in flight at the kill
 	expoServer := httptest.NewServer(expo)
 	t.Cleanup(expoServer.Close)

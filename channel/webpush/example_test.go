@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/spoolcast/spoolcast/push/webpush"
+	"github.com/spoolcast/spoolcast/channel/webpush"
 )
 
 func ExampleParseSubscription() {

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/channel"
-	"github.com/spoolcast/spoolcast/expo"
-	"github.com/spoolcast/spoolcast/internal/expofake"
+	"github.com/spoolcast/spoolcast/channel/expo"
+	"github.com/spoolcast/spoolcast/channel/expo/expotest"
 )
 
-func newChannel(t *testing.T, fake *expofake.Server, results map[string]int) *expo.Channel {
+func newChannel(t *testing.T, fake *expotest.Server, results map[string]int) *expo.Channel {
 	t.Helper()
 	ch, err := expo.NewChannel(expo.ChannelConfig{Sender: newClient(t, fake), OnResult: func(r string) { results[r]++ }})
 	if err != nil {
@@ -23,7 +23,7 @@ func newChannel(t *testing.T, fake *expofake.Server, results map[string]int) *ex
 
 func TestEachTicketIsOneOutcomeOfTheChannelsVocabulary(t *testing.T) {
 	t.Parallel()
-	fake := expofake.New()
+	fake := expotest.New()
 	fake.Unregister("ExponentPushToken[gone]")
 	fake.ExceedRate("ExponentPushToken[busy]", 1)
 	results := map[string]int{}
@@ -53,7 +53,7 @@ func TestEachTicketIsOneOutcomeOfTheChannelsVocabulary(t *testing.T) {
 
 func TestARequestExpoDidNotTakeIsRetryAfterAndOneItMayHaveTakenIsUnknown(t *testing.T) {
 	t.Parallel()
-	fake := expofake.New()
+	fake := expotest.New()
 	ch := newChannel(t, fake, map[string]int{})
 	msg := []channel.Message{{Token: "ExponentPushToken[a]", ID: "n1"}}
 	fake.SetFailing(http.StatusServiceUnavailable, "")

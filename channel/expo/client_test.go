@@ -14,17 +14,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spoolcast/spoolcast/expo"
-	"github.com/spoolcast/spoolcast/internal/expofake"
+	"github.com/spoolcast/spoolcast/channel/expo"
+	"github.com/spoolcast/spoolcast/channel/expo/expotest"
 )
 
-func newClient(t *testing.T, fake *expofake.Server) *expo.Client {
+func newClient(t *testing.T, fake *expotest.Server) *expo.Client {
 	t.Helper()
 	return newClientWith(t, fake, expo.Config{MinBackoff: time.Millisecond, RatePerSecond: -1})
 }
 
 // newClientWith is a client of fake configured by cfg.
-func newClientWith(t *testing.T, fake *expofake.Server, cfg expo.Config) *expo.Client {
+func newClientWith(t *testing.T, fake *expotest.Server, cfg expo.Config) *expo.Client {
 	t.Helper()
 	ts := httptest.NewServer(fake)
 	t.Cleanup(ts.Close)
@@ -38,7 +38,7 @@ func newClientWith(t *testing.T, fake *expofake.Server, cfg expo.Config) *expo.C
 
 func TestTicketsComeBackInTheOrderOfTheMessages(t *testing.T) {
 	t.Parallel()
-	fake := expofake.New()
+	fake := expotest.New()
 	fake.Unregister("ExponentPushToken[gone]")
 	c := newClient(t, fake)
 	var msgs []expo.Message
@@ -67,7 +67,7 @@ func TestTicketsComeBackInTheOrderOfTheMessages(t *testing.T) {
 
 func TestReceiptsNotReadyAreAbsentThenArrive(t *testing.T) {
 	t.Parallel()
-	fake := expofake.New()
+	fake := expotest.New()
 	fake.UnregisterAtReceipt("ExponentPushToken[b]")
 	c := newClient(t, fake)
 	tickets, err := c.Send(context.Background(), []expo.Message{{To: "ExponentPushToken[a]"}, {To: "ExponentPushToken[b]"}})
@@ -87,7 +87,7 @@ func TestReceiptsNotReadyAreAbsentThenArrive(t *testing.T) {
 
 func TestRetriesHonourRetryAfterAndEndAsARequestError(t *testing.T) {
 	t.Parallel()
-	fake := expofake.New()
+	fake := expotest.New()
 	c := newClient(t, fake)
 	fake.Fail(2, http.StatusTooManyRequests, "1")
 	start := time.Now()
@@ -120,7 +120,7 @@ func TestASendUnderRetryForKeepsTryingThroughAnOutageUntilItsTimeIsUp(t *testing
 	cfg := expo.Config{HTTP: &http.Client{Timeout: 100 * time.Millisecond}, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, RatePerSecond: -1}
 	t.Run("through", func(t *testing.T) {
 		t.Parallel()
-		fake := expofake.New()
+		fake := expotest.New()
 		c := newClientWith(t, fake, cfg)
 		fake.Fail(20, http.StatusServiceUnavailable, "")
 		if _, err := c.Send(expo.RetryFor(context.Background(), time.Minute), msgs); err != nil {
@@ -132,7 +132,7 @@ func TestASendUnderRetryForKeepsTryingThroughAnOutageUntilItsTimeIsUp(t *testing
 	})
 	t.Run("until its time is up", func(t *testing.T) {
 		t.Parallel()
-		fake := expofake.New()
+		fake := expotest.New()
 		c := newClientWith(t, fake, cfg)
 		fake.SetFailing(http.StatusServiceUnavailable, "")
 		start := time.Now()
@@ -153,7 +153,7 @@ func TestASendIsRetriedUnlessExpoMayHaveTakenIt(t *testing.T) {
 	msgs := []expo.Message{{To: "ExponentPushToken[a]"}}
 	t.Run("a 5xx is retried, and the messages are taken once", func(t *testing.T) {
 		t.Parallel()
-		fake := expofake.New()
+		fake := expotest.New()
 		c := newClient(t, fake)
 		fake.Fail(1, http.StatusBadGateway, "")
 		if _, err := c.Send(context.Background(), msgs); err != nil {
@@ -165,7 +165,7 @@ func TestASendIsRetriedUnlessExpoMayHaveTakenIt(t *testing.T) {
 	})
 	t.Run("a send taken whose connection drops before the answer is not retried", func(t *testing.T) {
 		t.Parallel()
-		fake := expofake.New()
+		fake := expotest.New()
 		c := newClient(t, fake)
 		fake.DropAnswers(1)
 		_, err := c.Send(context.Background(), msgs)
@@ -179,7 +179,7 @@ func TestASendIsRetriedUnlessExpoMayHaveTakenIt(t *testing.T) {
 	})
 	t.Run("a connection that broke while the request was written is retried", func(t *testing.T) {
 		t.Parallel()
-		fake := expofake.New()
+		fake := expotest.New()
 		var dials atomic.Int32
 		var d net.Dialer
 		transport := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -211,7 +211,7 @@ func TestASendIsRetriedUnlessExpoMayHaveTakenIt(t *testing.T) {
 	})
 	t.Run("an answer later than the client's timeout is not retried", func(t *testing.T) {
 		t.Parallel()
-		fake := expofake.New()
+		fake := expotest.New()
 		fake.SetAnswerDelay(time.Minute)
 		c := newClientWith(t, fake, expo.Config{HTTP: &http.Client{Timeout: 200 * time.Millisecond}, MinBackoff: time.Millisecond, RatePerSecond: -1})
 		_, err := c.Send(context.Background(), msgs)
@@ -248,7 +248,7 @@ func TestASendIsRetriedUnlessExpoMayHaveTakenIt(t *testing.T) {
 	})
 	t.Run("receipts are retried after a 5xx and after a timeout", func(t *testing.T) {
 		t.Parallel()
-		fake := expofake.New()
+		fake := expotest.New()
 		c := newClientWith(t, fake, expo.Config{HTTP: &http.Client{Timeout: 200 * time.Millisecond}, MinBackoff: time.Millisecond, RatePerSecond: -1})
 		tickets, err := c.Send(context.Background(), msgs)
 		if err != nil {

@@ -1,11 +1,11 @@
-// Package expofake is an HTTP server that speaks Expo's push API — /send and
+// Package expotest is an HTTP server that speaks Expo's push API — /send and
 // /getReceipts, gzip request bodies, tickets and receipts — for tests and the
 // local dev stack. It records what it got and can be told to fail the way the
 // real service does: 429 with Retry-After, 500, slow answers (before it reads
 // the request, or after it has accepted the messages), answers lost after it
 // accepted the messages, tokens that are no longer registered (in tickets or
 // in receipts), devices sent too much (in tickets), receipts not ready yet.
-package expofake
+package expotest
 
 import (
 	"compress/gzip"
@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spoolcast/spoolcast/expo"
+	"github.com/spoolcast/spoolcast/channel/expo"
 )
 
 // Server is a fake Expo push service.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolcast/spoolcast/channel/webpush/webpushtest"
 	"github.com/spoolcast/spoolcast/internal/clock"
-	"github.com/spoolcast/spoolcast/internal/webpushtest"
 )
 
 // TestWebPushTestingTakesWhatWeSend holds the sender to an implementation

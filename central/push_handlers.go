@@ -14,16 +14,18 @@ import (
 
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/channel/webpush"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/egress"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/problem"
+	"github.com/spoolcast/spoolcast/preferences"
 	"github.com/spoolcast/spoolcast/push"
 )
 
 // devicesJSON is the caller's devices.
 type devicesJSON struct {
-	Data []push.Device `json:"data"`
+	Data []devices.Device `json:"data"`
 }
 
 func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, _ httprouter.Params, u auth.User) {
@@ -42,28 +44,28 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, _ httprouter.
 	var sub webpush.Subscription
 	direct := body.Provider != "" && body.Provider != push.ProviderExpo && body.Provider != push.ProviderWebPush
 	switch {
-	case body.Provider == push.ProviderWebPush && body.Platform != push.Web,
-		body.Provider == push.ProviderExpo && body.Platform == push.Web:
+	case body.Provider == push.ProviderWebPush && body.Platform != devices.Web,
+		body.Provider == push.ProviderExpo && body.Platform == devices.Web:
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "provider webpush is for platform web, and platform web is reached by webpush only").On("provider"))
 		return
-	case direct && body.Platform == push.Web:
+	case direct && body.Platform == devices.Web:
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "platform web is reached by webpush only").On("provider"))
 		return
 	case direct && len(body.Subscription) > 0:
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "a subscription is for platform web").On("subscription"))
 		return
-	case body.Platform != push.IOS && body.Platform != push.Android && body.Platform != push.Web:
+	case body.Platform != devices.IOS && body.Platform != devices.Android && body.Platform != devices.Web:
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "platform must be ios, android or web").On("platform"))
 		return
-	case body.Platform == push.Web && body.Token != "":
+	case body.Platform == devices.Web && body.Token != "":
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "a web device is registered by its subscription, not a token").On("token"))
 		return
-	case body.Platform == push.Web && s.cfg.VAPIDPublicKey == "":
+	case body.Platform == devices.Web && s.cfg.VAPIDPublicKey == "":
 		// Its pushes could only fail, and it would count against the
 		// user's devices.
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, "platform web: Web Push is not set up on this deployment (--vapid-key-file)").On("platform"))
 		return
-	case body.Platform == push.Web:
+	case body.Platform == devices.Web:
 		var err error
 		if sub, err = webpush.ParseSubscription(body.Subscription); err != nil {
 			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidPushToken, err.Error()).On("subscription"))
@@ -81,10 +83,10 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, _ httprouter.
 	}
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
-	var dev push.Device
+	var dev devices.Device
 	var err error
 	switch {
-	case body.Platform == push.Web:
+	case body.Platform == devices.Web:
 		dev, err = s.cfg.Devices.RegisterWeb(ctx, u.ID, sub)
 	case direct:
 		dev, err = s.cfg.Devices.RegisterWith(ctx, u.ID, body.Provider, body.Token, body.Platform)
@@ -92,11 +94,11 @@ func (s *Server) putDevice(w http.ResponseWriter, r *http.Request, _ httprouter.
 		dev, err = s.cfg.Devices.Register(ctx, u.ID, body.Token, body.Platform)
 	}
 	switch {
-	case errors.Is(err, push.ErrProviderNotSetUp):
+	case errors.Is(err, devices.ErrProviderNotSetUp):
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, fmt.Sprintf("provider %q is not set up on this deployment", body.Provider)).On("provider"))
-	case errors.Is(err, push.ErrPlatform):
+	case errors.Is(err, devices.ErrPlatform):
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidRequest, err.Error()).On("platform"))
-	case errors.Is(err, push.ErrInvalidToken), errors.Is(err, push.ErrProviderToken):
+	case errors.Is(err, devices.ErrInvalidToken), errors.Is(err, devices.ErrProviderToken):
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidPushToken, err.Error()).On("token"))
 	case err != nil:
 		s.dbError(w, r, "register device", err)
@@ -109,7 +111,7 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, ps httprou
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
 	switch err := s.cfg.Devices.Disable(ctx, u.ID, ps.ByName("token")); {
-	case errors.Is(err, push.ErrNoDevice):
+	case errors.Is(err, devices.ErrNoDevice):
 		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no such device"))
 	case err != nil:
 		s.dbError(w, r, "disable device", err)
@@ -127,7 +129,7 @@ func (s *Server) listDevices(w http.ResponseWriter, r *http.Request, _ httproute
 		return
 	}
 	if devs == nil {
-		devs = []push.Device{}
+		devs = []devices.Device{}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, devicesJSON{Data: devs})
 }
@@ -161,7 +163,7 @@ func (s *Server) putPreferences(w http.ResponseWriter, r *http.Request, _ httpro
 	if s.preferencesElsewhere(w, r) {
 		return
 	}
-	var doc push.PreferencesUpdate
+	var doc preferences.Update
 	if !readJSON(w, r, &doc) {
 		return
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/apiversion"
 	"github.com/spoolcast/spoolcast/auth"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/inbox"
 	"github.com/spoolcast/spoolcast/internal/clock"
@@ -33,6 +34,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/problem"
 	"github.com/spoolcast/spoolcast/internal/ratelimit"
 	"github.com/spoolcast/spoolcast/live"
+	"github.com/spoolcast/spoolcast/preferences"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 	"github.com/spoolcast/spoolcast/topics"
@@ -89,7 +91,7 @@ type Config struct {
 	// AdminRole is the role /v1/admin routes require. Default "admin".
 	AdminRole string
 	// Devices registers push tokens. Default the store over DB.
-	Devices *push.Devices
+	Devices *devices.Store
 	// Topics keeps topics and their members. Default on DB.
 	Topics *topics.Store
 	// PushMetrics counts the cancellations of scheduled events; nil: not counted.
@@ -104,7 +106,7 @@ type Config struct {
 	// store over DB, refusing non-public targets.
 	Webhooks *webhook.Store
 	// Preferences keeps built-in push preferences. Default the store over DB.
-	Preferences *push.BuiltinPreferences
+	Preferences *preferences.Builtin
 	// PreferencesExternal says preferences live in the product's own API
 	// (--prefs-url): /v1/preferences answers 404 saying so.
 	PreferencesExternal bool
@@ -226,10 +228,10 @@ func New(cfg Config) (*Server, error) {
 	cfg.MaxBody = cmp.Or(cfg.MaxBody, 64<<10)
 	cfg.DBTimeout = cmp.Or(cfg.DBTimeout, 5*time.Second)
 	if cfg.Devices == nil {
-		cfg.Devices = push.NewDevices(cfg.DB, nil)
+		cfg.Devices = devices.New(cfg.DB, nil)
 	}
 	if cfg.Preferences == nil {
-		cfg.Preferences = push.NewBuiltinPreferences(cfg.DB, nil, cfg.Logger)
+		cfg.Preferences = preferences.NewBuiltin(cfg.DB, nil, cfg.Logger)
 	}
 	if cfg.Topics == nil {
 		cfg.Topics = topics.NewStore(cfg.DB)

@@ -25,6 +25,7 @@ import (
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/central"
 	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/docs"
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/clock"
@@ -36,7 +37,6 @@ import (
 	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/migrations"
-	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 	"github.com/spoolcast/spoolcast/webhook"
 )
@@ -111,7 +111,7 @@ func newHarness(t *testing.T, o options) *harness {
 	}
 	cfg.VAPIDPublicKey, cfg.WebPushAllowPrivate = o.vapidPublicKey, o.webPushAllowPrivate
 	if o.channels != nil {
-		cfg.Devices = push.NewDevices(pool, nil)
+		cfg.Devices = devices.New(pool, nil)
 		cfg.Devices.Channels = o.channels
 	}
 	if o.allowPrivateWebhooks {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/push"
@@ -36,7 +37,7 @@ func TestADirectPushGoesBeforeABroadcastsPushesDueEarlier(t *testing.T) {
 	members := make([]string, 30)
 	for i := range members {
 		members[i] = fmt.Sprintf("m%02d", i)
-		if _, err := s.devices.RegisterWith(ctx, members[i], "apns", fmt.Sprintf("%064x", i), push.IOS); err != nil {
+		if _, err := s.devices.RegisterWith(ctx, members[i], "apns", fmt.Sprintf("%064x", i), devices.IOS); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/spoolcast/spoolcast/channel/apns/apnstest"
 	"github.com/spoolcast/spoolcast/channel/channeltest"
 	"github.com/spoolcast/spoolcast/channel/fcm/fcmtest"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/push"
@@ -46,10 +47,10 @@ func newChannelStack(t *testing.T, edits ...func(*push.DispatcherConfig)) *chann
 func (s *channelStack) registerDirect(user, apnsToken, fcmToken string) {
 	s.t.Helper()
 	ctx := context.Background()
-	if _, err := s.devices.RegisterWith(ctx, user, "apns", apnsToken, push.IOS); err != nil {
+	if _, err := s.devices.RegisterWith(ctx, user, "apns", apnsToken, devices.IOS); err != nil {
 		s.t.Fatal(err)
 	}
-	if _, err := s.devices.RegisterWith(ctx, user, "fcm", fcmToken, push.Android); err != nil {
+	if _, err := s.devices.RegisterWith(ctx, user, "fcm", fcmToken, devices.Android); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -155,9 +156,9 @@ func TestAGoneOrRefusedTokenIsDisabledOnlyByItsOwnProvidersAnswer(t *testing.T) 
 	s.apns.Answer(bad, apnstest.Reply{Status: 400, Reason: "BadDeviceToken"})
 	s.fcm.FailToken(unregistered, fcmtest.Unregistered)
 	for user, dev := range map[string][2]string{"u1": {"apns", gone}, "u2": {"apns", bad}, "u3": {"fcm", fine}, "u4": {"fcm", unregistered}} {
-		platform := push.IOS
+		platform := devices.IOS
 		if dev[0] == "fcm" {
-			platform = push.Android
+			platform = devices.Android
 		}
 		if _, err := s.devices.RegisterWith(ctx, user, dev[0], dev[1], platform); err != nil {
 			t.Fatal(err)
@@ -165,7 +166,7 @@ func TestAGoneOrRefusedTokenIsDisabledOnlyByItsOwnProvidersAnswer(t *testing.T) 
 		s.ingest("k-"+user, "news", user)
 	}
 	s.drain()
-	for tok, want := range map[string]string{gone: push.DisabledUnreachable, bad: push.DisabledInvalid, unregistered: push.DisabledUnreachable, fine: ""} {
+	for tok, want := range map[string]string{gone: devices.DisabledUnreachable, bad: devices.DisabledInvalid, unregistered: devices.DisabledUnreachable, fine: ""} {
 		var reason *string
 		if err := s.pool.QueryRow(ctx, `SELECT disabled_reason FROM devices WHERE token = $1`, tok).Scan(&reason); err != nil {
 			t.Fatal(err)
@@ -179,7 +180,7 @@ func TestAGoneOrRefusedTokenIsDisabledOnlyByItsOwnProvidersAnswer(t *testing.T) 
 		t.Errorf("the gone device's dispatch says %q (%v)", why, err)
 	}
 	// Registered again (the app reinstalled): pushed again.
-	if _, err := s.devices.RegisterWith(ctx, "u1", "apns", gone, push.IOS); err != nil {
+	if _, err := s.devices.RegisterWith(ctx, "u1", "apns", gone, devices.IOS); err != nil {
 		t.Fatal(err)
 	}
 	if !s.enabled(gone) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/chaosplant"
 	"github.com/spoolcast/spoolcast/internal/clock"
@@ -233,7 +234,7 @@ func (d *Dispatcher) finish(ctx context.Context, provider string, s *settled) {
 			tokens[i], since[i] = c.token, c.createdAt
 		}
 		if err := d.persist(ctx, func(ctx context.Context) error {
-			return d.cfg.Devices.disableAsOf(ctx, tokens, since, DisabledInvalid)
+			return d.cfg.Devices.DisableAsOf(ctx, tokens, since, devices.DisabledInvalid)
 		}); err != nil {
 			d.log.Warn("disable tokens the provider refused", "provider", provider, "err", err)
 		}
@@ -243,9 +244,9 @@ func (d *Dispatcher) finish(ctx context.Context, provider string, s *settled) {
 // goneReason is the disabled_reason of a device its provider says is gone.
 func goneReason(provider string) string {
 	if provider == ProviderWebPush {
-		return DisabledGone
+		return devices.DisabledGone
 	}
-	return DisabledUnreachable
+	return devices.DisabledUnreachable
 }
 
 // channelSend hands items' pushes to ch (sendBatches), timed and, in the
@@ -309,7 +310,7 @@ func (d *Dispatcher) recordOrLog(ctx context.Context, outcomes []outcome) {
 // not set up here is not judged (its dispatch says it is not set up).
 func (d *Dispatcher) validToken(token, provider string) bool {
 	if provider == ProviderWebPush {
-		return IsWebToken(token)
+		return devices.IsWebToken(token)
 	}
 	if r, ok := d.channels[provider].(channel.Registrar); ok {
 		return r.ValidToken(token)

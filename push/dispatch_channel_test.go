@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/push"
 )
 
@@ -23,7 +24,7 @@ type scriptedChannel struct {
 
 func (c *scriptedChannel) Provider() string          { return "apns" }
 func (c *scriptedChannel) MaxBatch() int             { return 2 }
-func (c *scriptedChannel) Platforms() []string       { return []string{push.IOS} }
+func (c *scriptedChannel) Platforms() []string       { return []string{devices.IOS} }
 func (c *scriptedChannel) ValidToken(string) bool    { return true }
 func (c *scriptedChannel) Canonical(t string) string { return t }
 
@@ -76,7 +77,7 @@ func TestEachChannelOutcomeEndsInTheDeliveryLogAndTheDevices(t *testing.T) {
 	ctx := context.Background()
 	tokens := []string{"ok", "gone", "invalid", "unknown", "refused", "busy", "credentials"}
 	for _, tok := range tokens {
-		if _, err := s.devices.RegisterWith(ctx, "u-"+tok, "apns", tok, push.IOS); err != nil {
+		if _, err := s.devices.RegisterWith(ctx, "u-"+tok, "apns", tok, devices.IOS); err != nil {
 			t.Fatal(err)
 		}
 		s.ingest("k-"+tok, "news", "u-"+tok)
@@ -126,7 +127,7 @@ func TestEachChannelOutcomeEndsInTheDeliveryLogAndTheDevices(t *testing.T) {
 	if err := s.pool.QueryRow(ctx, `SELECT array_agg(disabled_reason ORDER BY token) FROM devices WHERE NOT enabled`).Scan(&reasons); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(reasons, []string{push.DisabledUnreachable, push.DisabledInvalid}) {
+	if !slices.Equal(reasons, []string{devices.DisabledUnreachable, devices.DisabledInvalid}) {
 		t.Errorf("disabled reasons (gone, invalid) = %v", reasons)
 	}
 	if n := s.counter("spoolcast_push_credentials_refused_total", "provider", "apns"); n != 1 {
@@ -150,16 +151,16 @@ func pgtestCount(t *testing.T, s *stack, query string) int {
 func TestADeviceOfAProviderNotSetUpIsRefusedAtRegistrationAndItsPushesGivenBack(t *testing.T) {
 	s := newStack(t)
 	ctx := context.Background()
-	if _, err := s.devices.RegisterWith(ctx, "u1", "fcm", "token-of-fcm", push.Android); err == nil {
+	if _, err := s.devices.RegisterWith(ctx, "u1", "fcm", "token-of-fcm", devices.Android); err == nil {
 		t.Fatal("registered a device of a provider not set up")
 	}
 	// Set up on another replica: this one gives its pushes back to the
 	// queue for the others, and never sends them to Expo.
 	s.devices.Channels = []channel.Channel{&scriptedChannel{}}
-	if _, err := s.devices.RegisterWith(ctx, "u1", "apns", "abc", push.IOS); err != nil {
+	if _, err := s.devices.RegisterWith(ctx, "u1", "apns", "abc", devices.IOS); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.devices.RegisterWith(ctx, "u1", "apns", "abc", push.Android); err == nil {
+	if _, err := s.devices.RegisterWith(ctx, "u1", "apns", "abc", devices.Android); err == nil {
 		t.Error("an APNs device registered as android")
 	}
 	s.ingest("k1", "news", "u1")

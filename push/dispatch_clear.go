@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolcast/spoolcast/channel"
-	"github.com/spoolcast/spoolcast/channel/expo"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 )
@@ -66,8 +66,8 @@ const (
 
 // Providers, the values of spoolcast_push_clears_total's provider label.
 const (
-	ProviderExpo    = expo.Provider
-	ProviderWebPush = "webpush"
+	ProviderExpo    = devices.ProviderExpo
+	ProviderWebPush = devices.ProviderWebPush
 )
 
 // clearDevice is one device's claimed clears, sent as one message.
@@ -149,14 +149,14 @@ func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
 		d.cfg.Metrics.clears.WithLabelValues(o.dev.provider, result).Inc()
 		reason := goneReason(o.dev.provider)
 		if o.invalid {
-			reason = DisabledInvalid
+			reason = devices.DisabledInvalid
 		}
 		if o.gone || o.invalid {
 			gone[reason], since[reason] = append(gone[reason], o.dev.token), append(since[reason], o.dev.claimed)
 		}
 	}
 	for reason, tokens := range gone {
-		if err := d.cfg.Devices.disableAsOf(bg, tokens, since[reason], reason); err != nil {
+		if err := d.cfg.Devices.DisableAsOf(bg, tokens, since[reason], reason); err != nil {
 			d.log.Warn("disable devices their provider says are gone", "err", err)
 		}
 	}
@@ -191,7 +191,7 @@ func (d *Dispatcher) claimClears(ctx context.Context) ([]*clearDevice, error) {
 			RETURNING c.notification_id, c.notification_created_at, c.token, c.user_id, c.sent_at
 		)
 		SELECT c.notification_id, c.notification_created_at, c.token, c.user_id, c.sent_at,
-		       coalesce(v.enabled AND v.user_id = c.user_id, false), `+deviceAddress+`,
+		       coalesce(v.enabled AND v.user_id = c.user_id, false), `+devices.AddressColumn+`,
 		       coalesce(v.provider, CASE WHEN c.token LIKE 'WebPush[%' THEN 'webpush' ELSE 'expo' END)
 		FROM claimed c LEFT JOIN devices v ON v.token = c.token
 		ORDER BY c.token, c.notification_created_at, c.notification_id`,

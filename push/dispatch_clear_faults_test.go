@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/push"
@@ -37,7 +38,7 @@ func TestAClearsAnswerDisablesARefusedTokenAndCountsRefusedCredentials(t *testin
 	ctx := context.Background()
 	store := feed.NewStore(s.pool, nil)
 	for _, tok := range []string{"ok", "invalid", "credentials"} {
-		if _, err := s.devices.RegisterWith(ctx, "u-"+tok, "apns", tok, push.IOS); err != nil {
+		if _, err := s.devices.RegisterWith(ctx, "u-"+tok, "apns", tok, devices.IOS); err != nil {
 			t.Fatal(err)
 		}
 		s.ingest("k-"+tok, "news", "u-"+tok)
@@ -76,8 +77,8 @@ func TestAClearsAnswerDisablesARefusedTokenAndCountsRefusedCredentials(t *testin
 			t.Errorf("%s: enabled %v, want %v", tok, !on, on)
 		}
 	}
-	if got := s.deviceStates("u-invalid"); got["invalid"] != push.DisabledInvalid {
-		t.Errorf("the refused token's state %v; want %s", got, push.DisabledInvalid)
+	if got := s.deviceStates("u-invalid"); got["invalid"] != devices.DisabledInvalid {
+		t.Errorf("the refused token's state %v; want %s", got, devices.DisabledInvalid)
 	}
 	if n := s.counter("spoolcast_push_credentials_refused_total", "provider", "apns"); n != 1 {
 		t.Errorf("credentials refused = %v, want 1 (the clear's)", n)

@@ -11,6 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/spoolcast/spoolcast/devices"
+	"github.com/spoolcast/spoolcast/preferences"
 )
 
 // queued is a notification taken from the push queue.
@@ -118,7 +121,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 			users = append(users, q.user)
 		}
 	}
-	tokens, devices, err := d.cfg.Devices.enabledTokens(ctx, users)
+	tokens, enabled, err := d.cfg.Devices.EnabledTokens(ctx, users)
 	if err != nil {
 		return len(claimed), err
 	}
@@ -146,7 +149,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 		return 0, stop.Err()
 	}
 	now := d.cfg.Clock.Now()
-	quiet, qerr := quietHours(ctx, d.cfg.DB, users)
+	quiet, qerr := preferences.QuietHours(ctx, d.cfg.DB, users)
 	if qerr != nil {
 		d.failLog.Do(func(suppressed int64) {
 			d.log.Warn("quiet hours unreadable; pushing (fail open)", "err", qerr, "suppressed", suppressed)
@@ -171,7 +174,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 		default:
 			for _, t := range tokens[q.user] {
 				switch {
-				case !d.validToken(t, devices[t].provider):
+				case !d.validToken(t, enabled[t].Provider):
 					invalid = append(invalid, t)
 				case !before[t]:
 					sends = append(sends, dispatchRow{n: q, token: &t, state: StateQueued})
@@ -197,7 +200,7 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 			p.decide(q, sends, quiet[q.user], now, qerr != nil, d.cfg.Throttle, seenNow)
 		}
 	}
-	if err := d.cfg.Devices.disableTokens(ctx, invalid, DisabledInvalid); err != nil {
+	if err := d.cfg.Devices.DisableTokens(ctx, invalid, devices.DisabledInvalid); err != nil {
 		d.log.Warn("disable invalid tokens", "err", err)
 	}
 	created, err := d.write(ctx, claimed, &p, now)
@@ -218,8 +221,8 @@ func (d *Dispatcher) pass(stop, sends context.Context) (n int, err error) {
 	}
 	written = true
 	for i := range created {
-		dev := devices[created[i].token]
-		created[i].provider, created[i].address = dev.provider, dev.address
+		dev := enabled[created[i].token]
+		created[i].provider, created[i].address = dev.Provider, dev.Address
 	}
 	d.send(ctx, created, leased.Add(d.cfg.Lease))
 	return len(claimed), nil

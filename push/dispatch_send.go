@@ -170,7 +170,7 @@ func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
 		return err
 	}
 	for reason, tokens := range gone {
-		if err := d.cfg.Devices.disableAsOf(ctx, tokens, goneSince[reason], reason); err != nil {
+		if err := d.cfg.Devices.DisableAsOf(ctx, tokens, goneSince[reason], reason); err != nil {
 			return err
 		}
 	}

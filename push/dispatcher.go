@@ -16,9 +16,11 @@ import (
 	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/channel/expo"
 	"github.com/spoolcast/spoolcast/channel/webpush"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/startstop"
+	"github.com/spoolcast/spoolcast/preferences"
 	"github.com/spoolcast/spoolcast/push/policy"
 )
 
@@ -45,9 +47,9 @@ type DispatcherConfig struct {
 	// Sender sends to Expo. Required.
 	Sender Sender
 	// Preferences says which categories are off. Required.
-	Preferences Preferences
+	Preferences preferences.Source
 	// Devices resolves and disables tokens. Required.
-	Devices *Devices
+	Devices *devices.Store
 	// Wake receives ingest's wake-ups; nil leaves the dispatcher to its interval.
 	Wake <-chan struct{}
 	// Interval is how often the queue is checked without a wake-up. Default 1s.
@@ -193,7 +195,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	}
 	for _, ch := range cfg.Channels {
 		p := ch.Provider()
-		if p == ProviderExpo || p == ProviderWebPush || channels[p] != nil || !ValidProvider(p) {
+		if p == ProviderExpo || p == ProviderWebPush || channels[p] != nil || !devices.ValidProvider(p) {
 			return nil, fmt.Errorf("dispatcher: channel %q: a provider's name is lowercase, and each is set up once", p)
 		}
 		channels[p], retriers[p] = ch, make(chan struct{}, 1)

@@ -18,6 +18,7 @@ import (
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
+	"github.com/spoolcast/spoolcast/preferences"
 	"github.com/spoolcast/spoolcast/push"
 )
 
@@ -234,7 +235,7 @@ func TestAPushExpoSaysExceedsItsDevicesRateIsSentAgainAMinuteLater(t *testing.T)
 
 // gatedPreferences holds the first lookup until open is closed.
 type gatedPreferences struct {
-	push.Preferences
+	preferences.Source
 	entered chan struct{}
 	open    chan struct{}
 	first   atomic.Bool
@@ -245,14 +246,14 @@ func (g *gatedPreferences) PushOff(ctx context.Context, users []string) map[stri
 		close(g.entered)
 		<-g.open
 	}
-	return g.Preferences.PushOff(ctx, users)
+	return g.Source.PushOff(ctx, users)
 }
 
 func TestALeaseLeftByAWritePostgresLostIsGivenBackButNotOneAPassHolds(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Now())
 	s := newStackOn(t, clk)
-	prefs := &gatedPreferences{Preferences: s.prefs, entered: make(chan struct{}), open: make(chan struct{})}
+	prefs := &gatedPreferences{Source: s.prefs, entered: make(chan struct{}), open: make(chan struct{})}
 	d, err := push.NewDispatcher(push.DispatcherConfig{DB: s.pool, Sender: s.client, Preferences: prefs, Devices: s.devices,
 		Replica: "r1", Clock: clk, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -364,7 +365,7 @@ func TestADispatchGivenBackWhileAPassHoldsItsNotificationIsNotLost(t *testing.T)
 
 // askedPreferences records the users each lookup names.
 type askedPreferences struct {
-	push.Preferences
+	preferences.Source
 	mu    sync.Mutex
 	asked []string
 }
@@ -373,7 +374,7 @@ func (a *askedPreferences) PushOff(ctx context.Context, users []string) map[stri
 	a.mu.Lock()
 	a.asked = append(a.asked, users...)
 	a.mu.Unlock()
-	return a.Preferences.PushOff(ctx, users)
+	return a.Source.PushOff(ctx, users)
 }
 
 // A broadcast reaches many users without a device: their pushes are
@@ -382,7 +383,7 @@ func TestPreferencesAreAskedOnlyForUsersWithADevice(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Now())
 	s := newStackOn(t, clk)
-	prefs := &askedPreferences{Preferences: s.prefs}
+	prefs := &askedPreferences{Source: s.prefs}
 	d, err := push.NewDispatcher(push.DispatcherConfig{DB: s.pool, Sender: s.client, Preferences: prefs, Devices: s.devices,
 		Replica: "r1", Clock: clk, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -1,10 +1,15 @@
-// Package push delivers notifications to users' phones through Expo and to
-// browsers through Web Push: the dispatcher drains the push queue that
-// ingest fills, checks preferences and the delivery policies (decided in
-// package policy, read and written here), sends one
-// message per enabled device and records each step; the receipt reconciler
-// turns tickets into outcomes. Devices and built-in preferences live here
-// too.
+// Package push delivers notifications to users' phones and browsers through
+// each provider's channel (Expo, APNs, FCM, Web Push): the dispatcher
+// drains the push queue that ingest fills, checks preferences and the
+// delivery policies (decided in package policy, read and written here),
+// sends one message per enabled device and records each step; the receipt
+// reconciler turns tickets into outcomes.
+//
+// It owns the push queue, the dispatches and the clears. Users' devices are
+// package devices', their choices package preferences', the decisions of
+// the delivery policies package policy's and each provider's protocol its
+// package under channel/: push imports them all and none of them imports
+// push.
 //
 // The rules it keeps (DESIGN.md 3–7): the feed row exists before any push is
 // tried, and push is best effort; a preference source that fails means send

@@ -11,23 +11,21 @@ import (
 
 // Metrics are push's metrics.
 type Metrics struct {
-	dispatches     *prometheus.GaugeVec
-	sent           *prometheus.CounterVec
-	receipts       *prometheus.CounterVec
-	requestTook    *prometheus.HistogramVec
-	tokensDisabled *prometheus.CounterVec
-	prefsLookups   *prometheus.CounterVec
-	queueOldest    prometheus.Gauge
-	released       prometheus.Counter
-	orphans        prometheus.Counter
-	webBusy        prometheus.Counter
-	policy         *prometheus.CounterVec
-	webSent        *prometheus.CounterVec
-	webTook        prometheus.Histogram
-	clears         *prometheus.CounterVec
-	channelSent    *prometheus.CounterVec
-	channelTook    *prometheus.HistogramVec
-	credentials    *prometheus.CounterVec
+	dispatches  *prometheus.GaugeVec
+	sent        *prometheus.CounterVec
+	receipts    *prometheus.CounterVec
+	requestTook *prometheus.HistogramVec
+	queueOldest prometheus.Gauge
+	released    prometheus.Counter
+	orphans     prometheus.Counter
+	webBusy     prometheus.Counter
+	policy      *prometheus.CounterVec
+	webSent     *prometheus.CounterVec
+	webTook     prometheus.Histogram
+	clears      *prometheus.CounterVec
+	channelSent *prometheus.CounterVec
+	channelTook *prometheus.HistogramVec
+	credentials *prometheus.CounterVec
 }
 
 // Results of a message sent, the values of spoolcast_push_sent_total's result label.
@@ -48,10 +46,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Receipts by status (ok, error, missing: none within 24 h) and Expo error code.", "status", "error"),
 		requestTook: metric.HistogramVec("spoolcast_push_request_duration_seconds",
 			"Expo API request time by endpoint (send, getReceipts), retries counted apart.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, "endpoint"),
-		tokensDisabled: metric.CounterVec("spoolcast_tokens_disabled_total",
-			"Push tokens disabled, by reason: device_not_registered (Expo), subscription_gone (a Web Push service answered 404 or 410), invalid_token (not a push token), user_request, replaced (the user registered one more than the cap of enabled devices).", "reason"),
-		prefsLookups: metric.CounterVec("spoolcast_prefs_lookups_total",
-			"Preference lookups per user by result: hit, miss (the external service answered), fail_open (it failed: pushed anyway), builtin.", "result"),
 		queueOldest: metric.Gauge("spoolcast_push_queue_oldest_seconds",
 			"Age of the oldest notification waiting in the push queue; 0 when it is empty."),
 		released: metric.Counter("spoolcast_push_released_total",
@@ -92,18 +86,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{SentOK, SentError, SentFailed} {
 		m.sent.WithLabelValues(r)
 	}
-	for _, r := range []string{DisabledByUser, DisabledUnreachable, DisabledGone, DisabledInvalid, DisabledReplaced} {
-		m.tokensDisabled.WithLabelValues(r)
-	}
-	for _, r := range []string{PrefsHit, PrefsMiss, PrefsFailOpen, PrefsBuiltin} {
-		m.prefsLookups.WithLabelValues(r)
-	}
 	m.receipts.WithLabelValues("ok", "")
 	for _, e := range []string{"send", "getReceipts"} {
 		m.requestTook.WithLabelValues(e)
 	}
 	if reg != nil {
-		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.tokensDisabled, m.prefsLookups, m.queueOldest, m.released, m.orphans, m.webBusy, m.policy, m.webSent, m.webTook, m.clears, m.channelSent, m.channelTook, m.credentials)
+		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.queueOldest, m.released, m.orphans, m.webBusy, m.policy, m.webSent, m.webTook, m.clears, m.channelSent, m.channelTook, m.credentials)
 	}
 	return m
 }

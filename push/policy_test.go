@@ -12,10 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/spoolcast/spoolcast/channel/expo"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
+	"github.com/spoolcast/spoolcast/preferences"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/push/policy"
 	"github.com/spoolcast/spoolcast/schedule"
@@ -95,7 +97,7 @@ func (p *policyStack) policyDispatcher(pool *pgxpool.Pool, throttle policy.Throt
 
 func (p *policyStack) policyDispatcherWith(pool *pgxpool.Pool, throttle policy.Throttle, sender push.Sender) *push.Dispatcher {
 	p.t.Helper()
-	d, err := push.NewDispatcher(push.DispatcherConfig{DB: pool, Sender: sender, Preferences: p.prefs, Devices: push.NewDevices(pool, p.metrics),
+	d, err := push.NewDispatcher(push.DispatcherConfig{DB: pool, Sender: sender, Preferences: p.prefs, Devices: devices.New(pool, nil),
 		Clock: p.clk, Metrics: p.metrics, Logger: slog.New(slog.DiscardHandler), Throttle: throttle})
 	if err != nil {
 		p.t.Fatal(err)
@@ -130,7 +132,7 @@ func (p *policyStack) quietHours(user string, q policy.QuietHours) {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	if _, err := p.prefs.Merge(context.Background(), user, push.PreferencesUpdate{QuietHours: policy.QuietHoursSetting{Set: true, Value: &parsed}}); err != nil {
+	if _, err := p.prefs.Merge(context.Background(), user, preferences.Update{QuietHours: policy.QuietHoursSetting{Set: true, Value: &parsed}}); err != nil {
 		p.t.Fatal(err)
 	}
 }

@@ -18,12 +18,14 @@ import (
 
 	"github.com/spoolcast/spoolcast/channel/expo"
 	"github.com/spoolcast/spoolcast/channel/expo/expotest"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/internal/proctest"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
+	"github.com/spoolcast/spoolcast/preferences"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
@@ -32,19 +34,21 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // stack is a database, a fake Expo over HTTP, and push's parts wired to them.
 type stack struct {
-	t          *testing.T
-	clock      clock.Clock // of the dispatchers and the reconciler; nil: the wall clock
-	dbURL      string
-	pool       *pgxpool.Pool
-	fake       *expotest.Server
-	expoURL    string // the fake's API base
-	client     *expo.Client
-	reg        *prometheus.Registry
-	metrics    *push.Metrics
-	devices    *push.Devices
-	prefs      *push.BuiltinPreferences
-	dispatcher *push.Dispatcher
-	receipts   *push.ReceiptReconciler
+	t             *testing.T
+	clock         clock.Clock // of the dispatchers and the reconciler; nil: the wall clock
+	dbURL         string
+	pool          *pgxpool.Pool
+	fake          *expotest.Server
+	expoURL       string // the fake's API base
+	client        *expo.Client
+	reg           *prometheus.Registry
+	metrics       *push.Metrics
+	prefsMetrics  *preferences.Metrics
+	deviceMetrics *devices.Metrics
+	devices       *devices.Store
+	prefs         *preferences.Builtin
+	dispatcher    *push.Dispatcher
+	receipts      *push.ReceiptReconciler
 }
 
 func newStack(t *testing.T) *stack {
@@ -63,8 +67,10 @@ func newStackOn(t *testing.T, clk clock.Clock) *stack {
 	s.client = s.expoClient(expo.Config{RatePerSecond: -1, Retries: 2, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
 	var err error
 	s.metrics = push.NewMetrics(s.reg)
-	s.devices = push.NewDevices(s.pool, s.metrics)
-	s.prefs = push.NewBuiltinPreferences(s.pool, s.metrics, slog.New(slog.DiscardHandler))
+	s.deviceMetrics = devices.NewMetrics(s.reg)
+	s.devices = devices.New(s.pool, s.deviceMetrics)
+	s.prefsMetrics = preferences.NewMetrics(s.reg)
+	s.prefs = preferences.NewBuiltin(s.pool, s.prefsMetrics, slog.New(slog.DiscardHandler))
 	s.dispatcher = s.newDispatcher(s.pool, s.prefs)
 	if s.receipts, err = push.NewReceiptReconciler(push.ReceiptReconcilerConfig{DB: s.pool, Receipter: s.client, Devices: s.devices, Clock: s.clock, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
@@ -93,15 +99,15 @@ func (s *stack) expoClient(cfg expo.Config) *expo.Client {
 	return c
 }
 
-func (s *stack) newDispatcher(pool *pgxpool.Pool, prefs push.Preferences) *push.Dispatcher {
+func (s *stack) newDispatcher(pool *pgxpool.Pool, prefs preferences.Source) *push.Dispatcher {
 	s.t.Helper()
 	return s.newDispatcherWith(pool, prefs, s.client)
 }
 
 // newDispatcherWith is newDispatcher sending through sender.
-func (s *stack) newDispatcherWith(pool *pgxpool.Pool, prefs push.Preferences, sender push.Sender) *push.Dispatcher {
+func (s *stack) newDispatcherWith(pool *pgxpool.Pool, prefs preferences.Source, sender push.Sender) *push.Dispatcher {
 	s.t.Helper()
-	d, err := push.NewDispatcher(push.DispatcherConfig{DB: pool, Sender: sender, Preferences: prefs, Devices: push.NewDevices(pool, s.metrics),
+	d, err := push.NewDispatcher(push.DispatcherConfig{DB: pool, Sender: sender, Preferences: prefs, Devices: devices.New(pool, s.deviceMetrics),
 		Interval: 20 * time.Millisecond, Clock: s.clock, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		s.t.Fatal(err)
@@ -112,7 +118,7 @@ func (s *stack) newDispatcherWith(pool *pgxpool.Pool, prefs push.Preferences, se
 func (s *stack) register(user string, tokens ...string) {
 	s.t.Helper()
 	for _, tok := range tokens {
-		if _, err := s.devices.Register(context.Background(), user, tok, push.IOS); err != nil {
+		if _, err := s.devices.Register(context.Background(), user, tok, devices.IOS); err != nil {
 			s.t.Fatal(err)
 		}
 	}
@@ -303,7 +309,7 @@ func TestAPreferenceServiceThatIsDownFailsOpen(t *testing.T) {
 	s := newStack(t)
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
 	defer down.Close()
-	ext, err := push.NewExternalPreferences(push.ExternalConfig{URL: down.URL, Token: func() (string, error) { return "t", nil }, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)})
+	ext, err := preferences.NewExternal(preferences.ExternalConfig{URL: down.URL, Token: func() (string, error) { return "t", nil }, Metrics: s.prefsMetrics, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +344,7 @@ func TestAnExternalPreferenceServiceIsAskedWithItsOwnScopeAndCached(t *testing.T
 		fmt.Fprint(w, `{"categories":{"billing":{"push":false}}}`)
 	}))
 	defer svc.Close()
-	ext, err := push.NewExternalPreferences(push.ExternalConfig{URL: svc.URL + "/prefs", Token: func() (string, error) { return "prefs-token", nil }, Metrics: s.metrics, Logger: slog.New(slog.DiscardHandler)})
+	ext, err := preferences.NewExternal(preferences.ExternalConfig{URL: svc.URL + "/prefs", Token: func() (string, error) { return "prefs-token", nil }, Metrics: s.prefsMetrics, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +365,7 @@ func TestADisabledCategoryKeepsTheFeedRowAndSkipsThePush(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	s.register("u1", "ExponentPushToken[a]")
-	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{Categories: map[string]push.CategorySetting{"marketing": {Push: false}}}); err != nil {
+	if _, err := s.prefs.Merge(context.Background(), "u1", preferences.Update{Categories: map[string]preferences.CategorySetting{"marketing": {Push: false}}}); err != nil {
 		t.Fatal(err)
 	}
 	s.ingest("promo", "marketing", "u1")
@@ -405,7 +411,7 @@ func TestAnUnregisteredDeviceIsDisabledAndRegisteringItAgainTurnsItOn(t *testing
 	if !s.enabled("ExponentPushToken[at-receipt]") {
 		t.Error("registering a disabled token again did not turn it on")
 	}
-	if got := s.counter("spoolcast_tokens_disabled_total", "reason", push.DisabledUnreachable); got != 2 {
+	if got := s.counter("spoolcast_tokens_disabled_total", "reason", devices.DisabledUnreachable); got != 2 {
 		t.Errorf("tokens disabled as unreachable = %v, want 2", got)
 	}
 }
@@ -545,7 +551,7 @@ func TestDevicesAreValidatedSoftDisabledAndFollowTheirOwner(t *testing.T) {
 	s := newStack(t)
 	ctx := context.Background()
 	for _, bad := range []string{"", "abc", "ExponentPushToken[]", "ExponentPushToken[a b]", "FCM:xyz"} {
-		if _, err := s.devices.Register(ctx, "u1", bad, push.IOS); err == nil {
+		if _, err := s.devices.Register(ctx, "u1", bad, devices.IOS); err == nil {
 			t.Errorf("token %q was accepted", bad)
 		}
 	}
@@ -557,7 +563,7 @@ func TestDevicesAreValidatedSoftDisabledAndFollowTheirOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	devs, _ := s.devices.List(ctx, "u1")
-	if len(devs) != 1 || devs[0].Enabled || devs[0].DisabledReason == nil || *devs[0].DisabledReason != push.DisabledByUser {
+	if len(devs) != 1 || devs[0].Enabled || devs[0].DisabledReason == nil || *devs[0].DisabledReason != devices.DisabledByUser {
 		t.Fatalf("u1's devices = %+v; want the token kept, disabled, with its reason", devs)
 	}
 	s.register("u2", "ExponentPushToken[phone]") // the phone changed hands

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/preferences"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/push/policy"
 )
@@ -156,7 +157,7 @@ func TestAPushInQuietHoursEndingInASkippedHourIsDeferredOnceAndSentAtTheJump(t *
 	s.dispatcher = d
 	s.register("u1", "ExponentPushToken[a]")
 	quiet := quietHoursIn(t, "America/Santiago", "22:00", "00:30")
-	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{QuietHours: policy.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
+	if _, err := s.prefs.Merge(context.Background(), "u1", preferences.Update{QuietHours: policy.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
 		t.Fatal(err)
 	}
 	s.ingest("k1", "c", "u1")
@@ -200,7 +201,7 @@ func TestAPushDueAtTheEndOfItsQuietHoursIsSentByAReplicaWhoseClockIsBehind(t *te
 	s.register("u1", "ExponentPushToken[a]")
 	end := wall.Truncate(time.Minute) // after the replica's clock, not after Postgres's
 	quiet := quietHoursIn(t, "UTC", clk.Now().Add(-time.Hour).Format("15:04"), end.Format("15:04"))
-	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{QuietHours: policy.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
+	if _, err := s.prefs.Merge(context.Background(), "u1", preferences.Update{QuietHours: policy.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
 		t.Fatal(err)
 	}
 	s.ingest("k1", "c", "u1")

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolcast/spoolcast/channel/expo"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/lograte"
 	"github.com/spoolcast/spoolcast/internal/startstop"
@@ -31,7 +32,7 @@ type ReceiptReconcilerConfig struct {
 	// Receipter fetches receipts. Required.
 	Receipter Receipter
 	// Devices disables tokens Expo no longer knows. Required.
-	Devices *Devices
+	Devices *devices.Store
 	// Interval is how often a pass runs. Default 30s.
 	Interval time.Duration
 	// ReceiptWindow is how long Expo keeps receipts: a ticket older without
@@ -205,7 +206,7 @@ func (r *ReceiptReconciler) checkBatch(ctx context.Context, cutoff, passStart ti
 			return 0, fmt.Errorf("record receipts: %w", err)
 		}
 	}
-	if err := r.cfg.Devices.disableUnreachable(ctx, gone, goneSince); err != nil {
+	if err := r.cfg.Devices.DisableUnreachable(ctx, gone, goneSince); err != nil {
 		return 0, err
 	}
 	return len(sent), nil

@@ -17,9 +17,11 @@ import (
 
 	"github.com/spoolcast/spoolcast/channel/webpush"
 	"github.com/spoolcast/spoolcast/channel/webpush/webpushtest"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/testsignal"
+	"github.com/spoolcast/spoolcast/preferences"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/push/policy"
 	"github.com/spoolcast/spoolcast/schedule"
@@ -74,7 +76,7 @@ func newWebSender(t *testing.T, client *http.Client) (*webpush.Sender, *webpush.
 }
 
 // subscribe registers a browser subscription (PushSubscription.toJSON()) for user.
-func (s *webStack) subscribe(user string, raw []byte) push.Device {
+func (s *webStack) subscribe(user string, raw []byte) devices.Device {
 	s.t.Helper()
 	sub, err := webpush.ParseSubscription(raw)
 	if err != nil {
@@ -135,7 +137,7 @@ func TestABrowserGetsEachPushEncryptedBesideThePhones(t *testing.T) {
 	svc := webpushtest.Start(t)
 	raw, hash := svc.Subscribe(t, s.key.PublicKey())
 	dev := s.subscribe("u1", raw)
-	if dev.Platform != push.Web || !push.IsWebToken(dev.Token) || strings.Contains(dev.Token, "127.0.0.1") {
+	if dev.Platform != devices.Web || !devices.IsWebToken(dev.Token) || strings.Contains(dev.Token, "127.0.0.1") {
 		t.Fatalf("registered %+v: want platform web and a WebPush[…] token that hides the endpoint", dev)
 	}
 	if again := s.subscribe("u1", raw); again.Token != dev.Token {
@@ -170,8 +172,8 @@ func TestABrowserGetsEachPushEncryptedBesideThePhones(t *testing.T) {
 	s.drain()
 	testsignal.Eventually(t, "the gone subscription to be disabled", 10*time.Second, func() bool { return !s.enabled(dev.Token) })
 	var reason string
-	if err := s.pool.QueryRow(context.Background(), `SELECT disabled_reason FROM devices WHERE token = $1`, dev.Token).Scan(&reason); err != nil || reason != push.DisabledGone {
-		t.Errorf("disabled_reason = %q (%v), want %s", reason, err, push.DisabledGone)
+	if err := s.pool.QueryRow(context.Background(), `SELECT disabled_reason FROM devices WHERE token = $1`, dev.Token).Scan(&reason); err != nil || reason != devices.DisabledGone {
+		t.Errorf("disabled_reason = %q (%v), want %s", reason, err, devices.DisabledGone)
 	}
 	if st, why := s.stateOf(dev.Token); st != push.StateFailed || !strings.Contains(why, "gone") {
 		t.Errorf("the push to a gone subscription: %s %q", st, why)
@@ -386,7 +388,7 @@ func TestAPushSentAgainAfterA429WaitsOutQuietHoursThatBeganMeanwhile(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.prefs.Merge(context.Background(), "u1", push.PreferencesUpdate{QuietHours: policy.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
+	if _, err := s.prefs.Merge(context.Background(), "u1", preferences.Update{QuietHours: policy.QuietHoursSetting{Set: true, Value: &quiet}}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(2 * time.Minute) // past Retry-After, inside quiet hours

@@ -34,7 +34,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/devices"
 )
 
 // webSubscriber is one browser's subscription: its keys, as the browser
@@ -159,7 +159,7 @@ func (s *webPushService) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "the message is not JSON", http.StatusBadRequest)
 		return
 	}
-	token := push.WebToken(s.url + "/push/" + id)
+	token := devices.WebToken(s.url + "/push/" + id)
 	s.mu.Lock()
 	if m.Type == "clear" {
 		for _, nid := range m.IDs {

@@ -25,9 +25,11 @@ import (
 
 	"github.com/spoolcast/spoolcast/channel/expo"
 	"github.com/spoolcast/spoolcast/channel/expo/expotest"
+	devicestore "github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/pgcluster"
 	"github.com/spoolcast/spoolcast/migrations"
+	"github.com/spoolcast/spoolcast/preferences"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 )
@@ -130,7 +132,7 @@ func runRound(ctx context.Context, adminURL, name string, users, devices, events
 	}
 	metrics := push.NewMetrics(nil)
 	d, err := push.NewDispatcher(push.DispatcherConfig{
-		DB: pool, Sender: client, Preferences: push.NewBuiltinPreferences(pool, metrics, nil), Devices: push.NewDevices(pool, metrics),
+		DB: pool, Sender: client, Preferences: preferences.NewBuiltin(pool, nil, nil), Devices: devicestore.New(pool, nil),
 		Workers: workers, Interval: 10 * time.Millisecond, Metrics: metrics, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/spoolcast/spoolcast/auth"
 	"github.com/spoolcast/spoolcast/central"
 	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/docs"
 	"github.com/spoolcast/spoolcast/internal/httpapi"
 	"github.com/spoolcast/spoolcast/internal/pglisten"
@@ -29,6 +30,7 @@ import (
 	"github.com/spoolcast/spoolcast/lifecycle"
 	"github.com/spoolcast/spoolcast/live"
 	"github.com/spoolcast/spoolcast/migrations"
+	"github.com/spoolcast/spoolcast/preferences"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/schedule"
 	"github.com/spoolcast/spoolcast/sync/ingest"
@@ -308,22 +310,23 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	}
 	reg := httpapi.NewRegistry()
 	pushMetrics := push.NewMetrics(reg)
-	devices := push.NewDevices(c.pool, pushMetrics)
-	devices.MaxEnabledPerUser = o.push.maxDevices
+	prefsMetrics := preferences.NewMetrics(reg)
+	deviceStore := devices.New(c.pool, devices.NewMetrics(reg))
+	deviceStore.MaxEnabledPerUser = o.push.maxDevices
 	// Built on every replica, pushing or not: registrations check tokens
 	// against them.
 	if c.channels, err = o.channels.channels(); err != nil {
 		return fail(err)
 	}
-	devices.Channels = c.channels
-	var prefs push.Preferences
-	var builtin *push.BuiltinPreferences
+	deviceStore.Channels = c.channels
+	var prefs preferences.Source
+	var builtin *preferences.Builtin
 	if o.push.prefsURL != "" {
-		if prefs, err = externalPreferences(o, pushMetrics, logger); err != nil {
+		if prefs, err = externalPreferences(o, prefsMetrics, logger); err != nil {
 			return fail(err)
 		}
 	} else {
-		builtin = push.NewBuiltinPreferences(c.pool, pushMetrics, logger)
+		builtin = preferences.NewBuiltin(c.pool, prefsMetrics, logger)
 		prefs = builtin
 	}
 	direct := cmp.Or(o.directURL, o.databaseURL)
@@ -369,7 +372,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 		VAPIDPublicKey: vapidPublic, WebPushAllowPrivate: o.push.webAllowPrivate,
 		UserLimit: userLimit, FailedAuthLimit: ipLimit, TrustedProxies: o.trustedProxies,
 		DB: c.pool, ReadDB: readDB, MaxReplicaLag: o.maxReplicaLag, DBTimeout: o.dbStatementTimeout, Users: users, Services: serviceAuth, AdminRole: o.adminRole,
-		Devices: devices, PushMetrics: pushMetrics, Preferences: builtin, PreferencesExternal: builtin == nil,
+		Devices: deviceStore, PushMetrics: pushMetrics, Preferences: builtin, PreferencesExternal: builtin == nil,
 		Webhooks: webhook.NewStore(webhook.StoreConfig{DB: c.pool, AllowPrivate: o.webhooks.allowPrivate}),
 		Live:     c.live, SchemaReady: schemaReady(c.pool), AllowedOrigins: o.live.allowedOrigins, WakeUpInterval: o.wakeUpInterval, Inbox: o.inbox,
 		MinAppVersion: minApp, OpenAPI: docs.OpenAPI, Registry: reg, Logger: logger,
@@ -381,7 +384,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	c.api = api
 	bg := context.WithoutCancel(ctx)
 	if o.push.enabled {
-		if c.push, err = startPush(ctx, o, c.pool, c.listener.Subscribe(), pushMetrics, prefs, devices, webPush, c.channels, logger); err != nil {
+		if c.push, err = startPush(ctx, o, c.pool, c.listener.Subscribe(), pushMetrics, prefs, deviceStore, webPush, c.channels, logger); err != nil {
 			return fail(err)
 		}
 	}

@@ -18,7 +18,9 @@ import (
 	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/channel/expo"
 	"github.com/spoolcast/spoolcast/channel/webpush"
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/internal/egress"
+	"github.com/spoolcast/spoolcast/preferences"
 	"github.com/spoolcast/spoolcast/push"
 	"github.com/spoolcast/spoolcast/push/policy"
 )
@@ -36,7 +38,7 @@ type pushFlags struct {
 	prefsTimeout    time.Duration
 	receiptInterval time.Duration
 	interrupted     time.Duration // 0 is push's default, 10m
-	maxDevices      int           // enabled push devices per user; 0 is push.DefaultMaxEnabledPerUser
+	maxDevices      int           // enabled push devices per user; 0 is devices.DefaultMaxEnabledPerUser
 	throttle        policy.Throttle
 	suppressIfSeen  time.Duration
 	vapidKeyFile    string
@@ -71,7 +73,7 @@ func (p *pushFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.webConcurrency, "webpush-concurrency", push.DefaultWebConcurrency, "most Web Push requests in flight from this replica, twice as many started or waiting; one push service takes at most three quarters of each and one user at most an eighth, so that a push service that stalls, or a user's subscriptions on origins they control, leave the rest to the others")
 	fs.DurationVar(&p.webTTL, "webpush-ttl", push.DefaultWebTTL, "how long a push service keeps a message for a browser that is offline (the TTL header)")
 	fs.BoolVar(&p.clearOnRead, "push-clear-on-read", true, "when a notification is read or archived (one by one, or by read-all or archive-all), send each of the user's devices that got its push a silent message naming it ({\"type\":\"clear\",\"ids\":[…]}: Expo data-only with _contentAvailable, Web Push with a 1h TTL), so that its banner comes down on every device; at most one a second per device, once per notification and device, for pushes of the last 3 days. On by default: a banner left on a phone for something read on the laptop is what users report. Off, nothing is sent and the clears are recorded skipped")
-	fs.IntVar(&p.maxDevices, "max-devices-per-user", push.DefaultMaxEnabledPerUser, "most enabled push devices a user keeps; registering one more disables the user's least recently seen (disabled_reason replaced)")
+	fs.IntVar(&p.maxDevices, "max-devices-per-user", devices.DefaultMaxEnabledPerUser, "most enabled push devices a user keeps; registering one more disables the user's least recently seen (disabled_reason replaced)")
 }
 
 func (p *pushFlags) validate() error {
@@ -91,7 +93,7 @@ func (p *pushFlags) validate() error {
 		return errors.New("--webpush-concurrency and --webpush-ttl must not be negative")
 	case p.maxDevices < 0:
 		// 0 is the default, not "no device": spoolcast dev leaves it unset.
-		return fmt.Errorf("--max-devices-per-user %d: must be at least 1 (0 is the default, %d)", p.maxDevices, push.DefaultMaxEnabledPerUser)
+		return fmt.Errorf("--max-devices-per-user %d: must be at least 1 (0 is the default, %d)", p.maxDevices, devices.DefaultMaxEnabledPerUser)
 	}
 	return nil
 }
@@ -123,7 +125,7 @@ type pushWorkers struct {
 
 // startPush starts the dispatcher, woken by wake after ingest commits, and
 // the receipt reconciler.
-func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <-chan struct{}, metrics *push.Metrics, prefs push.Preferences, devices *push.Devices, web *webpush.Sender, channels []channel.Channel, logger *slog.Logger) (*pushWorkers, error) {
+func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <-chan struct{}, metrics *push.Metrics, prefs preferences.Source, deviceStore *devices.Store, web *webpush.Sender, channels []channel.Channel, logger *slog.Logger) (*pushWorkers, error) {
 	p := o.push
 	var accessToken string
 	if p.expoTokenFile != "" {
@@ -146,14 +148,14 @@ func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <
 	}
 	w := &pushWorkers{}
 	if w.dispatcher, err = push.NewDispatcher(push.DispatcherConfig{
-		DB: pool, Sender: client, Preferences: prefs, Devices: devices, Wake: wake,
+		DB: pool, Sender: client, Preferences: prefs, Devices: deviceStore, Wake: wake,
 		MaxAge: p.maxAge, Throttle: p.throttle, SuppressIfSeen: p.suppressIfSeen, Metrics: metrics, Logger: logger,
 		WebPush: web, WebConcurrency: p.webConcurrency, WebTTL: p.webTTL, ClearOnRead: p.clearOnRead, Channels: channels,
 	}); err != nil {
 		return nil, err
 	}
 	if w.receipts, err = push.NewReceiptReconciler(push.ReceiptReconcilerConfig{
-		DB: pool, Receipter: client, Devices: devices, Interval: p.receiptInterval, Interrupted: p.interrupted, Metrics: metrics, Logger: logger,
+		DB: pool, Receipter: client, Devices: deviceStore, Interval: p.receiptInterval, Interrupted: p.interrupted, Metrics: metrics, Logger: logger,
 	}); err != nil {
 		return nil, err
 	}
@@ -174,7 +176,7 @@ func (w *pushWorkers) stop(ctx context.Context) error {
 // externalPreferences is the --prefs-url source, asking with central's own
 // prefs:read service token, minted from the service secret and renewed
 // before it expires.
-func externalPreferences(o centralOptions, metrics *push.Metrics, logger *slog.Logger) (*push.ExternalPreferences, error) {
+func externalPreferences(o centralOptions, metrics *preferences.Metrics, logger *slog.Logger) (*preferences.External, error) {
 	if o.jwtSecretFile == "" {
 		return nil, errors.New("--prefs-url needs --service-jwt-secret-file: central signs its prefs:read token with it")
 	}
@@ -198,7 +200,7 @@ func externalPreferences(o centralOptions, metrics *push.Metrics, logger *slog.L
 		token, expires = t, time.Now().Add(10*time.Minute)
 		return token, nil
 	}
-	return push.NewExternalPreferences(push.ExternalConfig{
+	return preferences.NewExternal(preferences.ExternalConfig{
 		URL: o.push.prefsURL, Token: source, CacheTTL: o.push.prefsCacheTTL, Timeout: o.push.prefsTimeout,
 		Metrics: metrics, Logger: logger,
 	})

@@ -1,4 +1,4 @@
-package push
+package devices
 
 import (
 	"context"
@@ -17,6 +17,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Providers the store registers devices of itself; the others are the
+// channels' (Channels), each named by its Provider().
+const (
+	ProviderExpo    = expo.Provider
+	ProviderWebPush = "webpush"
 )
 
 // Platforms a device may register.
@@ -78,8 +85,8 @@ type Device struct {
 	LastSeenAt     time.Time  `json:"last_seen_at"`
 }
 
-// Devices registers and lists users' push tokens.
-type Devices struct {
+// Store registers and lists users' push devices, and disables them.
+type Store struct {
 	// MaxEnabledPerUser is the most enabled devices a user keeps: a
 	// registration past it disables the user's least recently seen ones
 	// (DisabledReplaced). Default (0 or less) DefaultMaxEnabledPerUser, 20.
@@ -87,7 +94,7 @@ type Devices struct {
 	MaxEnabledPerUser int
 
 	// Channels are the providers behind the channel shape that devices
-	// may register with (DispatcherConfig.Channels); set before the first
+	// may register with (the dispatcher's channels); set before the first
 	// RegisterWith.
 	Channels []channel.Channel
 
@@ -95,12 +102,12 @@ type Devices struct {
 	metrics *Metrics
 }
 
-// NewDevices returns the device store over db; metrics may be nil.
-func NewDevices(db DB, metrics *Metrics) *Devices {
+// New returns the device store over db; metrics may be nil.
+func New(db DB, metrics *Metrics) *Store {
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	return &Devices{db: db, metrics: metrics}
+	return &Store{db: db, metrics: metrics}
 }
 
 // Register records token for user: a new token, a token seen again, a
@@ -109,7 +116,7 @@ func NewDevices(db DB, metrics *Metrics) *Devices {
 // most MaxEnabledPerUser enabled devices, token among them: the least
 // recently seen others are disabled as DisabledReplaced, so that a user who
 // reinstalls is never locked out by the tokens of the old installs.
-func (d *Devices) Register(ctx context.Context, userID, token, platform string) (Device, error) {
+func (d *Store) Register(ctx context.Context, userID, token, platform string) (Device, error) {
 	if !expo.ValidToken(token) {
 		return Device{}, ErrInvalidToken
 	}
@@ -125,7 +132,7 @@ var ErrProviderNotSetUp = errors.New("provider not set up on this deployment")
 // RegisterWith records a device of a provider behind the channel shape
 // (apns, fcm), as Register does an Expo token: the token must have the
 // provider's shape and the platform be one it reaches.
-func (d *Devices) RegisterWith(ctx context.Context, userID, provider, token, platform string) (Device, error) {
+func (d *Store) RegisterWith(ctx context.Context, userID, provider, token, platform string) (Device, error) {
 	var reg channel.Registrar
 	for _, ch := range d.Channels {
 		if ch.Provider() == provider {
@@ -153,11 +160,11 @@ var ErrPlatform = errors.New("wrong platform")
 // Register does a token: its device's token is WebToken(endpoint). A
 // subscription the browser renewed (a new endpoint) is a new device; the
 // old one is disabled when its push service answers 404 or 410.
-func (d *Devices) RegisterWeb(ctx context.Context, userID string, sub webpush.Subscription) (Device, error) {
+func (d *Store) RegisterWeb(ctx context.Context, userID string, sub webpush.Subscription) (Device, error) {
 	return d.registerRetrying(ctx, userID, WebToken(sub.Endpoint), Web, ProviderWebPush, &sub)
 }
 
-func (d *Devices) registerRetrying(ctx context.Context, userID, token, platform, provider string, sub *webpush.Subscription) (Device, error) {
+func (d *Store) registerRetrying(ctx context.Context, userID, token, platform, provider string, sub *webpush.Subscription) (Device, error) {
 	// A deadlock is possible, and Postgres breaks it by failing one side:
 	// two users taking over each other's tokens at once, or a dispatcher
 	// disabling a token this registration replaces. Both are rare; retry.
@@ -186,7 +193,7 @@ const devicesLockClass = 0x64657673 // "devs"
 
 // register is one attempt of Register, in one transaction; it returns how
 // many devices it replaced.
-func (d *Devices) register(ctx context.Context, userID, token, platform, provider string, sub *webpush.Subscription) (dev Device, replaced int64, err error) {
+func (d *Store) register(ctx context.Context, userID, token, platform, provider string, sub *webpush.Subscription) (dev Device, replaced int64, err error) {
 	var endpoint, p256dh, auth *string
 	if sub != nil {
 		endpoint, p256dh, auth = &sub.Endpoint, &sub.P256dh, &sub.Auth
@@ -243,7 +250,7 @@ func (d *Devices) register(ctx context.Context, userID, token, platform, provide
 }
 
 // Disable soft-disables the user's token with why; another user's token is ErrNoDevice.
-func (d *Devices) Disable(ctx context.Context, userID, token string) error {
+func (d *Store) Disable(ctx context.Context, userID, token string) error {
 	tag, err := d.db.Exec(ctx, `UPDATE devices SET enabled = false,
 			disabled_reason = CASE WHEN enabled THEN $3 ELSE disabled_reason END,
 			disabled_at = CASE WHEN enabled THEN now() ELSE disabled_at END
@@ -260,7 +267,7 @@ func (d *Devices) Disable(ctx context.Context, userID, token string) error {
 
 // spellings are token and the canonical spellings of it that the
 // providers set up here store devices under.
-func (d *Devices) spellings(token string) []string {
+func (d *Store) spellings(token string) []string {
 	out := []string{token}
 	for _, ch := range d.Channels {
 		if reg, ok := ch.(channel.Registrar); ok && reg.ValidToken(token) {
@@ -273,7 +280,7 @@ func (d *Devices) spellings(token string) []string {
 }
 
 // List returns the user's devices, enabled or not, newest first.
-func (d *Devices) List(ctx context.Context, userID string) ([]Device, error) {
+func (d *Store) List(ctx context.Context, userID string) ([]Device, error) {
 	rows, err := d.db.Query(ctx, `SELECT `+deviceColumns+` FROM devices WHERE user_id = $1 ORDER BY created_at DESC, token`, userID)
 	if err != nil {
 		return nil, fmt.Errorf("list devices: %w", err)
@@ -285,8 +292,8 @@ func (d *Devices) List(ctx context.Context, userID string) ([]Device, error) {
 	return devs, nil
 }
 
-// disableTokens turns tokens off with reason; it counts the ones it turned off.
-func (d *Devices) disableTokens(ctx context.Context, tokens []string, reason string) error {
+// DisableTokens turns tokens off with reason; it counts the ones it turned off.
+func (d *Store) DisableTokens(ctx context.Context, tokens []string, reason string) error {
 	if len(tokens) == 0 {
 		return nil
 	}
@@ -299,18 +306,18 @@ func (d *Devices) disableTokens(ctx context.Context, tokens []string, reason str
 	return nil
 }
 
-// disableUnreachable turns off the tokens Expo says are not registered
+// DisableUnreachable turns off the tokens Expo says are not registered
 // (DeviceNotRegistered), each as of the send the answer was about: a token
 // seen since — registered again, or by another user — is newer than the
 // answer and stays on. since[i] is the dispatch's created_at, compared in
 // Postgres with last_seen_at, both Postgres's time; the latest send counts
 // for a token named twice.
-func (d *Devices) disableUnreachable(ctx context.Context, tokens []string, since []time.Time) error {
-	return d.disableAsOf(ctx, tokens, since, DisabledUnreachable)
+func (d *Store) DisableUnreachable(ctx context.Context, tokens []string, since []time.Time) error {
+	return d.DisableAsOf(ctx, tokens, since, DisabledUnreachable)
 }
 
-// disableAsOf is disableUnreachable with the reason given.
-func (d *Devices) disableAsOf(ctx context.Context, tokens []string, since []time.Time, reason string) error {
+// DisableAsOf is DisableUnreachable with the reason given.
+func (d *Store) DisableAsOf(ctx context.Context, tokens []string, since []time.Time, reason string) error {
 	if len(tokens) == 0 {
 		return nil
 	}
@@ -324,33 +331,33 @@ func (d *Devices) disableAsOf(ctx context.Context, tokens []string, since []time
 	return nil
 }
 
-// enabledDevice is what a pass needs of an enabled device beside its token.
-type enabledDevice struct {
-	provider string
-	// address is how to reach it when the token does not say: a Web Push
+// Enabled is what a dispatch pass needs of an enabled device beside its token.
+type Enabled struct {
+	Provider string
+	// Address is how to reach it when the token does not say: a Web Push
 	// subscription, as JSON (channel.Message.Address); "" for the others.
-	address string
+	Address string
 }
 
-// deviceAddress is a devices row's address (channel.Message.Address): a
+// AddressColumn is a devices row's address (channel.Message.Address): a
 // browser's subscription as JSON, as the browser gave it; empty for the
 // others, and for no row (a LEFT JOIN's).
-const deviceAddress = `CASE WHEN endpoint IS NOT NULL THEN json_build_object('endpoint', endpoint, 'keys', json_build_object('p256dh', p256dh, 'auth', auth))::text ELSE '' END`
+const AddressColumn = `CASE WHEN endpoint IS NOT NULL THEN json_build_object('endpoint', endpoint, 'keys', json_build_object('p256dh', p256dh, 'auth', auth))::text ELSE '' END`
 
-// enabledTokens returns the enabled tokens of users, by user, and each
+// EnabledTokens returns the enabled tokens of users, by user, and each
 // token's provider and address.
-func (d *Devices) enabledTokens(ctx context.Context, users []string) (map[string][]string, map[string]enabledDevice, error) {
-	rows, err := d.db.Query(ctx, `SELECT user_id, token, provider, `+deviceAddress+`
+func (d *Store) EnabledTokens(ctx context.Context, users []string) (map[string][]string, map[string]Enabled, error) {
+	rows, err := d.db.Query(ctx, `SELECT user_id, token, provider, `+AddressColumn+`
 		FROM devices WHERE user_id = ANY($1) AND enabled ORDER BY user_id, created_at, token`, users)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read devices: %w", err)
 	}
 	defer rows.Close()
-	out, devices := map[string][]string{}, map[string]enabledDevice{}
+	out, devices := map[string][]string{}, map[string]Enabled{}
 	for rows.Next() {
 		var user, token string
-		var dev enabledDevice
-		if err := rows.Scan(&user, &token, &dev.provider, &dev.address); err != nil {
+		var dev Enabled
+		if err := rows.Scan(&user, &token, &dev.Provider, &dev.Address); err != nil {
 			return nil, nil, err
 		}
 		out[user] = append(out[user], token)

@@ -1,4 +1,4 @@
-package push_test
+package preferences_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/internal/clock"
-	"github.com/spoolcast/spoolcast/push"
+	"github.com/spoolcast/spoolcast/preferences"
 )
 
 // roundTripper answers requests in-process.
@@ -32,7 +32,7 @@ func TestThePreferenceCacheKeepsAtMostItsBoundDroppingTheOldestAnswer(t *testing
 		return &http.Response{StatusCode: http.StatusNotFound, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
 	})}
 	// Nothing expires in this test: the clock stands still.
-	prefs, err := push.NewExternalPreferences(push.ExternalConfig{
+	prefs, err := preferences.NewExternal(preferences.ExternalConfig{
 		URL: "http://prefs.invalid/prefs", Token: func() (string, error) { return "t", nil }, HTTP: service,
 		Clock: clock.NewFake(time.Now()), Logger: slog.New(slog.DiscardHandler),
 	})

@@ -1,4 +1,4 @@
-package push
+package preferences
 
 import (
 	"cmp"
@@ -19,8 +19,9 @@ import (
 	"github.com/spoolcast/spoolcast/push/policy"
 )
 
-// Preferences says which categories users have turned push off for.
-type Preferences interface {
+// Source says which categories users have turned push off for: Builtin or
+// External, as the dispatcher asks it.
+type Source interface {
 	// PushOff returns, per user, the categories whose push is off; a user or
 	// category absent pushes. A source that cannot answer for a user leaves
 	// that user out (fail open): it never errors for one user's sake.
@@ -28,8 +29,8 @@ type Preferences interface {
 }
 
 var (
-	_ Preferences = (*BuiltinPreferences)(nil)
-	_ Preferences = (*ExternalPreferences)(nil)
+	_ Source = (*Builtin)(nil)
+	_ Source = (*External)(nil)
 )
 
 // CategorySetting is one category's preference, as the API shows it.
@@ -37,63 +38,63 @@ type CategorySetting struct {
 	Push bool `json:"push"`
 }
 
-// PreferencesDoc is a user's preferences as the API and the external
+// Doc is a user's preferences as the API and the external
 // preference service speak them: {"categories":{"<category>":{"push":false}}}.
-type PreferencesDoc struct {
+type Doc struct {
 	Categories map[string]CategorySetting `json:"categories"`
 	// QuietHours are the built-in store's; nil: none.
 	QuietHours *policy.QuietHours `json:"quiet_hours"`
 }
 
-// PreferencesUpdate is a PUT /v1/preferences: the categories it names are
+// Update is a PUT /v1/preferences: the categories it names are
 // set and the others kept; quiet_hours absent are kept, null removed.
-type PreferencesUpdate struct {
+type Update struct {
 	Categories map[string]CategorySetting `json:"categories"`
 	QuietHours policy.QuietHoursSetting   `json:"quiet_hours"`
 }
 
-// BuiltinPreferences keeps preferences in Postgres (GET|PUT /v1/preferences).
-type BuiltinPreferences struct {
+// Builtin keeps preferences in Postgres (GET|PUT /v1/preferences).
+type Builtin struct {
 	db      DB
 	metrics *Metrics
 	log     *slog.Logger
 	failLog *lograte.Limiter
 }
 
-// NewBuiltinPreferences returns the preference store over db; metrics and
+// NewBuiltin returns the preference store over db; metrics and
 // log may be nil.
-func NewBuiltinPreferences(db DB, metrics *Metrics, log *slog.Logger) *BuiltinPreferences {
+func NewBuiltin(db DB, metrics *Metrics, log *slog.Logger) *Builtin {
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &BuiltinPreferences{db: db, metrics: metrics, log: log.With("component", "preferences"), failLog: lograte.New(10 * time.Second)}
+	return &Builtin{db: db, metrics: metrics, log: log.With("component", "preferences"), failLog: lograte.New(10 * time.Second)}
 }
 
 // Get returns the user's settings; categories not listed push.
-func (p *BuiltinPreferences) Get(ctx context.Context, userID string) (PreferencesDoc, error) {
+func (p *Builtin) Get(ctx context.Context, userID string) (Doc, error) {
 	rows, err := p.db.Query(ctx, `SELECT category, push FROM push_preferences WHERE user_id = $1 ORDER BY category`, userID)
 	if err != nil {
-		return PreferencesDoc{}, fmt.Errorf("read preferences: %w", err)
+		return Doc{}, fmt.Errorf("read preferences: %w", err)
 	}
 	defer rows.Close()
-	doc := PreferencesDoc{Categories: map[string]CategorySetting{}}
+	doc := Doc{Categories: map[string]CategorySetting{}}
 	for rows.Next() {
 		var category string
 		var push bool
 		if err := rows.Scan(&category, &push); err != nil {
-			return PreferencesDoc{}, err
+			return Doc{}, err
 		}
 		doc.Categories[category] = CategorySetting{Push: push}
 	}
 	if err := rows.Err(); err != nil {
-		return PreferencesDoc{}, err
+		return Doc{}, err
 	}
-	quiet, err := quietHours(ctx, p.db, []string{userID})
+	quiet, err := QuietHours(ctx, p.db, []string{userID})
 	if err != nil {
-		return PreferencesDoc{}, err
+		return Doc{}, err
 	}
 	if q, ok := quiet[userID]; ok {
 		doc.QuietHours = &q
@@ -103,7 +104,7 @@ func (p *BuiltinPreferences) Get(ctx context.Context, userID string) (Preference
 
 // Merge sets the categories in doc and keeps the others as they were, and
 // sets or removes the quiet hours if doc says so, in one statement.
-func (p *BuiltinPreferences) Merge(ctx context.Context, userID string, doc PreferencesUpdate) (PreferencesDoc, error) {
+func (p *Builtin) Merge(ctx context.Context, userID string, doc Update) (Doc, error) {
 	categories := make([]string, 0, len(doc.Categories))
 	pushes := make([]bool, 0, len(doc.Categories))
 	for c, s := range doc.Categories {
@@ -130,13 +131,13 @@ func (p *BuiltinPreferences) Merge(ctx context.Context, userID string, doc Prefe
 		SELECT $1, $5, $6, $7 WHERE $4::int = 1
 		ON CONFLICT (user_id) DO UPDATE SET start_minute = EXCLUDED.start_minute, end_minute = EXCLUDED.end_minute,
 		    time_zone = EXCLUDED.time_zone, updated_at = now()`, userID, categories, pushes, action, start, end, zone); err != nil {
-		return PreferencesDoc{}, fmt.Errorf("save preferences: %w", err)
+		return Doc{}, fmt.Errorf("save preferences: %w", err)
 	}
 	return p.Get(ctx, userID)
 }
 
-// PushOff implements Preferences. If Postgres fails, everyone pushes (fail open).
-func (p *BuiltinPreferences) PushOff(ctx context.Context, users []string) map[string]map[string]bool {
+// PushOff implements Source. If Postgres fails, everyone pushes (fail open).
+func (p *Builtin) PushOff(ctx context.Context, users []string) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
 	rows, err := p.db.Query(ctx, `SELECT user_id, category FROM push_preferences WHERE user_id = ANY($1) AND NOT push`, users)
 	if err == nil {
@@ -156,22 +157,22 @@ func (p *BuiltinPreferences) PushOff(ctx context.Context, users []string) map[st
 		}
 	}
 	if err != nil {
-		p.metrics.prefsLookups.WithLabelValues(PrefsFailOpen).Add(float64(len(users)))
+		p.metrics.lookups.WithLabelValues(FailOpen).Add(float64(len(users)))
 		p.failLog.Do(func(suppressed int64) {
 			p.log.Warn("preferences unreadable; pushing to everyone (fail open)", "err", err, "suppressed", suppressed)
 		})
 		return map[string]map[string]bool{}
 	}
-	p.metrics.prefsLookups.WithLabelValues(PrefsBuiltin).Add(float64(len(users)))
+	p.metrics.lookups.WithLabelValues(BuiltinRead).Add(float64(len(users)))
 	return out
 }
 
 // Results of a preference lookup, the values of the metric's result label.
 const (
-	PrefsHit      = "hit"       // the external answer was cached
-	PrefsMiss     = "miss"      // asked the external service, which answered
-	PrefsFailOpen = "fail_open" // the source failed: pushed anyway
-	PrefsBuiltin  = "builtin"   // read from Postgres
+	Hit         = "hit"       // the external answer was cached
+	Miss        = "miss"      // asked the external service, which answered
+	FailOpen    = "fail_open" // the source failed: pushed anyway
+	BuiltinRead = "builtin"   // read from Postgres
 )
 
 // ExternalConfig configures the external preference source.
@@ -196,13 +197,13 @@ type ExternalConfig struct {
 	Clock clock.Clock
 }
 
-// ExternalPreferences asks the product's own API for each user's
+// External asks the product's own API for each user's
 // preferences: GET <URL>/<user id> with a service bearer token, answered 200
-// with a PreferencesDoc, or 404 for a user without preferences (push
+// with a Doc, or 404 for a user without preferences (push
 // everything). Answers are cached per user for CacheTTL, for at most 100,000
 // users (past it the oldest answer is dropped); a failure (timeout, 5xx, an
 // answer it cannot read) is never cached and pushes anyway.
-type ExternalPreferences struct {
+type External struct {
 	cfg     ExternalConfig
 	log     *slog.Logger
 	failLog *lograte.Limiter
@@ -212,8 +213,8 @@ type ExternalPreferences struct {
 	cache *prefsCache
 }
 
-// NewExternalPreferences returns the external source.
-func NewExternalPreferences(cfg ExternalConfig) (*ExternalPreferences, error) {
+// NewExternal returns the external source.
+func NewExternal(cfg ExternalConfig) (*External, error) {
 	u, err := url.Parse(cfg.URL)
 	switch {
 	case cfg.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https"):
@@ -237,14 +238,14 @@ func NewExternalPreferences(cfg ExternalConfig) (*ExternalPreferences, error) {
 		cfg.Logger = slog.Default()
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
-	return &ExternalPreferences{
+	return &External{
 		cfg: cfg, log: cfg.Logger.With("component", "preferences"), failLog: lograte.New(10 * time.Second),
 		slots: make(chan struct{}, cfg.Concurrency), cache: newPrefsCache(prefsCacheSize, cfg.CacheTTL),
 	}, nil
 }
 
-// PushOff implements Preferences.
-func (p *ExternalPreferences) PushOff(ctx context.Context, users []string) map[string]map[string]bool {
+// PushOff implements Source.
+func (p *External) PushOff(ctx context.Context, users []string) map[string]map[string]bool {
 	out := map[string]map[string]bool{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -254,7 +255,7 @@ func (p *ExternalPreferences) PushOff(ctx context.Context, users []string) map[s
 		cached, ok := p.cache.get(user, now)
 		p.mu.Unlock()
 		if ok {
-			p.cfg.Metrics.prefsLookups.WithLabelValues(PrefsHit).Inc()
+			p.cfg.Metrics.lookups.WithLabelValues(Hit).Inc()
 			if len(cached) > 0 {
 				out[user] = cached
 			}
@@ -263,13 +264,13 @@ func (p *ExternalPreferences) PushOff(ctx context.Context, users []string) map[s
 		wg.Go(func() {
 			off, err := p.lookup(ctx, user)
 			if err != nil {
-				p.cfg.Metrics.prefsLookups.WithLabelValues(PrefsFailOpen).Inc()
+				p.cfg.Metrics.lookups.WithLabelValues(FailOpen).Inc()
 				p.failLog.Do(func(suppressed int64) {
 					p.log.Warn("preference service failed; pushing anyway (fail open)", "user", user, "err", err, "suppressed", suppressed)
 				})
 				return
 			}
-			p.cfg.Metrics.prefsLookups.WithLabelValues(PrefsMiss).Inc()
+			p.cfg.Metrics.lookups.WithLabelValues(Miss).Inc()
 			p.mu.Lock()
 			p.cache.put(user, off, p.cfg.Clock.Now()) // the clock read under the lock: stores in time order
 			p.mu.Unlock()
@@ -284,7 +285,7 @@ func (p *ExternalPreferences) PushOff(ctx context.Context, users []string) map[s
 	return out
 }
 
-func (p *ExternalPreferences) lookup(ctx context.Context, user string) (map[string]bool, error) {
+func (p *External) lookup(ctx context.Context, user string) (map[string]bool, error) {
 	select {
 	case p.slots <- struct{}{}:
 		defer func() { <-p.slots }()
@@ -315,7 +316,7 @@ func (p *ExternalPreferences) lookup(ctx context.Context, user string) (map[stri
 	default:
 		return nil, fmt.Errorf("preference service answered %d", resp.StatusCode)
 	}
-	var doc PreferencesDoc
+	var doc Doc
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&doc); err != nil {
 		return nil, fmt.Errorf("preference service: undecodable answer: %w", err)
 	}

@@ -131,6 +131,10 @@ type Outcome struct {
 	// Credentials: the provider refused our credentials (an APNs 403,
 	// an FCM 401 or 403, a token endpoint refusing the grant).
 	Credentials bool
+	// InvalidSince, for TokenGone, is when the provider last confirmed
+	// the token invalid (APNs' 410 timestamp); zero when it does not say.
+	// A device registered again after it is a newer token and stays on.
+	InvalidSince time.Time
 }
 
 // Final reports whether the outcome ends the message's dispatch.

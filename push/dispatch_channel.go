@@ -169,7 +169,7 @@ func (d *Dispatcher) judge(s *settled, provider string, c created, o channel.Out
 	case channel.Delivered:
 		s.final = append(s.final, outcome{c: c, state: StateDelivered, ticket: o.ID})
 	case channel.TokenGone:
-		s.final = append(s.final, outcome{c: c, state: StateFailed, err: o.Reason, gone: goneReason(provider)})
+		s.final = append(s.final, outcome{c: c, state: StateFailed, err: o.Reason, gone: goneReason(provider), goneSince: o.InvalidSince})
 	case channel.TokenInvalid:
 		s.final = append(s.final, outcome{c: c, state: StateFailed, err: o.Reason + "; the token is disabled"})
 		s.invalid = append(s.invalid, c)

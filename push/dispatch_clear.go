@@ -84,14 +84,17 @@ type clearDevice struct {
 
 // clearOutcome is what became of one device's clear.
 type clearOutcome struct {
-	dev     *clearDevice
-	state   string // StateSent, StateFailed, StateSkipped, or StateQueued: given back, due at due
-	ticket  string
-	err     string
-	due     time.Time
-	gone    bool
-	invalid bool // the provider refuses the token: disabled, as for a push
-	held    bool // given back unsent, to keep the user or the destination within their share
+	dev    *clearDevice
+	state  string // StateSent, StateFailed, StateSkipped, or StateQueued: given back, due at due
+	ticket string
+	err    string
+	due    time.Time
+	gone   bool
+	// goneSince is when the provider says the token became invalid
+	// (APNs' 410 timestamp); zero when it does not say.
+	goneSince time.Time
+	invalid   bool // the provider refuses the token: disabled, as for a push
+	held      bool // given back unsent, to keep the user or the destination within their share
 }
 
 // clearLoop runs a clear pass every clearInterval.
@@ -152,7 +155,11 @@ func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
 			reason = devices.DisabledInvalid
 		}
 		if o.gone || o.invalid {
-			gone[reason], since[reason] = append(gone[reason], o.dev.token), append(since[reason], o.dev.claimed)
+			asOf := o.dev.claimed
+			if !o.goneSince.IsZero() && o.goneSince.Before(asOf) {
+				asOf = o.goneSince
+			}
+			gone[reason], since[reason] = append(gone[reason], o.dev.token), append(since[reason], asOf)
 		}
 	}
 	for reason, tokens := range gone {
@@ -283,7 +290,7 @@ func (d *Dispatcher) clearOutcomeOf(provider string, dev *clearDevice, a channel
 		}
 		o.state, o.due, o.err = StateQueued, d.cfg.Clock.Now().Add(wait), fmt.Sprintf("%s took nothing (%s); sending again", provider, a.Reason)
 	case channel.TokenGone:
-		o.state, o.err, o.gone = StateFailed, a.Reason, true
+		o.state, o.err, o.gone, o.goneSince = StateFailed, a.Reason, true, a.InvalidSince
 	case channel.TokenInvalid:
 		o.state, o.err, o.invalid = StateFailed, a.Reason+"; the token is disabled", true
 	case channel.Unknown:

@@ -20,6 +20,19 @@ type outcome struct {
 	ticket string
 	err    string
 	gone   string // the provider says the device is gone: disabled as of the send, with this reason
+	// goneSince, when set, is when the provider says the token became
+	// invalid (APNs' 410 timestamp), if before the send: a device
+	// registered again after it stays on.
+	goneSince time.Time
+}
+
+// disabledAsOf is when a device the outcome says is gone must have been
+// last registered for the answer to disable it.
+func (o outcome) disabledAsOf() time.Time {
+	if !o.goneSince.IsZero() && o.goneSince.Before(o.c.createdAt) {
+		return o.goneSince
+	}
+	return o.c.createdAt
 }
 
 // send pushes the written dispatches, each provider's through its
@@ -151,7 +164,7 @@ func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
 		ids = append(ids, o.c.id)
 		states, tickets, errs = append(states, o.state), append(tickets, o.ticket), append(errs, o.err)
 		if o.gone != "" {
-			gone[o.gone], goneSince[o.gone] = append(gone[o.gone], o.c.token), append(goneSince[o.gone], o.c.createdAt)
+			gone[o.gone], goneSince[o.gone] = append(gone[o.gone], o.c.token), append(goneSince[o.gone], o.disabledAsOf())
 		}
 	}
 	// The dispatches of one pass were written by one statement, so they share

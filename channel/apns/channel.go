@@ -150,7 +150,7 @@ func (c *Channel) send(ctx context.Context, n *apns2.Notification) channel.Outco
 	}
 	// A status without err is an answer apns2 read; with err, one whose
 	// body it could not read: Apple still decided, by the status.
-	o := answered(status, reason, id, x.wait(c.clock.Now()))
+	o := answered(status, reason, id, x.wait(c.clock.Now()), x.invalidSince)
 	if status == http.StatusForbidden && reason == apns2.ReasonExpiredProviderToken {
 		c.renewToken(x.bearer)
 	}

@@ -12,15 +12,16 @@
 //	APNs answer                                          Outcome
 //	---------------------------------------------------  -------------------------------
 //	200                                                  Delivered, ID = apns-id
-//	410 Unregistered, ExpiredToken                       TokenGone
+//	410 Unregistered, ExpiredToken                       TokenGone, InvalidSince = its
+//	                                                     timestamp
 //	400 BadDeviceToken                                   TokenInvalid
 //	400 DeviceTokenNotForTopic, TopicDisallowed,         Failed, Credentials: the topic
 //	    BadTopic, MissingTopic                           is wrong; no device to blame
 //	400 any other (PayloadEmpty, BadCollapseId,          Failed, Code = the reason
 //	    BadExpirationDate, BadPriority, ...)
-//	403 any (InvalidProviderToken,                       RetryAfter, Credentials: an
-//	    ExpiredProviderToken, MissingProviderToken,      operator must fix the key
-//	    BadCertificate, Forbidden, ...)
+//	403 ExpiredProviderToken                             RetryAfter: signed again, no alert
+//	403 any other (InvalidProviderToken, Forbidden,      Failed, Credentials: an operator
+//	    MissingProviderToken, BadCertificate, ...)       must fix the key; never retried
 //	413 PayloadTooLarge; 404, 405                        Failed
 //	429 TooManyRequests (to one device)                  RetryAfter, Wait = Retry-After,
 //	                                                     else TooManyWait (1 min)

@@ -1,10 +1,13 @@
 package apns
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -21,8 +24,9 @@ import (
 // (too many to its device) without a Retry-After waits.
 const TooManyWait = time.Minute
 
-// answered maps an APNs answer to its outcome (the table in doc.go).
-func answered(status int, reason, apnsID string, wait time.Duration) channel.Outcome {
+// answered maps an APNs answer to its outcome (the table in doc.go);
+// invalidSince is a 410's timestamp (zero without one).
+func answered(status int, reason, apnsID string, wait time.Duration, invalidSince time.Time) channel.Outcome {
 	o := channel.Outcome{Status: status, Code: reason, Reason: fmt.Sprintf("APNs %d %s", status, reason)}
 	if reason == "" {
 		o.Reason = fmt.Sprintf("APNs %d %s", status, http.StatusText(status))
@@ -31,7 +35,7 @@ func answered(status int, reason, apnsID string, wait time.Duration) channel.Out
 	case status == http.StatusOK:
 		o.Kind, o.ID = channel.Delivered, apnsID
 	case status == http.StatusGone:
-		o.Kind = channel.TokenGone
+		o.Kind, o.InvalidSince = channel.TokenGone, invalidSince
 	case status == http.StatusBadRequest && reason == apns2.ReasonBadDeviceToken:
 		o.Kind = channel.TokenInvalid
 	case status == http.StatusBadRequest && (reason == apns2.ReasonDeviceTokenNotForTopic || reason == apns2.ReasonTopicDisallowed ||
@@ -40,8 +44,16 @@ func answered(status int, reason, apnsID string, wait time.Duration) channel.Out
 		// wrong setting answers so for every device, none of which is to
 		// blame. An operator's alert, never a disabled device.
 		o.Kind, o.Credentials = channel.Failed, true
+	case status == http.StatusForbidden && reason == apns2.ReasonExpiredProviderToken:
+		// The JWT outlived its hour: the next request signs a new one
+		// (Channel.send), so this heals by itself; sent again, no alert.
+		o.Kind = channel.RetryAfter
 	case status == http.StatusForbidden:
-		o.Kind, o.Credentials = channel.RetryAfter, true
+		// Apple: not to be retried (Forbidden), or refused until an
+		// operator fixes the key, team or certificate (InvalidProviderToken,
+		// MissingProviderToken, BadCertificate, ...): final, and counted for
+		// the credentials alert.
+		o.Kind, o.Credentials = channel.Failed, true
 	case status == http.StatusTooManyRequests && reason == apns2.ReasonTooManyRequests:
 		// Too many to this one device: sent again at once, it is refused
 		// again. Apple names no wait; a minute, deferred.
@@ -90,6 +102,9 @@ type exchange struct {
 	apnsID     string
 	retryAfter string
 	bearer     string
+	// invalidSince is a 410's timestamp, to the millisecond Apple sends
+	// (apns2 keeps whole seconds); zero without one.
+	invalidSince time.Time
 }
 
 type exchangeKey struct{}
@@ -139,9 +154,27 @@ func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
 			x.status = res.StatusCode
 			x.apnsID = res.Header.Get("apns-id")
 			x.retryAfter = res.Header.Get("Retry-After")
+			if res.StatusCode == http.StatusGone {
+				x.invalidSince = readTimestamp(res)
+			}
 		}
 	}
 	return res, err
+}
+
+// readTimestamp reads the "timestamp" (milliseconds since the epoch) of a
+// 410's body and puts the body back for apns2; zero when there is none.
+func readTimestamp(res *http.Response) time.Time {
+	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	_ = res.Body.Close()
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	var answer struct {
+		Timestamp int64 `json:"timestamp"`
+	}
+	if err != nil || json.Unmarshal(body, &answer) != nil || answer.Timestamp <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(answer.Timestamp)
 }
 
 // CloseIdleConnections is what apns2's Client.CloseIdleConnections asks

@@ -12,6 +12,7 @@ import (
 func TestEachAPNsAnswerIsOneOutcome(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
+	invalidSince := time.UnixMilli(1_700_000_000_123)
 	cases := []struct {
 		reply       apnstest.Reply
 		kind        channel.Kind
@@ -22,6 +23,7 @@ func TestEachAPNsAnswerIsOneOutcome(t *testing.T) {
 		{apnstest.Reply{Status: 200}, channel.Delivered, false, 0, "APNs 200 OK"},
 		{apnstest.Reply{Status: 410, Reason: "Unregistered"}, channel.TokenGone, false, 0, "APNs 410 Unregistered"},
 		{apnstest.Reply{Status: 410, Reason: "ExpiredToken"}, channel.TokenGone, false, 0, "APNs 410 ExpiredToken"},
+		{apnstest.Reply{Status: 410, Reason: "Unregistered", Timestamp: invalidSince}, channel.TokenGone, false, 0, "APNs 410 Unregistered"},
 		{apnstest.Reply{Status: 400, Reason: "BadDeviceToken"}, channel.TokenInvalid, false, 0, "APNs 400 BadDeviceToken"},
 		{apnstest.Reply{Status: 400, Reason: "DeviceTokenNotForTopic"}, channel.Failed, true, 0, "APNs 400 DeviceTokenNotForTopic"},
 		{apnstest.Reply{Status: 400, Reason: "PayloadEmpty"}, channel.Failed, false, 0, "APNs 400 PayloadEmpty"},
@@ -31,11 +33,13 @@ func TestEachAPNsAnswerIsOneOutcome(t *testing.T) {
 		{apnstest.Reply{Status: 400, Reason: "MissingTopic"}, channel.Failed, true, 0, "APNs 400 MissingTopic"},
 		{apnstest.Reply{Status: 400, Reason: "TopicDisallowed"}, channel.Failed, true, 0, "APNs 400 TopicDisallowed"},
 		{apnstest.Reply{Status: 400, Reason: "BadTopic"}, channel.Failed, true, 0, "APNs 400 BadTopic"},
-		{apnstest.Reply{Status: 403, Reason: "InvalidProviderToken"}, channel.RetryAfter, true, 0, "APNs 403 InvalidProviderToken"},
-		{apnstest.Reply{Status: 403, Reason: "ExpiredProviderToken"}, channel.RetryAfter, true, 0, "APNs 403 ExpiredProviderToken"},
-		{apnstest.Reply{Status: 403, Reason: "MissingProviderToken"}, channel.RetryAfter, true, 0, "APNs 403 MissingProviderToken"},
-		{apnstest.Reply{Status: 403, Reason: "BadCertificate"}, channel.RetryAfter, true, 0, "APNs 403 BadCertificate"},
-		{apnstest.Reply{Status: 403, Reason: "Forbidden"}, channel.RetryAfter, true, 0, "APNs 403 Forbidden"},
+		// Apple: "Don't retry ... Forbidden"; only an expired provider
+		// token is signed again and retried, with no alert.
+		{apnstest.Reply{Status: 403, Reason: "InvalidProviderToken"}, channel.Failed, true, 0, "APNs 403 InvalidProviderToken"},
+		{apnstest.Reply{Status: 403, Reason: "ExpiredProviderToken"}, channel.RetryAfter, false, 0, "APNs 403 ExpiredProviderToken"},
+		{apnstest.Reply{Status: 403, Reason: "MissingProviderToken"}, channel.Failed, true, 0, "APNs 403 MissingProviderToken"},
+		{apnstest.Reply{Status: 403, Reason: "BadCertificate"}, channel.Failed, true, 0, "APNs 403 BadCertificate"},
+		{apnstest.Reply{Status: 403, Reason: "Forbidden"}, channel.Failed, true, 0, "APNs 403 Forbidden"},
 		{apnstest.Reply{Status: 404, Reason: "BadPath"}, channel.Failed, false, 0, "APNs 404 BadPath"},
 		{apnstest.Reply{Status: 413, Reason: "PayloadTooLarge"}, channel.Failed, false, 0, "APNs 413 PayloadTooLarge"},
 		{apnstest.Reply{Status: 429, Reason: "TooManyRequests", RetryAfter: 7 * time.Second}, channel.RetryAfter, false, 7 * time.Second, "APNs 429 TooManyRequests"},
@@ -61,6 +65,17 @@ func TestEachAPNsAnswerIsOneOutcome(t *testing.T) {
 		if c.kind == channel.Delivered {
 			want.ID = seen[msgs[i].Token].APNsID
 		}
+		// A 410 says since when the token is invalid: the fake's time of
+		// answering, or the one it was told, to the millisecond.
+		switch {
+		case c.reply.Status == http.StatusGone && !c.reply.Timestamp.IsZero() && !got.InvalidSince.Equal(c.reply.Timestamp):
+			t.Errorf("APNs 410 with timestamp %v: InvalidSince %v", c.reply.Timestamp, got.InvalidSince)
+		case c.reply.Status == http.StatusGone && c.reply.Timestamp.IsZero() && time.Since(got.InvalidSince) > time.Minute:
+			t.Errorf("APNs 410: InvalidSince %v, want the fake's timestamp, just now", got.InvalidSince)
+		case c.reply.Status != http.StatusGone && !got.InvalidSince.IsZero():
+			t.Errorf("APNs %d: InvalidSince %v, want none", c.reply.Status, got.InvalidSince)
+		}
+		got.InvalidSince = time.Time{}
 		if got != want {
 			t.Errorf("APNs %d %s:\n got %+v\nwant %+v", c.reply.Status, c.reply.Reason, got, want)
 		}

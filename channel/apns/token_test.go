@@ -35,9 +35,10 @@ func TestTheFakeAcceptsOnlyTheTeamsKey(t *testing.T) {
 	}
 }
 
-// refused is the outcome of a 403: retry, and an operator's alert.
+// refused is the outcome of a 403 refusing the provider token: final, and
+// an operator's alert.
 func refused(reason string) channel.Outcome {
-	return channel.Outcome{Kind: channel.RetryAfter, Status: 403, Code: reason, Credentials: true}
+	return channel.Outcome{Kind: channel.Failed, Status: 403, Code: reason, Credentials: true}
 }
 
 func TestAnAgingJWTIsSignedAgainBeforeTheHour(t *testing.T) {
@@ -71,7 +72,8 @@ func TestAJWTOlderThanAnHourIsRefusedThenRenewedOnce(t *testing.T) {
 
 	got := r.send(t, message(0))[0]
 	got.Reason = ""
-	if want := refused("ExpiredProviderToken"); got != want {
+	// Expired: signed again and sent again, with no alert (it heals).
+	if want := (channel.Outcome{Kind: channel.RetryAfter, Status: 403, Code: "ExpiredProviderToken"}); got != want {
 		t.Fatalf("outcome %+v, want %+v", got, want)
 	}
 	expired := r.fake.Requests()[0].JWT

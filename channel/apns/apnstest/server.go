@@ -9,6 +9,7 @@
 package apnstest
 
 import (
+	"cmp"
 	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/tls"
@@ -42,6 +43,9 @@ type Reply struct {
 	// RetryAfter, when positive, is sent as a Retry-After header in whole
 	// seconds. (APNs does not document one; proxies and a future APNs may.)
 	RetryAfter time.Duration
+	// Timestamp is a 410's "timestamp": when APNs last confirmed the
+	// token invalid. Zero: the time of the answer.
+	Timestamp time.Time
 }
 
 // Request is one request the fake received.
@@ -397,7 +401,7 @@ func reply(w http.ResponseWriter, a Reply, id string) {
 	}
 	body := map[string]any{"reason": a.Reason}
 	if a.Status == http.StatusGone {
-		body["timestamp"] = time.Now().UnixMilli()
+		body["timestamp"] = cmp.Or(a.Timestamp, time.Now()).UnixMilli()
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(a.Status)

@@ -177,7 +177,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		cfg.Metrics = NewMetrics(nil)
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
-	ex, err := expo.NewChannel(expo.ChannelConfig{Sender: cfg.Sender, OnResult: func(r string) { cfg.Metrics.sent.WithLabelValues(r).Inc() }})
+	ex, err := expo.NewChannel(expo.ChannelConfig{Sender: cfg.Sender, Clock: cfg.Clock, OnResult: func(r string) { cfg.Metrics.sent.WithLabelValues(r).Inc() }})
 	if err != nil {
 		return nil, err
 	}

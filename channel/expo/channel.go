@@ -5,6 +5,7 @@ package expo
 // one outcome per message from the channels' vocabulary.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/internal/clock"
 )
 
 // Provider is Expo's name among the channels.
@@ -36,7 +38,17 @@ type ChannelConfig struct {
 	Sender Sender
 	// OnResult, when set, hears of each message's result (ResultOK, …).
 	OnResult func(result string)
+	// TTL is how long a message whose Expires is zero is kept for a
+	// device that is offline (Expo's ttl). Default DefaultTTL, 24h: the
+	// life APNs and FCM direct give a push.
+	TTL time.Duration
+	// Clock reads the time a message's Expires is measured from; nil: the
+	// wall clock.
+	Clock clock.Clock
 }
+
+// DefaultTTL is ChannelConfig.TTL's default.
+const DefaultTTL = 24 * time.Hour
 
 // Channel is Expo behind the channel shape. Expo answers a message it
 // took with a ticket (Accepted: its receipt, fetched later, says whether
@@ -55,6 +67,11 @@ func NewChannel(cfg ChannelConfig) (*Channel, error) {
 	if cfg.Sender == nil {
 		return nil, errors.New("expo: a channel needs a sender")
 	}
+	if cfg.TTL < 0 {
+		return nil, errors.New("expo: the TTL must not be negative")
+	}
+	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
+	cfg.Clock = clock.Or(cfg.Clock)
 	return &Channel{cfg: cfg}, nil
 }
 
@@ -93,8 +110,10 @@ func (c *Channel) Send(ctx context.Context, msgs []channel.Message) []channel.Ou
 		return out
 	}
 	req := make([]Message, len(msgs))
+	now := c.cfg.Clock.Now()
 	for i, m := range msgs {
 		req[i] = Fit(fromChannel(m))
+		req[i].TTL = c.ttl(m, now)
 	}
 	if d, ok := channel.RetryBudget(ctx); ok {
 		ctx = RetryFor(ctx, d) // the client's own retries, bounded by the pass's lease
@@ -144,6 +163,18 @@ func (c *Channel) Send(ctx context.Context, msgs []channel.Message) []channel.Ou
 		out[i] = o
 	}
 	return out
+}
+
+// ttl is m's life in seconds: until its Expires, to the nearest second (a
+// clear made an hour from now is 3,600 however long the pass took to send
+// it; 0 when it has passed), else the channel's TTL.
+func (c *Channel) ttl(m channel.Message, now time.Time) *int {
+	life := c.cfg.TTL
+	if !m.Expires.IsZero() {
+		life = max(0, m.Expires.Sub(now))
+	}
+	seconds := int(life.Round(time.Second) / time.Second)
+	return &seconds
 }
 
 func (c *Channel) count(result string, n int) {

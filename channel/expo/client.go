@@ -69,6 +69,11 @@ type Message struct {
 	// (content-available): with no title, body or sound, the message is
 	// silent, data for the app alone.
 	ContentAvailable bool `json:"_contentAvailable,omitempty"`
+	// TTL is how many seconds Expo's providers keep the message for a
+	// device that is offline; 0 is "now or never". Without it Expo keeps
+	// a message 0 s on iOS and four weeks on Android: the channel always
+	// sends one.
+	TTL *int `json:"ttl,omitempty"`
 }
 
 // Ticket is Expo's answer to one message of a send: an id to ask for its

@@ -2,7 +2,16 @@ package push_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/push"
 )
 
 // Without a ttl Expo keeps a message 0 s on iOS and four weeks on Android:
@@ -37,5 +46,92 @@ func TestExpoIsToldHowLongToKeepEachPushAndClear(t *testing.T) {
 	}
 	if pushes != 1 || clears != 1 {
 		t.Errorf("Expo got %d pushes and %d clears for the phone, want one of each", pushes, clears)
+	}
+}
+
+// Expo: for MessageRateExceeded, "implement exponential backoff and slowly
+// retry sending messages". A receipt saying so means Expo did not deliver
+// the push: it is sent again, a minute later, then two, until one is
+// delivered or the next try would be past --push-max-age (1h here).
+func TestAReceiptSayingMessageRateExceededSendsThePushAgainWithBackoff(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	s := newStackOn(t, clk)
+	phone, quiet := "ExponentPushToken[busy]", "ExponentPushToken[quiet]"
+	s.register("u1", phone, quiet)
+	s.fake.ExceedRateAtReceipt(phone, 2)
+	s.ingest("e1", "general", "u1")
+	s.drain()
+
+	toPhone := func() int {
+		n := 0
+		for _, m := range s.fake.Messages() {
+			if m.To == phone {
+				n++
+			}
+		}
+		return n
+	}
+	for try, wait := range []time.Duration{time.Minute, 2 * time.Minute} {
+		if err := s.receipts.Pass(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		s.drain() // not due yet: nothing is sent
+		if got := toPhone(); got != try+1 {
+			t.Fatalf("before the backoff of try %d ran out Expo got %d pushes to the phone, want %d", try+1, got, try+1)
+		}
+		clk.Advance(wait)
+		s.drain()
+		if got := toPhone(); got != try+2 {
+			t.Fatalf("after a backoff of %s Expo got %d pushes to the phone, want %d", wait, got, try+2)
+		}
+	}
+	if err := s.receipts.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.pool.Query(context.Background(), `SELECT token, state FROM push_dispatches ORDER BY created_at, id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		Token, State string
+	}])
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string][]string{}
+	for _, r := range got {
+		states[r.Token] = append(states[r.Token], r.State)
+	}
+	if want := []string{"deferred", "deferred", "delivered"}; !slices.Equal(states[phone], want) {
+		t.Errorf("the phone's dispatches: %v, want %v", states[phone], want)
+	}
+	if want := []string{"delivered"}; !slices.Equal(states[quiet], want) {
+		t.Errorf("the other device's dispatches: %v, want %v: it got the push once", states[quiet], want)
+	}
+}
+
+func TestAReceiptSayingMessageRateExceededPastThePushMaxAgeEndsThePush(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	s := newStackOn(t, clk)
+	phone := "ExponentPushToken[busy]"
+	s.register("u1", phone)
+	s.fake.ExceedRateAtReceipt(phone, 1)
+	s.ingest("e1", "general", "u1")
+	s.drain()
+	clk.Advance(59*time.Minute + 30*time.Second) // the next try would be due past the hour
+	if err := s.receipts.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var state, why string
+	if err := s.pool.QueryRow(context.Background(), `SELECT state, error FROM push_dispatches`).Scan(&state, &why); err != nil {
+		t.Fatal(err)
+	}
+	if state != push.StateReceiptError || !strings.Contains(why, "MessageRateExceeded") || !strings.Contains(why, "--push-max-age") {
+		t.Errorf("the dispatch: %s %q; want receipt_error saying it is not sent again past --push-max-age", state, why)
+	}
+	if n := pgtest.Count(t, s.pool, `SELECT count(*) FROM push_queue`); n != 0 {
+		t.Errorf("%d rows queued again, want none", n)
 	}
 }

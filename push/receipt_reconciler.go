@@ -42,6 +42,11 @@ type ReceiptReconcilerConfig struct {
 	// sent) before it is taken for one whose dispatcher stopped mid-send and
 	// ends failed. Default 10m.
 	Interrupted time.Duration
+	// MaxAge bounds the sends again of a push whose receipt says Expo did
+	// not deliver it for sending too many to the device
+	// (MessageRateExceeded): none is due later than MaxAge after its first
+	// send (--push-max-age). Default 1h.
+	MaxAge time.Duration
 	// Clock times the passes and tells which tickets are past ReceiptWindow
 	// and which dispatches past Interrupted. Default the wall clock.
 	Clock clock.Clock
@@ -68,9 +73,10 @@ func NewReceiptReconciler(cfg ReceiptReconcilerConfig) (*ReceiptReconciler, erro
 	switch {
 	case cfg.DB == nil || cfg.Receipter == nil || cfg.Devices == nil:
 		return nil, errors.New("receipt reconciler: a database, a receipt source and devices are required")
-	case cfg.Interval < 0 || cfg.ReceiptWindow < 0 || cfg.Interrupted < 0:
+	case cfg.Interval < 0 || cfg.ReceiptWindow < 0 || cfg.Interrupted < 0 || cfg.MaxAge < 0:
 		return nil, errors.New("receipt reconciler: interval and windows must not be negative")
 	}
+	cfg.MaxAge = cmp.Or(cfg.MaxAge, time.Hour)
 	cfg.Interval = cmp.Or(cfg.Interval, 30*time.Second)
 	cfg.ReceiptWindow = cmp.Or(cfg.ReceiptWindow, 24*time.Hour)
 	cfg.Interrupted = cmp.Or(cfg.Interrupted, 10*time.Minute)
@@ -147,6 +153,9 @@ type sentTicket struct {
 	createdAt time.Time
 	ticket    string
 	token     string
+	// The notification pushed.
+	notificationID        int64
+	notificationCreatedAt time.Time
 }
 
 // checkBatch leases up to receiptBatch sent dispatches not checked since
@@ -157,13 +166,13 @@ func (r *ReceiptReconciler) checkBatch(ctx context.Context, cutoff, passStart ti
 		      WHERE state = 'sent' AND sent_at >= $1 AND (receipt_checked_at IS NULL OR receipt_checked_at < $2)
 		      ORDER BY sent_at LIMIT $3 FOR UPDATE SKIP LOCKED) t
 		WHERE d.id = t.id AND d.created_at = t.created_at
-		RETURNING d.id, d.created_at, d.ticket_id, d.token`, cutoff, passStart, receiptBatch)
+		RETURNING d.id, d.created_at, d.ticket_id, d.token, d.notification_id, d.notification_created_at`, cutoff, passStart, receiptBatch)
 	if err != nil {
 		return 0, fmt.Errorf("take tickets: %w", err)
 	}
 	sent, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sentTicket, error) {
 		var s sentTicket
-		err := row.Scan(&s.id, &s.createdAt, &s.ticket, &s.token)
+		err := row.Scan(&s.id, &s.createdAt, &s.ticket, &s.token, &s.notificationID, &s.notificationCreatedAt)
 		return s, err
 	})
 	if err != nil || len(sent) == 0 {
@@ -190,6 +199,22 @@ func (r *ReceiptReconciler) checkBatch(ctx context.Context, cutoff, passStart ti
 		state, detail := StateDelivered, ""
 		if rc.Status != "ok" {
 			state, detail = StateReceiptError, strings.TrimSpace(rc.Code()+": "+rc.Message)
+			if rc.Code() == expo.MessageRateExceeded {
+				// Expo did not deliver it: sending it again cannot deliver
+				// twice. Expo: "implement exponential backoff and slowly
+				// retry sending messages".
+				r.cfg.Metrics.receipts.WithLabelValues(rc.Status, rc.Code()).Inc()
+				resent, err := r.sendAgain(ctx, s, detail)
+				if err != nil {
+					return 0, err
+				}
+				if resent {
+					continue
+				}
+				detail += "; not sent again: the next try would be past --push-max-age"
+				upd, updAt, states, errs = append(upd, s.id), append(updAt, s.createdAt), append(states, state), append(errs, detail)
+				continue
+			}
 			if rc.Code() == expo.DeviceNotRegistered {
 				// As of the send, which may be hours old: a token registered
 				// again since stays on.
@@ -210,4 +235,49 @@ func (r *ReceiptReconciler) checkBatch(ctx context.Context, cutoff, passStart ti
 		return 0, err
 	}
 	return len(sent), nil
+}
+
+// RateExceededBackoff is the first wait before a push whose receipt said
+// MessageRateExceeded is sent again; each further try waits twice the one
+// before.
+const RateExceededBackoff = time.Minute
+
+// sendAgain defers a sent dispatch whose receipt says Expo did not deliver
+// it (MessageRateExceeded) and queues its notification again, due after
+// the backoff of its tries so far, for the next pass to send to this
+// device alone (a deferred dispatch does not count as sent; the device's
+// others do). It reports false, changing nothing, when that would be due
+// past MaxAge after the first try. The push is sent again as its
+// notification, at normal priority: a digest's push or a critical one
+// keeps its text, not its digest count or its priority (the queue row that
+// held them is gone by the time a receipt comes).
+func (r *ReceiptReconciler) sendAgain(ctx context.Context, s sentTicket, why string) (bool, error) {
+	var tries int
+	var first time.Time
+	if err := r.cfg.DB.QueryRow(ctx, `SELECT count(*), min(created_at) FROM push_dispatches
+		WHERE notification_id = $1 AND notification_created_at = $2 AND token = $3`,
+		s.notificationID, s.notificationCreatedAt, s.token).Scan(&tries, &first); err != nil {
+		return false, fmt.Errorf("count a push's tries: %w", err)
+	}
+	wait := RateExceededBackoff << min(max(tries-1, 0), 16)
+	due := r.cfg.Clock.Now().Add(wait)
+	if !due.Before(first.Add(r.cfg.MaxAge)) {
+		return false, nil
+	}
+	why = fmt.Sprintf("%s (receipt); sending again at %s", why, due.UTC().Format(time.RFC3339))
+	_, err := r.cfg.DB.Exec(ctx, `WITH deferred AS (
+			UPDATE push_dispatches SET state = 'deferred', error = $3, updated_at = now()
+			WHERE id = $1 AND created_at = $2 AND state = 'sent'
+			RETURNING notification_id
+		)
+		INSERT INTO push_queue (notification_id, notification_created_at, enqueued_at, user_id, category, claimed_by,
+		                        due_at, priority, decided, broadcast)
+		SELECT n.id, n.created_at, n.created_at, n.user_id, n.category, 'receipts', $6, 'normal', true, n.topic IS NOT NULL
+		FROM deferred JOIN notifications n ON n.id = $4 AND n.created_at = $5
+		ON CONFLICT (notification_id) DO UPDATE SET `+retakeQueued,
+		s.id, s.createdAt, why, s.notificationID, s.notificationCreatedAt, due)
+	if err != nil {
+		return false, fmt.Errorf("queue a push again: %w", err)
+	}
+	return true, nil
 }

@@ -155,7 +155,7 @@ func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <
 		return nil, err
 	}
 	if w.receipts, err = push.NewReceiptReconciler(push.ReceiptReconcilerConfig{
-		DB: pool, Receipter: client, Devices: deviceStore, Interval: p.receiptInterval, Interrupted: p.interrupted, Metrics: metrics, Logger: logger,
+		DB: pool, Receipter: client, Devices: deviceStore, Interval: p.receiptInterval, MaxAge: p.maxAge, Interrupted: p.interrupted, Metrics: metrics, Logger: logger,
 	}); err != nil {
 		return nil, err
 	}

@@ -32,14 +32,18 @@ type Server struct {
 	gone          map[string]bool // tokens whose tickets say DeviceNotRegistered
 	goneAtReceipt map[string]bool // tokens whose receipts say DeviceNotRegistered
 	rateExceeded  map[string]int  // tokens whose next tickets say MessageRateExceeded
-	holdReceipts  int
-	failures      []failure
-	failing       *failure      // every request's answer while set
-	delay         time.Duration // before reading a request
-	answerDelay   time.Duration // after processing it, before answering
-	onAnswer      func(endpoint string)
-	dropAnswers   int // requests to process and then drop the connection of, unanswered
-	nextID        int
+	// tokens whose next receipts say MessageRateExceeded: Expo accepted the
+	// message, then did not deliver it
+	rateExceededAtReceipt map[string]int
+	exceededTickets       map[string]bool // tickets whose receipt says MessageRateExceeded
+	holdReceipts          int
+	failures              []failure
+	failing               *failure      // every request's answer while set
+	delay                 time.Duration // before reading a request
+	answerDelay           time.Duration // after processing it, before answering
+	onAnswer              func(endpoint string)
+	dropAnswers           int // requests to process and then drop the connection of, unanswered
+	nextID                int
 }
 
 type failure struct {
@@ -49,7 +53,8 @@ type failure struct {
 
 // New returns a fake with no faults.
 func New() *Server {
-	return &Server{tickets: map[string]string{}, requests: map[string]int{}, gone: map[string]bool{}, goneAtReceipt: map[string]bool{}, rateExceeded: map[string]int{}}
+	return &Server{tickets: map[string]string{}, requests: map[string]int{}, gone: map[string]bool{}, goneAtReceipt: map[string]bool{}, rateExceeded: map[string]int{},
+		rateExceededAtReceipt: map[string]int{}, exceededTickets: map[string]bool{}}
 }
 
 // Unregister makes the tickets of token say DeviceNotRegistered.
@@ -67,6 +72,15 @@ func (s *Server) ExceedRate(token string, n int) {
 func (s *Server) UnregisterAtReceipt(token string) {
 	s.mu.Lock()
 	s.goneAtReceipt[token] = true
+	s.mu.Unlock()
+}
+
+// ExceedRateAtReceipt makes the receipts of token's next n tickets say
+// MessageRateExceeded: Expo took the messages, and its provider refused
+// them for too many to the device.
+func (s *Server) ExceedRateAtReceipt(token string, n int) {
+	s.mu.Lock()
+	s.rateExceededAtReceipt[token] = n
 	s.mu.Unlock()
 }
 
@@ -276,6 +290,13 @@ func (s *Server) receipts(raw []byte) (int, any) {
 			case !ok:
 			case s.goneAtReceipt[token]:
 				out[id] = expo.Receipt{Status: "error", Message: "the device is no longer registered", Details: &expo.ErrorDetail{Error: expo.DeviceNotRegistered}}
+			case s.rateExceededAtReceipt[token] > 0:
+				// Once per ticket: the same receipt asked for again says the same.
+				s.rateExceededAtReceipt[token]--
+				s.exceededTickets[id] = true
+				fallthrough
+			case s.exceededTickets[id]:
+				out[id] = expo.Receipt{Status: "error", Message: "the device received too many messages", Details: &expo.ErrorDetail{Error: expo.MessageRateExceeded}}
 			default:
 				out[id] = expo.Receipt{Status: "ok"}
 			}

@@ -91,9 +91,14 @@ const (
 	// NotSent: ctx ended before the request was written. The dispatcher
 	// gives the message back to the queue for another replica.
 	NotSent
+	// TokenForeign: the token is valid, but another app's (a token of
+	// another Expo project). Final; the device is disabled with a reason
+	// of its own, so that one user's stray token is told apart from a
+	// deployment's wrong settings.
+	TokenForeign
 )
 
-var kindNames = [...]string{"delivered", "accepted", "retry_after", "token_gone", "token_invalid", "unknown", "failed", "not_sent"}
+var kindNames = [...]string{"delivered", "accepted", "retry_after", "token_gone", "token_invalid", "unknown", "failed", "not_sent", "token_foreign"}
 
 // String is the kind's name, the value of the metrics' outcome label.
 func (k Kind) String() string {

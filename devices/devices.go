@@ -40,6 +40,7 @@ const (
 	DisabledInvalid     = "invalid_token"         // a stored token that is not an Expo push token
 	DisabledReplaced    = "replaced"              // the user registered one more than MaxEnabledPerUser
 	DisabledGone        = "subscription_gone"     // Web Push: the push service answered 404 or 410
+	DisabledForeign     = "another_project"       // Expo: the token is another Expo project's (PUSH_TOO_MANY_EXPERIENCE_IDS)
 )
 
 // DefaultMaxEnabledPerUser is Devices.MaxEnabledPerUser's default.

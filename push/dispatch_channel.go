@@ -173,6 +173,8 @@ func (d *Dispatcher) judge(s *settled, provider string, c created, o channel.Out
 	case channel.TokenInvalid:
 		s.final = append(s.final, outcome{c: c, state: StateFailed, err: o.Reason + "; the token is disabled"})
 		s.invalid = append(s.invalid, c)
+	case channel.TokenForeign:
+		s.final = append(s.final, outcome{c: c, state: StateFailed, err: o.Reason + "; the token is disabled", gone: devices.DisabledForeign})
 	case channel.Unknown:
 		s.final = append(s.final, outcome{c: c, state: StateFailed, err: fmt.Sprintf("outcome unknown: %s; not retried, a retry could deliver twice", o.Reason)})
 	case channel.Failed:

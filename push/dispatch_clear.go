@@ -94,6 +94,7 @@ type clearOutcome struct {
 	// (APNs' 410 timestamp); zero when it does not say.
 	goneSince time.Time
 	invalid   bool // the provider refuses the token: disabled, as for a push
+	foreign   bool // the token is another app's: disabled, as for a push
 	held      bool // given back unsent, to keep the user or the destination within their share
 }
 
@@ -151,10 +152,13 @@ func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
 		result := map[string]string{StateSent: ClearSent, StateFailed: ClearFailed, StateSkipped: ClearSkipped, StateQueued: ClearRetried}[o.state]
 		d.cfg.Metrics.clears.WithLabelValues(o.dev.provider, result).Inc()
 		reason := goneReason(o.dev.provider)
-		if o.invalid {
+		switch {
+		case o.invalid:
 			reason = devices.DisabledInvalid
+		case o.foreign:
+			reason = devices.DisabledForeign
 		}
-		if o.gone || o.invalid {
+		if o.gone || o.invalid || o.foreign {
 			asOf := o.dev.claimed
 			if !o.goneSince.IsZero() && o.goneSince.Before(asOf) {
 				asOf = o.goneSince
@@ -293,6 +297,8 @@ func (d *Dispatcher) clearOutcomeOf(provider string, dev *clearDevice, a channel
 		o.state, o.err, o.gone, o.goneSince = StateFailed, a.Reason, true, a.InvalidSince
 	case channel.TokenInvalid:
 		o.state, o.err, o.invalid = StateFailed, a.Reason+"; the token is disabled", true
+	case channel.TokenForeign:
+		o.state, o.err, o.foreign = StateFailed, a.Reason+"; the token is disabled", true
 	case channel.Unknown:
 		o.state, o.err = StateFailed, fmt.Sprintf("outcome unknown: %s; not retried, a retry could deliver twice", a.Reason)
 	default:

@@ -46,6 +46,11 @@ type DispatcherConfig struct {
 	DB DB
 	// Sender sends to Expo. Required.
 	Sender Sender
+	// ExpoExperience is this app's Expo project, "@owner/slug": the
+	// tokens of another project in a request are disabled
+	// (expo.ChannelConfig.Experience). "": the project of most of a
+	// request's tokens.
+	ExpoExperience string
 	// Preferences says which categories are off. Required.
 	Preferences preferences.Source
 	// Devices resolves and disables tokens. Required.
@@ -177,7 +182,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		cfg.Metrics = NewMetrics(nil)
 	}
 	cfg.Clock = clock.Or(cfg.Clock)
-	ex, err := expo.NewChannel(expo.ChannelConfig{Sender: cfg.Sender, Clock: cfg.Clock, OnResult: func(r string) { cfg.Metrics.sent.WithLabelValues(r).Inc() }})
+	ex, err := expo.NewChannel(expo.ChannelConfig{Sender: cfg.Sender, Clock: cfg.Clock, Experience: cfg.ExpoExperience, OnResult: func(r string) { cfg.Metrics.sent.WithLabelValues(r).Inc() }})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package push_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/push"
@@ -133,5 +135,48 @@ func TestAReceiptSayingMessageRateExceededPastThePushMaxAgeEndsThePush(t *testin
 	}
 	if n := pgtest.Count(t, s.pool, `SELECT count(*) FROM push_queue`); n != 0 {
 		t.Errorf("%d rows queued again, want none", n)
+	}
+}
+
+// Expo refuses a request mixing tokens of two projects whole (400
+// PUSH_TOO_MANY_EXPERIENCE_IDS, its details naming each project's tokens):
+// one stray token must not fail the nine others' pushes.
+func TestAForeignExpoTokenIsDisabledAndTheOthersInItsBatchAreSent(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	foreign := "ExponentPushToken[stray]"
+	s.fake.SetExperience(foreign, "@someone-else/their-app")
+	var users []string
+	for i := range 9 {
+		u := fmt.Sprintf("u%d", i)
+		s.register(u, fmt.Sprintf("ExponentPushToken[ours-%d]", i))
+		users = append(users, u)
+	}
+	s.register("u-stray", foreign)
+	s.ingest("e1", "general", append(users, "u-stray")...)
+	s.drain()
+
+	if got := s.states(); got[push.StateSent] != 9 || got[push.StateFailed] != 1 || len(got) != 2 {
+		t.Errorf("dispatches by state %v; want the 9 of this project sent and the stray one failed", got)
+	}
+	var why string
+	if err := s.pool.QueryRow(context.Background(), `SELECT error FROM push_dispatches WHERE token = $1`, foreign).Scan(&why); err != nil || !strings.Contains(why, "@someone-else/their-app") {
+		t.Errorf("the stray token's dispatch says %q (%v); want the project it belongs to", why, err)
+	}
+	if s.enabled(foreign) {
+		t.Error("the stray token is still enabled")
+	}
+	if got := s.counter("spoolcast_tokens_disabled_total", "reason", devices.DisabledForeign); got != 1 {
+		t.Errorf("tokens disabled as another project's = %v, want 1", got)
+	}
+	if got := len(s.fake.Messages()); got != 9 {
+		t.Errorf("Expo accepted %d messages, want 9", got)
+	}
+	// The next event reaches the nine in one request, without the stray.
+	before := s.fake.Requests("send")
+	s.ingest("e2", "general", append(users, "u-stray")...)
+	s.drain()
+	if got := s.fake.Requests("send") - before; got != 1 {
+		t.Errorf("the next event took %d requests, want 1", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +46,12 @@ type ChannelConfig struct {
 	// Clock reads the time a message's Expires is measured from; nil: the
 	// wall clock.
 	Clock clock.Clock
+	// Experience is this app's Expo project, "@owner/slug"
+	// (--expo-experience). When a request mixes tokens of several projects
+	// (PUSH_TOO_MANY_EXPERIENCE_IDS), its messages are sent again on
+	// their own and the others' tokens are TokenForeign. "": the project
+	// holding most of the request's tokens is taken for this app's.
+	Experience string
 }
 
 // DefaultTTL is ChannelConfig.TTL's default.
@@ -120,6 +127,9 @@ func (c *Channel) Send(ctx context.Context, msgs []channel.Message) []channel.Ou
 	}
 	tickets, err := c.cfg.Sender.Send(ctx, req)
 	var re *RequestError
+	if errors.As(err, &re) && re.Code == TooManyExperiences && len(re.Experiences) > 1 {
+		return c.sendOwnProject(ctx, msgs, re)
+	}
 	var whole channel.Outcome
 	switch {
 	case err == nil && len(tickets) != len(msgs):
@@ -163,6 +173,76 @@ func (c *Channel) Send(ctx context.Context, msgs []channel.Message) []channel.Ou
 		out[i] = o
 	}
 	return out
+}
+
+// sendOwnProject answers a request Expo refused for mixing the tokens of
+// several projects, which it took none of: the messages to tokens of this
+// app's project are sent again in a request of their own, and the others
+// are TokenForeign, so that one stray token never fails everyone's batch.
+// A token the details do not name is sent with this app's.
+func (c *Channel) sendOwnProject(ctx context.Context, msgs []channel.Message, re *RequestError) []channel.Outcome {
+	own := c.ownProject(msgs, re.Experiences)
+	project := map[string]string{}
+	for name, tokens := range re.Experiences {
+		for _, t := range tokens {
+			project[t] = name
+		}
+	}
+	out := make([]channel.Outcome, len(msgs))
+	var again []channel.Message
+	var at []int
+	for i, m := range msgs {
+		if p, named := project[m.Token]; named && p != own {
+			out[i] = channel.Outcome{Kind: channel.TokenForeign, Status: re.Status, Code: TooManyExperiences,
+				Reason: fmt.Sprintf("expo: the token belongs to Expo project %s, not this app's (%s)", p, own)}
+			c.count(ResultFailed, 1)
+			continue
+		}
+		again, at = append(again, m), append(at, i)
+	}
+	if len(again) == len(msgs) {
+		// Nothing to take out: the same request would be refused again.
+		for i := range out {
+			out[i] = channel.Outcome{Kind: channel.Failed, Status: re.Status, Code: re.Code, Reason: re.Error()}
+		}
+		c.count(ResultFailed, len(msgs))
+		return out
+	}
+	for j, o := range c.Send(ctx, again) {
+		out[at[j]] = o
+	}
+	return out
+}
+
+// ownProject is this app's project among those a refused request named:
+// the configured one, else the one holding most of the request's tokens
+// (a tie goes to the project of the first message among them).
+func (c *Channel) ownProject(msgs []channel.Message, experiences map[string][]string) string {
+	if c.cfg.Experience != "" {
+		return c.cfg.Experience
+	}
+	count := map[string]int{}
+	first := map[string]int{}
+	for name, tokens := range experiences {
+		count[name] = len(tokens)
+		first[name] = len(msgs)
+		for i, m := range msgs {
+			if slices.Contains(tokens, m.Token) {
+				first[name] = i
+				break
+			}
+		}
+	}
+	best := ""
+	for name := range count {
+		switch {
+		case best == "", count[name] > count[best],
+			count[name] == count[best] && first[name] < first[best],
+			count[name] == count[best] && first[name] == first[best] && name < best:
+			best = name
+		}
+	}
+	return best
 }
 
 // ttl is m's life in seconds: until its Expires, to the nearest second (a

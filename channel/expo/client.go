@@ -126,8 +126,15 @@ type RequestError struct {
 	// RetryAfter is what the last answer's Retry-After asked for (a 429,
 	// a 503); 0 when it named no wait.
 	RetryAfter time.Duration
-	cause      error // the context's error, when it ended the request
+	// Experiences are the details of a PUSH_TOO_MANY_EXPERIENCE_IDS: the
+	// request's tokens by the Expo project ("@owner/slug") each belongs to.
+	Experiences map[string][]string
+	cause       error // the context's error, when it ended the request
 }
+
+// TooManyExperiences is the code of a 400 refusing a request whose tokens
+// belong to more than one Expo project; Expo took none of its messages.
+const TooManyExperiences = "PUSH_TOO_MANY_EXPERIENCE_IDS"
 
 // Unwrap returns the context's error when it ended the request.
 func (e *RequestError) Unwrap() error { return e.cause }
@@ -418,12 +425,16 @@ func (c *Client) postOnce(ctx context.Context, endpoint string, raw []byte, out 
 		re := &RequestError{Status: resp.StatusCode, Msg: strings.TrimSpace(string(payload))}
 		var body struct {
 			Errors []struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
+				Code    string          `json:"code"`
+				Message string          `json:"message"`
+				Details json.RawMessage `json:"details"`
 			} `json:"errors"`
 		}
 		if json.Unmarshal(payload, &body) == nil && len(body.Errors) > 0 {
 			re.Code, re.Msg = body.Errors[0].Code, body.Errors[0].Message
+			if re.Code == TooManyExperiences {
+				_ = json.Unmarshal(body.Errors[0].Details, &re.Experiences) // unreadable: none, and the batch fails whole
+			}
 		}
 		wait, _ := retryafter.Parse(resp.Header.Get("Retry-After"), c.cfg.Clock.Now())
 		return wait, re

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -25,11 +26,15 @@ import (
 	"github.com/spoolcast/spoolcast/push/policy"
 )
 
+// expoProject is an Expo project's full name: @owner/slug.
+var expoProject = regexp.MustCompile(`^@[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$`)
+
 // pushFlags are central's push settings.
 type pushFlags struct {
 	enabled         bool
 	expoURL         string
 	expoTokenFile   string
+	expoExperience  string
 	expoRate        int
 	expoConcurrency int
 	maxAge          time.Duration
@@ -53,6 +58,7 @@ func (p *pushFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&p.enabled, "push", true, "run the push dispatcher and receipt reconciler in this replica (replicas share the work)")
 	fs.StringVar(&p.expoURL, "expo-url", expo.DefaultURL, "base of Expo's push API; /send and /getReceipts are appended")
 	fs.StringVar(&p.expoTokenFile, "expo-access-token-file", "", "file holding an Expo access token, for projects with enhanced push security")
+	fs.StringVar(&p.expoExperience, "expo-experience", "", "this app's Expo project, @owner/slug (the app config's owner and slug): when a send mixes tokens of several projects, Expo refuses it whole (PUSH_TOO_MANY_EXPERIENCE_IDS); the messages to this project's tokens are sent again and the others' tokens disabled (another_project). Unset, the project of most of the send's tokens is taken for this app's")
 	fs.IntVar(&p.expoRate, "expo-rate", expo.DefaultRatePerSecond, "most push messages sent per second by this replica (Expo allows 600/s per project; 0 is no cap)")
 	fs.IntVar(&p.expoConcurrency, "expo-concurrency", 6, "most Expo requests in flight from this replica")
 	fs.DurationVar(&p.maxAge, "push-max-age", time.Hour, "oldest notification still pushed; older ones (after a long stop of every dispatcher) are recorded skipped")
@@ -80,6 +86,8 @@ func (p *pushFlags) validate() error {
 	switch {
 	case p.expoRate < 0 || p.expoConcurrency < 1:
 		return errors.New("--expo-rate must not be negative and --expo-concurrency must be at least 1")
+	case p.expoExperience != "" && !expoProject.MatchString(p.expoExperience):
+		return fmt.Errorf("--expo-experience %q: want @owner/slug, as Expo names a project", p.expoExperience)
 	case p.suppressIfSeen < 0 || p.suppressIfSeen > time.Hour:
 		return fmt.Errorf("--push-suppress-if-seen %s: from 0 (off) to 1h", p.suppressIfSeen)
 	case p.maxAge < 0 || p.prefsCacheTTL < 0 || p.prefsTimeout < 0 || p.receiptInterval < 0:
@@ -148,7 +156,7 @@ func startPush(ctx context.Context, o centralOptions, pool *pgxpool.Pool, wake <
 	}
 	w := &pushWorkers{}
 	if w.dispatcher, err = push.NewDispatcher(push.DispatcherConfig{
-		DB: pool, Sender: client, Preferences: prefs, Devices: deviceStore, Wake: wake,
+		DB: pool, Sender: client, ExpoExperience: p.expoExperience, Preferences: prefs, Devices: deviceStore, Wake: wake,
 		MaxAge: p.maxAge, Throttle: p.throttle, SuppressIfSeen: p.suppressIfSeen, Metrics: metrics, Logger: logger,
 		WebPush: web, WebConcurrency: p.webConcurrency, WebTTL: p.webTTL, ClearOnRead: p.clearOnRead, Channels: channels,
 	}); err != nil {

@@ -8,11 +8,13 @@
 package expotest
 
 import (
+	"cmp"
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -35,7 +37,8 @@ type Server struct {
 	// tokens whose next receipts say MessageRateExceeded: Expo accepted the
 	// message, then did not deliver it
 	rateExceededAtReceipt map[string]int
-	exceededTickets       map[string]bool // tickets whose receipt says MessageRateExceeded
+	exceededTickets       map[string]bool   // tickets whose receipt says MessageRateExceeded
+	experiences           map[string]string // tokens of another Expo project than DefaultExperience
 	holdReceipts          int
 	failures              []failure
 	failing               *failure      // every request's answer while set
@@ -54,7 +57,7 @@ type failure struct {
 // New returns a fake with no faults.
 func New() *Server {
 	return &Server{tickets: map[string]string{}, requests: map[string]int{}, gone: map[string]bool{}, goneAtReceipt: map[string]bool{}, rateExceeded: map[string]int{},
-		rateExceededAtReceipt: map[string]int{}, exceededTickets: map[string]bool{}}
+		rateExceededAtReceipt: map[string]int{}, exceededTickets: map[string]bool{}, experiences: map[string]string{}}
 }
 
 // Unregister makes the tickets of token say DeviceNotRegistered.
@@ -72,6 +75,20 @@ func (s *Server) ExceedRate(token string, n int) {
 func (s *Server) UnregisterAtReceipt(token string) {
 	s.mu.Lock()
 	s.goneAtReceipt[token] = true
+	s.mu.Unlock()
+}
+
+// DefaultExperience is the Expo project ("@owner/slug") of every token the
+// fake was not told otherwise of.
+const DefaultExperience = "@spoolcast/app"
+
+// SetExperience makes token one of project's, another Expo project than
+// DefaultExperience: a request holding tokens of two projects is refused
+// whole, 400 PUSH_TOO_MANY_EXPERIENCE_IDS, with the tokens of each project
+// in its details, as Expo does.
+func (s *Server) SetExperience(token, project string) {
+	s.mu.Lock()
+	s.experiences[token] = project
 	s.mu.Unlock()
 }
 
@@ -244,6 +261,22 @@ func (s *Server) send(raw []byte) (int, any) {
 	}
 	tickets := make([]expo.Ticket, len(msgs))
 	s.mu.Lock()
+	projects := map[string][]string{}
+	for _, m := range msgs {
+		p := cmp.Or(s.experiences[m.To], DefaultExperience)
+		if !slices.Contains(projects[p], m.To) {
+			projects[p] = append(projects[p], m.To)
+		}
+	}
+	if len(projects) > 1 {
+		s.mu.Unlock()
+		return http.StatusBadRequest, map[string]any{"errors": []map[string]any{{
+			"code":        expo.TooManyExperiences,
+			"message":     "All push notification messages in the same request must be for the same project; check the details field to investigate conflicting tokens.",
+			"details":     projects,
+			"isTransient": false,
+		}}}
+	}
 	for i, m := range msgs {
 		if s.gone[m.To] {
 			tickets[i] = expo.Ticket{Status: "error", Message: fmt.Sprintf("%q is not a registered push notification recipient", m.To), Details: &expo.ErrorDetail{Error: expo.DeviceNotRegistered}}

@@ -94,7 +94,7 @@ export interface Device {
   /** Who reaches it: `expo`, `webpush`, `apns`, `fcm`. */
   provider: string;
   enabled: boolean;
-  /** `user_request`, `device_not_registered` (Expo, APNs or FCM: the app is gone), `subscription_gone`, `invalid_token`, `replaced`. */
+  /** `user_request`, `device_not_registered` (Expo, APNs or FCM: the app is gone), `subscription_gone`, `invalid_token`, `another_project` (an Expo token of another Expo project), `replaced`. */
   disabledReason: string | null;
   disabledAt: string | null;
   createdAt: string;

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/spoolcast/spoolcast/devices"
+	"github.com/spoolcast/spoolcast/devices/devicestest"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
 )
 
@@ -72,22 +73,7 @@ func (s *stack) seenAgo(token string, ago time.Duration) {
 // "" when enabled.
 func (s *stack) deviceStates(user string) map[string]string {
 	s.t.Helper()
-	devs, err := s.devices.List(context.Background(), user)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, d := range devs {
-		switch {
-		case d.Enabled && d.DisabledReason == nil && d.DisabledAt == nil:
-			out[d.Token] = ""
-		case !d.Enabled && d.DisabledReason != nil && d.DisabledAt != nil:
-			out[d.Token] = *d.DisabledReason
-		default:
-			s.t.Fatalf("device %+v: enabled and disabled_reason/disabled_at disagree", d)
-		}
-	}
-	return out
+	return devicestest.States(s.t, s.devices, user)
 }
 
 // enabledCount is how many of user's devices are enabled.

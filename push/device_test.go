@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/spoolcast/spoolcast/devices"
+	"github.com/spoolcast/spoolcast/devices/devicestest"
 	"github.com/spoolcast/spoolcast/push"
 )
 
@@ -75,22 +76,7 @@ func TestATicketErrorSparesATokenRegisteredAgainWhileTheSendWasInFlight(t *testi
 // "" when enabled.
 func (s *stack) deviceStates(user string) map[string]string {
 	s.t.Helper()
-	devs, err := s.devices.List(context.Background(), user)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, d := range devs {
-		switch {
-		case d.Enabled && d.DisabledReason == nil && d.DisabledAt == nil:
-			out[d.Token] = ""
-		case !d.Enabled && d.DisabledReason != nil && d.DisabledAt != nil:
-			out[d.Token] = *d.DisabledReason
-		default:
-			s.t.Fatalf("device %+v: enabled and disabled_reason/disabled_at disagree", d)
-		}
-	}
-	return out
+	return devicestest.States(s.t, s.devices, user)
 }
 
 // A token stored without Register's check (a restore, a hand-written row)

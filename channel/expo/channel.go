@@ -119,8 +119,9 @@ func (c *Channel) Send(ctx context.Context, msgs []channel.Message) []channel.Ou
 	req := make([]Message, len(msgs))
 	now := c.cfg.Clock.Now()
 	for i, m := range msgs {
-		req[i] = Fit(fromChannel(m))
-		req[i].TTL = c.ttl(m, now)
+		msg := fromChannel(m)
+		msg.TTL = c.ttl(m, now) // before Fit: it counts toward the size
+		req[i] = Fit(msg)
 	}
 	if d, ok := channel.RetryBudget(ctx); ok {
 		ctx = RetryFor(ctx, d) // the client's own retries, bounded by the pass's lease

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -182,13 +181,13 @@ func (c *Channel) Send(ctx context.Context, msgs []channel.Message) []channel.Ou
 // are TokenForeign, so that one stray token never fails everyone's batch.
 // A token the details do not name is sent with this app's.
 func (c *Channel) sendOwnProject(ctx context.Context, msgs []channel.Message, re *RequestError) []channel.Outcome {
-	own := c.ownProject(msgs, re.Experiences)
-	project := map[string]string{}
+	project := map[string]string{} // token → its project, as the details say
 	for name, tokens := range re.Experiences {
 		for _, t := range tokens {
 			project[t] = name
 		}
 	}
+	own := c.ownProject(msgs, project)
 	out := make([]channel.Outcome, len(msgs))
 	var again []channel.Message
 	var at []int
@@ -215,32 +214,22 @@ func (c *Channel) sendOwnProject(ctx context.Context, msgs []channel.Message, re
 	return out
 }
 
-// ownProject is this app's project among those a refused request named:
-// the configured one, else the one holding most of the request's tokens
-// (a tie goes to the project of the first message among them).
-func (c *Channel) ownProject(msgs []channel.Message, experiences map[string][]string) string {
+// ownProject is this app's project: the configured one, else the one
+// holding most of msgs' tokens (of a tie, the one that got there first).
+func (c *Channel) ownProject(msgs []channel.Message, project map[string]string) string {
 	if c.cfg.Experience != "" {
 		return c.cfg.Experience
 	}
 	count := map[string]int{}
-	first := map[string]int{}
-	for name, tokens := range experiences {
-		count[name] = len(tokens)
-		first[name] = len(msgs)
-		for i, m := range msgs {
-			if slices.Contains(tokens, m.Token) {
-				first[name] = i
-				break
-			}
-		}
-	}
 	best := ""
-	for name := range count {
-		switch {
-		case best == "", count[name] > count[best],
-			count[name] == count[best] && first[name] < first[best],
-			count[name] == count[best] && first[name] == first[best] && name < best:
-			best = name
+	for _, m := range msgs {
+		p, named := project[m.Token]
+		if !named {
+			continue
+		}
+		count[p]++
+		if best == "" || count[p] > count[best] {
+			best = p
 		}
 	}
 	return best

@@ -17,51 +17,16 @@
 // order. A page answers as of when it was read, so the changes that came
 // while it was on its way are applied to it again (they are idempotent).
 
-import type { Count, Notification, NotificationStatus, SpoolcastClient, SpoolcastError, StateEvent, StreamStatus, Subscription } from "@spoolcast/client";
+import type { Notification, NotificationStatus, SpoolcastClient, SpoolcastError, StateEvent, StreamStatus, Subscription } from "@spoolcast/client";
+import { belongs, merge, micros } from "./order.js";
+import type { CountsState, FeedState, Need, UnreadState } from "./state.js";
+
+export type { CountsState, FeedState, Need, UnreadState } from "./state.js";
 
 // The timers of every platform React runs on; declared here so that the
 // package compiles without the DOM's types (it uses no DOM API).
 declare function setTimeout(fn: () => void, ms?: number): unknown;
 declare function clearTimeout(handle: unknown): void;
-
-/** What useNotifications shows of one list. */
-export interface FeedState {
-  /** Newest first (the feed's order), once per id: the pages loaded and the notifications that arrived or moved here live. */
-  items: readonly Notification[];
-  /** The first page is not in yet (before the stream connects, and again after a reset, while what was shown stays). */
-  loading: boolean;
-  /** loadMore's page is on its way. */
-  loadingMore: boolean;
-  /** There are older notifications than the last page loaded: loadMore loads them. */
-  hasMore: boolean;
-  /** The last page load that failed (a first page is tried again by itself); null after one succeeds. */
-  error: SpoolcastError | null;
-}
-
-/** What useUnreadCount shows. */
-export interface UnreadState extends Count {
-  /** No count has been read yet. */
-  loading: boolean;
-  /** The last count that could not be read; null after one could. */
-  error: SpoolcastError | null;
-}
-
-/** What useCounts shows: each count as the server caps it (up to 100; `capped`: more, show "99+"). */
-export interface CountsState {
-  /** Unread and not archived: the Unread tab's. */
-  unread: Count;
-  /** Not seen yet: a bell's "new". */
-  unseen: Count;
-  /** Archived. */
-  archived: Count;
-  /** No counts have been read yet. */
-  loading: boolean;
-  /** The last counts that could not be read; null after they could. */
-  error: SpoolcastError | null;
-}
-
-/** What a hook holds the store for: each opens the subscription; a list, and the counts, also load theirs. */
-export type Need = "count" | "counts" | "status" | `feed:${NotificationStatus}`;
 
 /** A count refresh waits this long after a change, so that a burst costs one request (ms). */
 const COUNT_DELAY = 250;
@@ -70,54 +35,6 @@ const PAGE_RETRY_MAX = 30_000;
 /** The server's cap: counted up to this, `capped` past it. */
 const CAP = 100;
 
-/**
- * createdMicros orders notifications as the feed does: `createdAt` carries
- * microseconds, which a Date drops, and the server trims trailing zeros,
- * so neither a Date nor comparing the strings would do.
- */
-export function createdMicros(iso: string): number {
-  const m = /^(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$/.exec(iso);
-  if (!m) return Date.parse(iso) * 1000;
-  return Date.parse(m[1]! + m[3]!) * 1000 + Number((m[2] ?? "").padEnd(6, "0").slice(0, 6));
-}
-
-const micros = (n: Notification) => createdMicros(n.createdAt);
-
-/**
- * merge puts each notification not yet in items at its place in feed order,
- * newest first by createdAt. A live notification is almost always the
- * newest, but one whose transaction committed late goes below newer ones,
- * as the feed lists it. Ties are common: a notification's createdAt is its
- * ingest transaction's start, shared by a batch. The feed breaks them by
- * the order of persistence, which the stream follows and pages show, so a
- * live one goes above those of its time (it committed after them) and a
- * page's go below (a page is newest first); ids, opaque, are never compared.
- * @internal
- */
-export function merge(items: readonly Notification[], more: readonly Notification[], live: boolean): readonly Notification[] {
-  const ids = new Set(items.map((n) => n.id));
-  let out: Notification[] | undefined;
-  for (const n of more) {
-    if (ids.has(n.id)) continue;
-    ids.add(n.id);
-    out ??= items.slice();
-    const t = micros(n);
-    let lo = 0;
-    let hi = out.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      const m = micros(out[mid]!);
-      if (m > t || (m === t && !live)) lo = mid + 1;
-      else hi = mid;
-    }
-    out.splice(lo, 0, n);
-  }
-  return out ?? items;
-}
-
-/** belongs says whether n is in the list: `all` and `unread` leave the archived out. */
-export const belongs = (status: NotificationStatus, n: Notification): boolean =>
-  status === "archived" ? !!n.archivedAt : !n.archivedAt && (status === "all" || !n.readAt);
 
 /** The list's query: `all` is the feed's default, and asked as such. */
 const statusQuery = (status: NotificationStatus) => (status === "all" ? {} : { status });

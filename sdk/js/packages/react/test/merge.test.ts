@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { Notification } from "@spoolcast/client";
-import { merge } from "../src/store.ts";
+import { merge } from "../src/order.ts";
 
 const n = (id: string, createdAt: string): Notification => ({
   id, createdAt, type: "t", category: "c", title: id, body: "", data: {}, producer: "p", receivedAt: null, readAt: null, seenAt: null, archivedAt: null,

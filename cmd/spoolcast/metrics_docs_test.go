@@ -133,6 +133,12 @@ func TestEveryMetricDashboardsAndAlertsUseIsExportedAndDocumented(t *testing.T) 
 	}
 	call(http.MethodGet, centralURL+"/v1/notifications", "")
 
+	// The partition gauges describe what central's first maintenance pass
+	// saw; that pass runs beside startup and can finish after the event.
+	testsignal.Eventually(t, "central's first maintenance pass", 30*time.Second, func() bool {
+		_, ok := exported(t, opsURL)["spoolcast_partitions"]
+		return ok
+	})
 	families := exported(t, relayURL)
 	for name, typ := range exported(t, opsURL) {
 		families[name] = typ

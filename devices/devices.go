@@ -40,7 +40,11 @@ const (
 	DisabledInvalid     = "invalid_token"         // a stored token that is not an Expo push token
 	DisabledReplaced    = "replaced"              // the user registered one more than MaxEnabledPerUser
 	DisabledGone        = "subscription_gone"     // Web Push: the push service answered 404 or 410
-	DisabledForeign     = "another_project"       // Expo: the token is another Expo project's (PUSH_TOO_MANY_EXPERIENCE_IDS)
+	// DisabledForeign: the token is valid but another app's: another Expo
+	// project's (PUSH_TOO_MANY_EXPERIENCE_IDS, MismatchSenderId), another
+	// APNs topic's (DeviceTokenNotForTopic), another Firebase sender's
+	// (SENDER_ID_MISMATCH), another VAPID key's (a browser's 401 or 403).
+	DisabledForeign = "another_app"
 )
 
 // DefaultMaxEnabledPerUser is Devices.MaxEnabledPerUser's default.

@@ -103,6 +103,11 @@ func (d *Dispatcher) sendChannel(ctx context.Context, provider string, items []c
 		}
 		answers := d.channelSend(sendCtx, ch, pending)
 		now := d.cfg.Clock.Now()
+		// The whole batch is seen before any device of it is judged: a
+		// wrong setting refuses all of them at once.
+		for i, o := range answers {
+			d.refusals.observe(provider, pending[i].token, o, now)
+		}
 		var retry []created
 		var backoff time.Duration
 		var lastWhy string
@@ -162,6 +167,11 @@ func (d *Dispatcher) judge(s *settled, provider string, c created, o channel.Out
 	if o.Credentials {
 		d.cfg.Metrics.credentials.WithLabelValues(provider).Inc()
 	}
+	d.refusals.observe(provider, c.token, o, now)
+	if why, held := d.holdRefusal(provider, o, now); held {
+		s.deferred = append(s.deferred, deferredSend{c, now.Add(refusalHold), why})
+		return verdict{}
+	}
 	switch o.Kind {
 	case channel.Accepted:
 		// Taken, and named for a receipt: sent until it comes.
@@ -201,6 +211,41 @@ func (d *Dispatcher) judge(s *settled, provider string, c created, o channel.Out
 		}
 	}
 	return verdict{}
+}
+
+// holdRefusal reports whether o refuses its device while provider refuses
+// most devices (refusalGuard): then the device is kept, the push waits,
+// the refusal is counted for the page, and why says so.
+func (d *Dispatcher) holdRefusal(provider string, o channel.Outcome, now time.Time) (why string, held bool) {
+	if !refusedDevice(o) {
+		return "", false
+	}
+	held, refused, answered := d.refusals.holds(provider, now)
+	if !held {
+		return "", false
+	}
+	d.cfg.Metrics.refusalsHeld.WithLabelValues(provider).Inc()
+	d.failLog.Do(func(suppressed int64) {
+		d.log.Error("a push provider refuses most devices' tokens: none is disabled, their pushes wait; check this deployment's settings for it", "provider", provider,
+			"reason", o.Reason, "refused", refused, "devices", answered, "suppressed", suppressed)
+	})
+	return fmt.Sprintf("%s; %s refused %d of the last %d devices it answered, so this deployment's settings are wrong, not the device's token (%s): the device is kept",
+		o.Reason, provider, refused, answered, settingsFor(provider)), true
+}
+
+// settingsFor names the settings that make provider refuse every device.
+func settingsFor(provider string) string {
+	switch provider {
+	case "apns":
+		return "--apns-sandbox, --apns-topic"
+	case "fcm":
+		return "--fcm-credentials-file, --fcm-project"
+	case ProviderWebPush:
+		return "--vapid-key-file"
+	case ProviderExpo:
+		return "--expo-access-token-file, --expo-experience"
+	}
+	return "its credentials"
 }
 
 // retryEnded settles what was to be tried again when no try can be made:

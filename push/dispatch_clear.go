@@ -283,6 +283,12 @@ func (d *Dispatcher) clearOutcomeOf(provider string, dev *clearDevice, a channel
 	if a.Credentials {
 		d.cfg.Metrics.credentials.WithLabelValues(provider).Inc()
 	}
+	now := d.cfg.Clock.Now()
+	d.refusals.observe(provider, dev.token, a, now)
+	if why, held := d.holdRefusal(provider, a, now); held {
+		o.state, o.due, o.err = StateQueued, now.Add(refusalHold), why+"; sending again"
+		return o
+	}
 	switch a.Kind {
 	case channel.Delivered, channel.Accepted:
 		o.state, o.ticket = StateSent, a.ID
@@ -315,6 +321,10 @@ func (d *Dispatcher) sendBatchedClears(ctx context.Context, ch channel.Channel, 
 		msgs[i] = d.clearMessage(dev)
 	}
 	answers := sendBatches(ctx, ch, msgs, nil)
+	now := d.cfg.Clock.Now()
+	for i, dev := range devs {
+		d.refusals.observe(ch.Provider(), dev.token, answers[i], now)
+	}
 	out := make([]clearOutcome, len(devs))
 	for i, dev := range devs {
 		out[i] = d.clearOutcomeOf(ch.Provider(), dev, answers[i])

@@ -145,6 +145,8 @@ type Dispatcher struct {
 	// lease nearly ends (see sendChannel).
 	channels        map[string]channel.Channel
 	channelRetriers map[string]chan struct{}
+	// refusals tells one device's refusal from a wrong setting's.
+	refusals *refusalGuard
 }
 
 // gaugesInterval is how often the in-flight gauges are refreshed.
@@ -211,7 +213,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	for p := range channels {
 		cfg.Metrics.initChannel(p)
 	}
-	return &Dispatcher{channels: channels, channelRetriers: retriers, cfg: cfg, log: cfg.Logger.With("component", "dispatcher"), failLog: lograte.New(10 * time.Second), kick: make(chan struct{}, cfg.Workers),
+	return &Dispatcher{channels: channels, channelRetriers: retriers, refusals: newRefusalGuard(), cfg: cfg, log: cfg.Logger.With("component", "dispatcher"), failLog: lograte.New(10 * time.Second), kick: make(chan struct{}, cfg.Workers),
 		inflight: map[uint64]struct{}{},
 		webSlots: make(chan struct{}, cfg.WebConcurrency), webWaiting: make(chan struct{}, 2*cfg.WebConcurrency),
 		webOrigins: newShares(2*cfg.WebConcurrency*3/4, cfg.WebConcurrency*3/4), webUsers: newShares(2*cfg.WebConcurrency/8, cfg.WebConcurrency/8)}, nil

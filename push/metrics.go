@@ -26,6 +26,8 @@ type Metrics struct {
 	channelSent *prometheus.CounterVec
 	channelTook *prometheus.HistogramVec
 	credentials *prometheus.CounterVec
+	// refusalsHeld: device refusals not acted on, the provider refusing most devices.
+	refusalsHeld *prometheus.CounterVec
 }
 
 // Results of a message sent, the values of spoolcast_push_sent_total's result label.
@@ -66,6 +68,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Time of one batch of pushes handed to a channel (expo, webpush, apns, fcm), to the last message's answer, by provider.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, "provider"),
 		credentials: metric.CounterVec("spoolcast_push_credentials_refused_total",
 			"Messages (pushes and clears) a provider refused because of this deployment's credentials or settings (an APNs 403 or a topic refused, an FCM 401 or 403 or SENDER_ID_MISMATCH, the OAuth token endpoint refusing the grant), by provider: the key, team, topic, project or service account is wrong or revoked. The device is never blamed.", "provider"),
+		refusalsHeld: metric.CounterVec("spoolcast_push_refusals_held_total",
+			"Messages (pushes and clears) whose device a provider refused (BadDeviceToken, DeviceTokenNotForTopic, SENDER_ID_MISMATCH, a browser's 401/403, Expo's MismatchSenderId) while it refused most of the last 16 distinct devices it answered within 10 minutes, and at least 4, by provider: a deployment setting is wrong (--apns-sandbox, --apns-topic, the Firebase project, the VAPID key), so no device is disabled and the push waits 10 minutes, once.", "provider"),
 		webTook: metric.Histogram("spoolcast_webpush_request_duration_seconds",
 			"Web Push request time, to the push service's answer or the failure.", []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
 	}
@@ -91,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.requestTook.WithLabelValues(e)
 	}
 	if reg != nil {
-		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.queueOldest, m.released, m.orphans, m.webBusy, m.policy, m.webSent, m.webTook, m.clears, m.channelSent, m.channelTook, m.credentials)
+		reg.MustRegister(m.dispatches, m.sent, m.receipts, m.requestTook, m.queueOldest, m.released, m.orphans, m.webBusy, m.policy, m.webSent, m.webTook, m.clears, m.channelSent, m.channelTook, m.credentials, m.refusalsHeld)
 	}
 	return m
 }
@@ -103,6 +107,7 @@ func (m *Metrics) initChannel(provider string) {
 	}
 	m.channelTook.WithLabelValues(provider)
 	m.credentials.WithLabelValues(provider)
+	m.refusalsHeld.WithLabelValues(provider)
 	for _, r := range []string{ClearSent, ClearFailed, ClearRetried, ClearSkipped} {
 		m.clears.WithLabelValues(provider, r)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/channel/expo"
 	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/internal/clock"
@@ -63,6 +64,9 @@ type ReceiptReconciler struct {
 	log     *slog.Logger
 	failLog *lograte.Limiter
 	svc     startstop.Service
+	// refusals tells one device's MismatchSenderId from the project's
+	// FCM credentials at Expo refusing every Android device.
+	refusals *refusalGuard
 }
 
 // receiptBatch is how many tickets one receipt request asks about.
@@ -87,7 +91,7 @@ func NewReceiptReconciler(cfg ReceiptReconcilerConfig) (*ReceiptReconciler, erro
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &ReceiptReconciler{cfg: cfg, log: cfg.Logger.With("component", "receipts"), failLog: lograte.New(10 * time.Second)}, nil
+	return &ReceiptReconciler{cfg: cfg, log: cfg.Logger.With("component", "receipts"), failLog: lograte.New(10 * time.Second), refusals: newRefusalGuard()}, nil
 }
 
 // Start runs passes every Interval in the background, the first one an
@@ -189,8 +193,14 @@ func (r *ReceiptReconciler) checkBatch(ctx context.Context, cutoff, passStart ti
 	var upd []int64
 	var updAt []time.Time
 	var states, errs []string
-	var gone []string
-	var goneSince []time.Time
+	var gone, foreign []string
+	var goneSince, foreignSince []time.Time
+	now := r.cfg.Clock.Now()
+	for _, s := range sent {
+		if rc, ok := receipts[s.ticket]; ok {
+			r.refusals.observe(ProviderExpo, s.token, receiptOutcome(rc), now)
+		}
+	}
 	for _, s := range sent {
 		rc, ok := receipts[s.ticket]
 		if !ok {
@@ -215,10 +225,27 @@ func (r *ReceiptReconciler) checkBatch(ctx context.Context, cutoff, passStart ti
 				upd, updAt, states, errs = append(upd, s.id), append(updAt, s.createdAt), append(states, state), append(errs, detail)
 				continue
 			}
-			if rc.Code() == expo.DeviceNotRegistered {
+			switch rc.Code() {
+			case expo.DeviceNotRegistered:
 				// As of the send, which may be hours old: a token registered
 				// again since stays on.
 				gone, goneSince = append(gone, s.token), append(goneSince, s.createdAt)
+			case expo.MismatchSenderID:
+				// This device's app has another FCM sender: disabled, unless
+				// most devices answer so (the project's credentials at Expo).
+				if held, refused, answered := r.refusals.holds(ProviderExpo, now); held {
+					r.cfg.Metrics.refusalsHeld.WithLabelValues(ProviderExpo).Inc()
+					detail += fmt.Sprintf("; the device is kept: Expo refused %d of the last %d devices it answered, so this project's FCM credentials at Expo are wrong", refused, answered)
+					r.failLog.Do(func(suppressed int64) {
+						r.log.Error("Expo's receipts refuse most Android devices' sender (MismatchSenderId): none is disabled; check the project's FCM credentials at Expo", "refused", refused, "devices", answered, "suppressed", suppressed)
+					})
+				} else {
+					foreign, foreignSince = append(foreign, s.token), append(foreignSince, s.createdAt)
+					detail += "; the token is disabled"
+				}
+			case expo.InvalidCredentials:
+				// The project's push credentials at Expo: an operator's.
+				r.cfg.Metrics.credentials.WithLabelValues(ProviderExpo).Inc()
 			}
 		}
 		r.cfg.Metrics.receipts.WithLabelValues(rc.Status, rc.Code()).Inc()
@@ -234,7 +261,24 @@ func (r *ReceiptReconciler) checkBatch(ctx context.Context, cutoff, passStart ti
 	if err := r.cfg.Devices.DisableUnreachable(ctx, gone, goneSince); err != nil {
 		return 0, err
 	}
+	if err := r.cfg.Devices.DisableAsOf(ctx, foreign, foreignSince, devices.DisabledForeign); err != nil {
+		return 0, err
+	}
 	return len(sent), nil
+}
+
+// receiptOutcome is what a receipt says of its device, in the channels'
+// words, for the refusal guard.
+func receiptOutcome(rc expo.Receipt) channel.Outcome {
+	switch {
+	case rc.Status == "ok":
+		return channel.Outcome{Kind: channel.Delivered}
+	case rc.Code() == expo.DeviceNotRegistered:
+		return channel.Outcome{Kind: channel.TokenGone}
+	case rc.Code() == expo.MismatchSenderID:
+		return channel.Outcome{Kind: channel.TokenForeign}
+	}
+	return channel.Outcome{Kind: channel.Failed}
 }
 
 // RateExceededBackoff is the first wait before a push whose receipt said

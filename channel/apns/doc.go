@@ -14,9 +14,14 @@
 //	200                                                  Delivered, ID = apns-id
 //	410 Unregistered, ExpiredToken                       TokenGone, InvalidSince = its
 //	                                                     timestamp
-//	400 BadDeviceToken                                   TokenInvalid
-//	400 DeviceTokenNotForTopic, TopicDisallowed,         Failed, Credentials: the topic
-//	    BadTopic, MissingTopic                           is wrong; no device to blame
+//	400 BadDeviceToken                                   TokenInvalid (every device's:
+//	                                                     --apns-sandbox is wrong; the
+//	                                                     dispatcher's guard tells)
+//	400 DeviceTokenNotForTopic                           TokenForeign: another app's
+//	                                                     token (every device's: the
+//	                                                     topic is wrong, as above)
+//	400 TopicDisallowed, BadTopic, MissingTopic          Failed, Credentials: the topic
+//	                                                     is wrong; no device to blame
 //	400 any other (PayloadEmpty, BadCollapseId,          Failed, Code = the reason
 //	    BadExpirationDate, BadPriority, ...)
 //	403 ExpiredProviderToken                             RetryAfter: signed again, no alert

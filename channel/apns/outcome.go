@@ -38,11 +38,15 @@ func answered(status int, reason, apnsID string, wait time.Duration, invalidSinc
 		o.Kind, o.InvalidSince = channel.TokenGone, invalidSince
 	case status == http.StatusBadRequest && reason == apns2.ReasonBadDeviceToken:
 		o.Kind = channel.TokenInvalid
-	case status == http.StatusBadRequest && (reason == apns2.ReasonDeviceTokenNotForTopic || reason == apns2.ReasonTopicDisallowed ||
+	case status == http.StatusBadRequest && reason == apns2.ReasonDeviceTokenNotForTopic:
+		// This device's token is another app's (a build with another
+		// bundle id). A wrong --apns-topic answers so for every device:
+		// the dispatcher's refusal guard tells the two apart.
+		o.Kind = channel.TokenForeign
+	case status == http.StatusBadRequest && (reason == apns2.ReasonTopicDisallowed ||
 		reason == apns2.ReasonBadTopic || reason == apns2.ReasonMissingTopic):
-		// The topic (--apns-topic) is not this app's, or this key's: a
-		// wrong setting answers so for every device, none of which is to
-		// blame. An operator's alert, never a disabled device.
+		// The topic (--apns-topic) is not this key's, or none: a wrong
+		// setting, no device to blame. An operator's alert.
 		o.Kind, o.Credentials = channel.Failed, true
 	case status == http.StatusForbidden && reason == apns2.ReasonExpiredProviderToken:
 		// The JWT outlived its hour: the next request signs a new one

@@ -25,7 +25,7 @@ func TestEachAPNsAnswerIsOneOutcome(t *testing.T) {
 		{apnstest.Reply{Status: 410, Reason: "ExpiredToken"}, channel.TokenGone, false, 0, "APNs 410 ExpiredToken"},
 		{apnstest.Reply{Status: 410, Reason: "Unregistered", Timestamp: invalidSince}, channel.TokenGone, false, 0, "APNs 410 Unregistered"},
 		{apnstest.Reply{Status: 400, Reason: "BadDeviceToken"}, channel.TokenInvalid, false, 0, "APNs 400 BadDeviceToken"},
-		{apnstest.Reply{Status: 400, Reason: "DeviceTokenNotForTopic"}, channel.Failed, true, 0, "APNs 400 DeviceTokenNotForTopic"},
+		{apnstest.Reply{Status: 400, Reason: "DeviceTokenNotForTopic"}, channel.TokenForeign, false, 0, "APNs 400 DeviceTokenNotForTopic"},
 		{apnstest.Reply{Status: 400, Reason: "PayloadEmpty"}, channel.Failed, false, 0, "APNs 400 PayloadEmpty"},
 		{apnstest.Reply{Status: 400, Reason: "BadCollapseId"}, channel.Failed, false, 0, "APNs 400 BadCollapseId"},
 		{apnstest.Reply{Status: 400, Reason: "BadExpirationDate"}, channel.Failed, false, 0, "APNs 400 BadExpirationDate"},

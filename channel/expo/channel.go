@@ -61,7 +61,9 @@ const DefaultTTL = 24 * time.Hour
 // it was delivered). Expo's documentation asks for a network error, a 429
 // and a 5xx to be retried with backoff: RetryAfter, as is a ticket
 // MessageRateExceeded (too many to the device), after a minute. A ticket
-// DeviceNotRegistered is TokenGone; a request written whole without a
+// DeviceNotRegistered is TokenGone, MismatchSenderId TokenForeign (the
+// device's FCM sender is another app's), InvalidCredentials Failed with
+// Credentials (the project's credentials Expo holds); a request written whole without a
 // usable answer is Unknown (Expo has no idempotency key); a request that
 // never reached Expo whole because ctx ended is NotSent.
 type Channel struct {
@@ -169,6 +171,12 @@ func (c *Channel) Send(ctx context.Context, msgs []channel.Message) []channel.Ou
 			o.Kind = channel.TokenGone
 		case MessageRateExceeded:
 			o.Kind, o.Wait = channel.RetryAfter, RateExceededWait
+		case MismatchSenderID:
+			// One device's: disabled. Every Android device's at once is the
+			// project's FCM credentials, which the dispatcher's guard tells.
+			o.Kind = channel.TokenForeign
+		case InvalidCredentials:
+			o.Credentials = true
 		}
 		out[i] = o
 	}

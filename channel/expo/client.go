@@ -54,6 +54,10 @@ const (
 	MessageTooBig       = "MessageTooBig"
 	MessageRateExceeded = "MessageRateExceeded"
 	InvalidCredentials  = "InvalidCredentials"
+	// MismatchSenderID: the device's FCM sender is not the one of the
+	// credentials Expo holds for this project: a build of another app's,
+	// or, for every Android device at once, the project's FCM credentials.
+	MismatchSenderID = "MismatchSenderId"
 )
 
 // Message is one push to one device.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 
 	"golang.org/x/oauth2"
 
@@ -18,13 +19,20 @@ const scope = "https://www.googleapis.com/auth/firebase.messaging"
 
 // tokenSource is one cache of access tokens. A Channel replaces its
 // source, and so its cached token, when FCM refuses that token.
-type tokenSource struct{ oauth2.TokenSource }
+type tokenSource struct {
+	oauth2.TokenSource
+	// afterRefusal: this source replaced one whose token FCM refused. A
+	// token refused once (revoked, or expired early by a clock ahead of
+	// ours) heals with a fresh one; a fresh one refused too is the
+	// service account's, an operator's to fix. Cleared by a token taken.
+	afterRefusal atomic.Bool
+}
 
 // newTokenSource is a cache, refreshed TokenRefresh before the token
 // expires, in front of the JWT grant, which fetches with tokenClient.
 func (c *Channel) newTokenSource() *tokenSource {
 	ctx := context.WithValue(context.Background(), oauth2.HTTPClient, c.tokenClient)
-	return &tokenSource{oauth2.ReuseTokenSourceWithExpiry(nil, c.grant.TokenSource(ctx), c.cfg.TokenRefresh)}
+	return &tokenSource{TokenSource: oauth2.ReuseTokenSourceWithExpiry(nil, c.grant.TokenSource(ctx), c.cfg.TokenRefresh)}
 }
 
 func (c *Channel) currentTokens() *tokenSource {
@@ -42,6 +50,7 @@ func (c *Channel) forget(src *tokenSource) {
 	defer c.mu.Unlock()
 	if c.tokens == src {
 		c.tokens = c.newTokenSource()
+		c.tokens.afterRefusal.Store(true)
 	}
 }
 

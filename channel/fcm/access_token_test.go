@@ -79,6 +79,34 @@ func TestATokenIsReplacedBeforeItExpires(t *testing.T) {
 	}
 }
 
+// One 401 is a token FCM no longer takes (revoked, or expired early): the
+// next Send's fresh token heals it, and no operator is paged. A fresh token
+// refused too is the service account's, an operator's to fix; a token
+// taken since makes the next 401 a first one again.
+func TestOnlyAFreshTokenRefusedTooIsOurCredentials(t *testing.T) {
+	t.Parallel()
+	fake, ch := setup(t)
+	fake.FailNext(2, fcmtest.Unauthenticated)
+	first := ch.Send(context.Background(), msgs(1))[0]
+	second := ch.Send(context.Background(), msgs(1))[0]
+	if first.Kind != channel.RetryAfter || first.Credentials {
+		t.Errorf("the first 401: %+v, want RetryAfter without Credentials", first)
+	}
+	if second.Kind != channel.RetryAfter || !second.Credentials {
+		t.Errorf("a fresh token refused too: %+v, want RetryAfter, Credentials", second)
+	}
+	if out := ch.Send(context.Background(), msgs(1)); count(out, channel.Delivered) != 1 {
+		t.Fatalf("the third send: %+v, want delivered", out)
+	}
+	fake.FailNext(1, fcmtest.Unauthenticated)
+	if o := ch.Send(context.Background(), msgs(1))[0]; o.Kind != channel.RetryAfter || o.Credentials {
+		t.Errorf("a 401 after a token was taken: %+v, want RetryAfter without Credentials", o)
+	}
+	if n := fake.TokensIssued(); n != 3 {
+		t.Errorf("%d tokens issued, want 3 (the first, the fresh one refused, the one taken)", n)
+	}
+}
+
 func TestATokenExpiringWithinTheRefreshMarginIsFetchedForEachSend(t *testing.T) {
 	t.Parallel()
 	// A minute's token under the default five minutes' margin: never
@@ -102,8 +130,8 @@ func TestATokenFCMRefusesIsReplacedForTheNextSend(t *testing.T) {
 	fake.ExpireTokens() // revoked, or expired by a clock ahead of ours
 	out := ch.Send(context.Background(), msgs(3))
 	for _, o := range out {
-		if o.Kind != channel.RetryAfter || !o.Credentials || o.Code != "UNAUTHENTICATED" || o.Status != 401 {
-			t.Errorf("outcome %+v, want RetryAfter on our credentials (401 UNAUTHENTICATED)", o)
+		if o.Kind != channel.RetryAfter || o.Credentials || o.Code != "UNAUTHENTICATED" || o.Status != 401 {
+			t.Errorf("outcome %+v, want RetryAfter (401 UNAUTHENTICATED), not yet our credentials: a fresh token heals it", o)
 		}
 	}
 	if out := ch.Send(context.Background(), msgs(3)); count(out, channel.Delivered) != 3 {

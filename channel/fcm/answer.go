@@ -75,10 +75,10 @@ func (c *Channel) answer(status int, header http.Header, body []byte) (o channel
 	case code == "UNREGISTERED":
 		o.Kind = channel.TokenGone
 	case code == "SENDER_ID_MISMATCH":
-		// The token is another Firebase project's: with the wrong
-		// --fcm-credentials-file, every device's. An operator's alert,
-		// never a disabled device.
-		o.Kind, o.Credentials = channel.Failed, true
+		// The token is another Firebase project's app's: disabled. With
+		// the wrong --fcm-credentials-file every device answers so, which
+		// the dispatcher's refusal guard tells.
+		o.Kind = channel.TokenForeign
 	case code == "INVALID_ARGUMENT" && namesToken:
 		o.Kind = channel.TokenInvalid
 	case code == "THIRD_PARTY_AUTH_ERROR" || code == "APNS_AUTH_ERROR": // the latter its older name

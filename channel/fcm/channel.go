@@ -250,8 +250,13 @@ func (c *Channel) send(ctx context.Context, src *tokenSource, token string, m ch
 	// cut short still has its status.
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	o, unauthenticated := c.answer(resp.StatusCode, resp.Header, b)
-	if unauthenticated {
+	switch {
+	case unauthenticated:
+		// A first refusal of a token heals with the next one: no alert.
+		o.Credentials = src.afterRefusal.Load()
 		c.forget(src)
+	case resp.StatusCode < 300:
+		src.afterRefusal.Store(false)
 	}
 	return o
 }

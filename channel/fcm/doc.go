@@ -23,8 +23,9 @@
 //	                                           or "The registration token is not a valid FCM
 //	                                           registration token")
 //	400 INVALID_ARGUMENT, anything else        Failed (the message, not the token)
-//	403 SENDER_ID_MISMATCH                     Failed, Credentials (the token is another
-//	                                           project's: the service account is wrong)
+//	403 SENDER_ID_MISMATCH                     TokenForeign (the token is another project's
+//	                                           app's; every device's: the service account
+//	                                           is wrong, which the dispatcher's guard tells)
 //	429 QUOTA_EXCEEDED                         RetryAfter, Wait = Retry-After, else 1 min (FCM's
 //	                                           documented least wait for it)
 //	429 RESOURCE_EXHAUSTED, any 429            RetryAfter, Wait = Retry-After
@@ -32,8 +33,12 @@
 //	any other 5xx (a front end's 502, 504)     Unknown: FCM may have taken it
 //	401 THIRD_PARTY_AUTH_ERROR                 Failed, Credentials (the app's APNs certificate or
 //	                                           Web Push key in Firebase is wrong)
-//	401 UNAUTHENTICATED, 403 PERMISSION_DENIED RetryAfter, Credentials (our service account: an
-//	(or any other 401, 403)                    operator's alert); a 401 also drops the cached token
+//	401 UNAUTHENTICATED                        RetryAfter, and the cached token dropped: the
+//	                                           next Send fetches another; Credentials (an
+//	                                           operator's alert) only when that fresh token
+//	                                           is refused too
+//	403 PERMISSION_DENIED (or any other 401,   RetryAfter, Credentials (our service account:
+//	403)                                       an operator's alert)
 //	404 without UNREGISTERED, other 4xx,       Failed
 //	UNSPECIFIED_ERROR
 //

@@ -148,7 +148,14 @@ func outcomeOf(ctx context.Context, res Result) channel.Outcome {
 		} else {
 			o.Reason = fmt.Sprintf("push service refused it (%d %s)", res.Status, res.Body)
 		}
-		o.Credentials = res.Status == 401 || res.Status == 403
+		if res.Outcome == Rejected && (res.Status == 401 || res.Status == 403) {
+			// The subscription was made with another VAPID key (RFC 8292
+			// §4.2: the key must be the one the browser subscribed with):
+			// after a key change, this browser's, until it subscribes
+			// again. Every browser's at once is a wrong --vapid-key-file,
+			// which the dispatcher's refusal guard tells.
+			o.Kind = channel.TokenForeign
+		}
 	}
 	return o
 }

@@ -82,6 +82,7 @@ type Server struct {
 	mu                    sync.Mutex
 	now                   func() time.Time
 	answers               map[string]Reply
+	otherEnvironment      bool
 	failNext              int
 	failReply             Reply
 	delay                 time.Duration
@@ -150,6 +151,17 @@ func (s *Server) SetClock(now func() time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.now = now
+}
+
+// OtherEnvironment makes the fake the APNs environment the devices'
+// tokens are not of (a client pointed at production with development
+// builds' tokens, or the reverse: a wrong --apns-sandbox): every device
+// token is answered 400 BadDeviceToken, as Apple does, until called with
+// false.
+func (s *Server) OtherEnvironment(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.otherEnvironment = on
 }
 
 // Answer makes every later request for token that passes the checks
@@ -335,6 +347,9 @@ func (s *Server) judge(token string, h http.Header, payload []byte, authErr stri
 	if s.failNext > 0 {
 		s.failNext--
 		return s.failReply
+	}
+	if s.otherEnvironment {
+		return Reply{Status: http.StatusBadRequest, Reason: "BadDeviceToken"}
 	}
 	if a, ok := s.answers[token]; ok && a.Status != 0 {
 		return a

@@ -27,13 +27,13 @@ type Server struct {
 	// OnPush, when set, is called with every message accepted (the dev stack logs them).
 	OnPush func(m expo.Message)
 
-	mu            sync.Mutex
-	messages      []expo.Message
-	tickets       map[string]string // ticket id → token
-	requests      map[string]int
-	gone          map[string]bool // tokens whose tickets say DeviceNotRegistered
-	goneAtReceipt map[string]bool // tokens whose receipts say DeviceNotRegistered
-	rateExceeded  map[string]int  // tokens whose next tickets say MessageRateExceeded
+	mu           sync.Mutex
+	messages     []expo.Message
+	tickets      map[string]string // ticket id → token
+	requests     map[string]int
+	gone         map[string]bool   // tokens whose tickets say DeviceNotRegistered
+	atReceipt    map[string]string // tokens whose receipts say this error (DeviceNotRegistered, …)
+	rateExceeded map[string]int    // tokens whose next tickets say MessageRateExceeded
 	// tokens whose next receipts say MessageRateExceeded: Expo accepted the
 	// message, then did not deliver it
 	rateExceededAtReceipt map[string]int
@@ -56,7 +56,7 @@ type failure struct {
 
 // New returns a fake with no faults.
 func New() *Server {
-	return &Server{tickets: map[string]string{}, requests: map[string]int{}, gone: map[string]bool{}, goneAtReceipt: map[string]bool{}, rateExceeded: map[string]int{},
+	return &Server{tickets: map[string]string{}, requests: map[string]int{}, gone: map[string]bool{}, atReceipt: map[string]string{}, rateExceeded: map[string]int{},
 		rateExceededAtReceipt: map[string]int{}, exceededTickets: map[string]bool{}, experiences: map[string]string{}}
 }
 
@@ -72,10 +72,27 @@ func (s *Server) ExceedRate(token string, n int) {
 }
 
 // UnregisterAtReceipt makes token's tickets ok but its receipts say DeviceNotRegistered.
-func (s *Server) UnregisterAtReceipt(token string) {
+func (s *Server) UnregisterAtReceipt(token string) { s.FailAtReceipt(token, expo.DeviceNotRegistered) }
+
+// receiptWords are Expo's messages for the errors its receipts carry.
+var receiptWords = map[string]string{
+	expo.DeviceNotRegistered: "the device is no longer registered",
+	expo.MismatchSenderID:    "The FCM sender id of the app does not match the one of the project's FCM server key",
+	expo.InvalidCredentials:  "The push notification credentials for your standalone app are invalid",
+	expo.MessageTooBig:       "the message is too big",
+}
+
+// FailAtReceipt makes token's tickets ok but its receipts say the error
+// code (DeviceNotRegistered, MismatchSenderId, InvalidCredentials,
+// MessageTooBig), with Expo's words; "" restores ok receipts.
+func (s *Server) FailAtReceipt(token, code string) {
 	s.mu.Lock()
-	s.goneAtReceipt[token] = true
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if code == "" {
+		delete(s.atReceipt, token)
+		return
+	}
+	s.atReceipt[token] = code
 }
 
 // DefaultExperience is the Expo project ("@owner/slug") of every token the
@@ -321,8 +338,9 @@ func (s *Server) receipts(raw []byte) (int, any) {
 			token, ok := s.tickets[id]
 			switch {
 			case !ok:
-			case s.goneAtReceipt[token]:
-				out[id] = expo.Receipt{Status: "error", Message: "the device is no longer registered", Details: &expo.ErrorDetail{Error: expo.DeviceNotRegistered}}
+			case s.atReceipt[token] != "":
+				code := s.atReceipt[token]
+				out[id] = expo.Receipt{Status: "error", Message: receiptWords[code], Details: &expo.ErrorDetail{Error: code}}
 			case s.rateExceededAtReceipt[token] > 0:
 				// Once per ticket: the same receipt asked for again says the same.
 				s.rateExceededAtReceipt[token]--

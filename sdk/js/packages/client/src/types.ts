@@ -94,7 +94,7 @@ export interface Device {
   /** Who reaches it: `expo`, `webpush`, `apns`, `fcm`. */
   provider: string;
   enabled: boolean;
-  /** `user_request`, `device_not_registered` (Expo, APNs or FCM: the app is gone), `subscription_gone`, `invalid_token`, `another_project` (an Expo token of another Expo project), `replaced`. */
+  /** `user_request`, `device_not_registered` (Expo, APNs or FCM: the app is gone), `subscription_gone`, `invalid_token`, `another_app` (a valid token of another app: another Expo project's, bundle id's, Firebase project's, or a subscription made with another VAPID key), `replaced`. */
   disabledReason: string | null;
   disabledAt: string | null;
   createdAt: string;

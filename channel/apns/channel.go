@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/internal/clock"
+	"github.com/spoolcast/spoolcast/internal/lograte"
 )
 
 // Channel sends to APNs over one HTTP/2 client.
@@ -29,6 +31,11 @@ type Channel struct {
 	clock      clock.Clock
 	// sem holds a slot per request in flight, across every Send.
 	sem chan struct{}
+	// shared is the deployment's provider token (Config.Tokens); nil:
+	// this replica signs its own.
+	shared   *sharedToken
+	log      *slog.Logger
+	tokenLog *lograte.Limiter
 }
 
 var _ channel.Channel = (*Channel)(nil)
@@ -71,7 +78,7 @@ func New(cfg Config) (*Channel, error) {
 	client.HTTPClient.Timeout = 0
 	client.HTTPClient.Transport = &observer{next: client.HTTPClient.Transport}
 
-	return &Channel{
+	c := &Channel{
 		client:     client,
 		token:      tok,
 		topic:      cfg.Topic,
@@ -79,7 +86,13 @@ func New(cfg Config) (*Channel, error) {
 		expiration: cmp.Or(cfg.DefaultExpiration, defaultExpiration),
 		clock:      clock.Or(cfg.Clock),
 		sem:        make(chan struct{}, cmp.Or(cfg.Concurrency, defaultConcurrency)),
-	}, nil
+		log:        cmp.Or(cfg.Logger, slog.Default()).With("component", "apns"),
+		tokenLog:   lograte.New(time.Minute),
+	}
+	if cfg.Tokens != nil {
+		c.shared = &sharedToken{store: cfg.Tokens, key: key, keyID: cfg.KeyID, teamID: cfg.TeamID}
+	}
+	return c, nil
 }
 
 // Provider is "apns".
@@ -100,6 +113,7 @@ func (c *Channel) Close() error {
 // streams shared by every Send, and answers one outcome per message, in
 // order. It returns when every request has its outcome.
 func (c *Channel) Send(ctx context.Context, msgs []channel.Message) []channel.Outcome {
+	c.useShared(ctx)
 	out := make([]channel.Outcome, len(msgs))
 	var wg sync.WaitGroup
 	for i, m := range msgs {
@@ -160,6 +174,10 @@ func (c *Channel) send(ctx context.Context, n *apns2.Notification) channel.Outco
 // renewToken makes the next request sign a new JWT, unless one was signed
 // since bearer: the many answers to one expired JWT renew it once.
 func (c *Channel) renewToken(bearer string) {
+	if c.shared != nil {
+		c.shared.refuse(bearer) // the store renews it, once for the deployment
+		return
+	}
 	c.token.Lock()
 	defer c.token.Unlock()
 	if "bearer "+c.token.Bearer == bearer {

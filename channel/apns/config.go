@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/spoolcast/spoolcast/internal/clock"
@@ -42,9 +43,17 @@ type Config struct {
 	// DefaultExpiration is how long APNs keeps a message for an offline
 	// device when Message.Expires is zero. Default 24h.
 	DefaultExpiration time.Duration
-	// Clock dates the default expiration. Default nil: the wall clock.
-	// (apns2 renews the JWT on the wall clock whatever this is.)
+	// Clock dates the default expiration and the provider tokens signed.
+	// Default nil: the wall clock. (Without Tokens, apns2 renews the JWT
+	// on the wall clock whatever this is.)
 	Clock clock.Clock
+	// Tokens, when set, keeps one provider token for the deployment,
+	// shared by every replica (Apple refuses a key's token renewed more
+	// often than every 20 minutes). Default nil: this Channel signs its
+	// own, as one replica alone may.
+	Tokens TokenStore
+	// Logger reports a Tokens store out of reach. Default slog.Default().
+	Logger *slog.Logger
 }
 
 // Defaults, as Config's comments state them.

@@ -30,7 +30,9 @@
 //	413 PayloadTooLarge; 404, 405                        Failed
 //	429 TooManyRequests (to one device)                  RetryAfter, Wait = Retry-After,
 //	                                                     else TooManyWait (1 min)
-//	429 TooManyProviderTokenUpdates                      RetryAfter, Wait = Retry-After
+//	429 TooManyProviderTokenUpdates                      RetryAfter, Wait = Retry-After,
+//	                                                     Credentials: replicas renew
+//	                                                     tokens of their own (Tokens)
 //	500 InternalServerError, 503 ServiceUnavailable,     RetryAfter, Wait = Retry-After
 //	    Shutdown
 //	any other 5xx (a proxy's 502, 504)                   Unknown: APNs may have taken it
@@ -59,11 +61,15 @@
 // taken as written. An answer whose body apns2 cannot read still counts by
 // its status: Apple decided.
 //
-// An ExpiredProviderToken makes the next request sign a new JWT (once per
-// refused JWT, since Apple refuses renewals more often than every 20
-// minutes); the refused message is RetryAfter. A BadDeviceToken also
-// answers a sandbox token sent to production, and the reverse: Sandbox
-// must match the app's build, or every device is disabled.
+// Provider tokens: with Config.Tokens (tokenstore, over Postgres) every
+// replica sends the deployment's one token per key, renewed by one of
+// them once it is 40 minutes old: Apple refuses a key's token renewed
+// more often than every 20 minutes (TooManyProviderTokenUpdates), which
+// replicas signing their own would be. An ExpiredProviderToken makes the
+// next Send renew it (once per refused JWT, for the deployment); the
+// refused message is RetryAfter. A BadDeviceToken also answers a sandbox
+// token sent to production, and the reverse: Sandbox must match the app's
+// build, which the dispatcher's refusal guard tells from one bad token.
 //
 // The collapse id is Message.Collapse(), so that a resend replaces a
 // banner instead of adding one; APNs refuses one over 64 bytes, so a

@@ -58,6 +58,12 @@ func answered(status int, reason, apnsID string, wait time.Duration, invalidSinc
 		// MissingProviderToken, BadCertificate, ...): final, and counted for
 		// the credentials alert.
 		o.Kind, o.Credentials = channel.Failed, true
+	case status == http.StatusTooManyRequests && reason == apns2.ReasonTooManyProviderTokenUpdates:
+		// The key's token was renewed more often than every 20 minutes:
+		// replicas signing their own rather than sharing one (--apns-*
+		// set on a replica without the database's shared token, or two
+		// deployments on one key). The deployment's, counted for the alert.
+		o.Kind, o.Wait, o.Credentials = channel.RetryAfter, wait, true
 	case status == http.StatusTooManyRequests && reason == apns2.ReasonTooManyRequests:
 		// Too many to this one device: sent again at once, it is refused
 		// again. Apple names no wait; a minute, deferred.

@@ -44,7 +44,7 @@ func TestEachAPNsAnswerIsOneOutcome(t *testing.T) {
 		{apnstest.Reply{Status: 413, Reason: "PayloadTooLarge"}, channel.Failed, false, 0, "APNs 413 PayloadTooLarge"},
 		{apnstest.Reply{Status: 429, Reason: "TooManyRequests", RetryAfter: 7 * time.Second}, channel.RetryAfter, false, 7 * time.Second, "APNs 429 TooManyRequests"},
 		{apnstest.Reply{Status: 429, Reason: "TooManyRequests"}, channel.RetryAfter, false, TooManyWait, "APNs 429 TooManyRequests"},
-		{apnstest.Reply{Status: 429, Reason: "TooManyProviderTokenUpdates"}, channel.RetryAfter, false, 0, "APNs 429 TooManyProviderTokenUpdates"},
+		{apnstest.Reply{Status: 429, Reason: "TooManyProviderTokenUpdates"}, channel.RetryAfter, true, 0, "APNs 429 TooManyProviderTokenUpdates"},
 		{apnstest.Reply{Status: 500, Reason: "InternalServerError"}, channel.RetryAfter, false, 0, "APNs 500 InternalServerError"},
 		{apnstest.Reply{Status: 503, Reason: "ServiceUnavailable"}, channel.RetryAfter, false, 0, "APNs 503 ServiceUnavailable"},
 		{apnstest.Reply{Status: 503, Reason: "Shutdown", RetryAfter: time.Minute}, channel.RetryAfter, false, time.Minute, "APNs 503 Shutdown"},

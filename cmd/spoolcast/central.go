@@ -315,7 +315,7 @@ func startCentral(ctx context.Context, o centralOptions, logger *slog.Logger, ex
 	deviceStore.MaxEnabledPerUser = o.push.maxDevices
 	// Built on every replica, pushing or not: registrations check tokens
 	// against them.
-	if c.channels, err = o.channels.channels(); err != nil {
+	if c.channels, err = o.channels.channels(c.pool, logger); err != nil {
 		return fail(err)
 	}
 	deviceStore.Channels = c.channels

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/channel/apns"
+	"github.com/spoolcast/spoolcast/channel/apns/tokenstore"
 	"github.com/spoolcast/spoolcast/channel/fcm"
 )
 
@@ -59,12 +61,14 @@ func (c *channelFlags) validate() error {
 	return nil
 }
 
-// channels builds the providers set up; the caller closes them.
-func (c *channelFlags) channels() ([]channel.Channel, error) {
+// channels builds the providers set up; the caller closes them. APNs
+// provider tokens are shared through db by every replica.
+func (c *channelFlags) channels(db tokenstore.DB, logger *slog.Logger) ([]channel.Channel, error) {
 	var out []channel.Channel
 	if c.apnsKeyFile != "" {
 		cfg := apns.Config{KeyFile: c.apnsKeyFile, KeyID: c.apnsKeyID, TeamID: c.apnsTeamID, Topic: c.apnsTopic,
-			Sandbox: c.apnsSandbox, Host: c.apnsURL, Concurrency: c.apnsConcurrency, RootCAs: c.apnsRoots}
+			Sandbox: c.apnsSandbox, Host: c.apnsURL, Concurrency: c.apnsConcurrency, RootCAs: c.apnsRoots,
+			Tokens: tokenstore.New(db), Logger: logger}
 		if c.apnsCAFile != "" {
 			pem, err := os.ReadFile(c.apnsCAFile)
 			if err != nil {

@@ -91,6 +91,9 @@ type Server struct {
 	requests              []Request
 	jwts                  map[string]struct{}
 	signed                map[string]time.Time // bearer → iat, of JWTs whose signature, kid and iss verified
+	updateEvery           time.Duration        // LimitTokenUpdates; 0: no limit
+	newestIat             time.Time            // of the newest JWT taken, for updateEvery
+	tooManyUpdates        int
 	inFlight, maxInFlight int
 }
 
@@ -203,6 +206,23 @@ func (s *Server) Requests() []Request {
 	out := make([]Request, len(s.requests))
 	copy(out, s.requests)
 	return out
+}
+
+// LimitTokenUpdates makes the fake refuse, as Apple does, a provider
+// token newer than the newest it took by less than every (Apple: 20
+// minutes): 429 TooManyProviderTokenUpdates. 0 lifts the limit.
+func (s *Server) LimitTokenUpdates(every time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.updateEvery = every
+}
+
+// TooManyTokenUpdates is how many requests were refused for
+// TooManyProviderTokenUpdates.
+func (s *Server) TooManyTokenUpdates() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tooManyUpdates
 }
 
 // JWTs is how many distinct provider tokens were presented.
@@ -326,6 +346,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // headers or payload, else the scripted answer, else 200.
 func (s *Server) judge(token string, h http.Header, payload []byte, authErr string) Reply {
 	switch {
+	case authErr == "TooManyProviderTokenUpdates":
+		return Reply{Status: http.StatusTooManyRequests, Reason: authErr}
 	case authErr != "":
 		return Reply{Status: http.StatusForbidden, Reason: authErr}
 	case token == "":
@@ -371,7 +393,14 @@ func (s *Server) verify(bearer string) (time.Time, string) {
 		if !ok {
 			return time.Time{}, "InvalidProviderToken"
 		}
+		if s.updateEvery > 0 && at.After(s.newestIat) && !s.newestIat.IsZero() && at.Sub(s.newestIat) < s.updateEvery {
+			s.tooManyUpdates++
+			return at, "TooManyProviderTokenUpdates"
+		}
 		s.signed[bearer] = at
+		if at.After(s.newestIat) {
+			s.newestIat = at
+		}
 	}
 	now := s.now()
 	switch {

@@ -538,3 +538,47 @@ func TestAPushShowsANotificationAndItsClickGoesToTheInbox(t *testing.T) {
 	}
 	p.step = "done"
 }
+
+// Central sends a browser no clear (a push that shows nothing costs the
+// site), so the open inbox page takes the banner of a notification read on
+// another device down itself, as its stream tells it, and leaves the
+// banners of what is still unread.
+func TestTheOpenInboxClosesTheBannerOfANotificationReadElsewhere(t *testing.T) {
+	s := startWebPushCentral(t)
+	s.insertAged("u1", "Deploy finished", "builds", time.Minute)
+	s.insertAged("u1", "Disk almost full", "ops", time.Minute)
+	p := openPushPage(t, s, "u1", fakeSubscribe("http://"+proctest.FreeAddr(t)+"/push/x"))
+	p.click("turn on", "push-on")
+	p.wait("on", pushOn)
+	p.wait("live", `document.getElementById('status').textContent === 'live'`)
+
+	var page struct {
+		Data []struct{ ID, Title string }
+	}
+	s.api("u1", http.MethodGet, "/v1/notifications", &page)
+	ids := map[string]string{}
+	for _, n := range page.Data {
+		ids[n.Title] = n.ID
+	}
+	// The banners the worker shows for their pushes: tagged by the id, the
+	// id in their data. Chromium lists a notification only once its display
+	// is done: shown, then a moment.
+	p.step = "show the banners"
+	for _, title := range []string{"Deploy finished", "Disk almost full"} {
+		eval[any](p, fmt.Sprintf(`%s.then(r => r.showNotification(%q, {tag: %q, data: {notification_id: %q, url: "/inbox"}})).then(() => new Promise(r => setTimeout(r, 250)))`,
+			registration, title, ids[title], ids[title]))
+	}
+	const banners = registration + `.then(r => r.getNotifications()).then(ns => ns.map(n => n.title).sort())`
+	if shown := eval[[]string](p, banners); len(shown) != 2 {
+		t.Fatalf("banners shown %q; want both", shown)
+	}
+
+	// Read on another device: the page hears it on its stream.
+	s.api("u1", http.MethodPost, "/v1/notifications/"+ids["Deploy finished"]+"/read", nil)
+	p.step = "the read notification's banner closed"
+	if _, err := chromedp.Run(p.ctx, chromedp.Poll[chromedp.Void](`new Promise(r => setTimeout(r, 250)).then(() => `+banners+`).then(ns => ns.length === 1 && ns[0] === "Disk almost full")`,
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Errorf("after the read elsewhere, banners %q; want the unread one alone", eval[[]string](p, banners))
+	}
+	p.step = "done"
+}

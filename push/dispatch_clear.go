@@ -56,12 +56,21 @@ const (
 // offline: a clear for a banner long gone is pointless.
 const ClearTTL = time.Hour
 
+// browserClearSkipped is why a browser gets no clear. A push whose service
+// worker shows nothing is a silent push: Chrome pays for it from the
+// site's budget and past it shows "This site has been updated in the
+// background", Safari ends the subscription after a few, Firefox counts
+// it against a quota; and central cannot know whether the banner a clear
+// would take down is still shown. The inbox page closes the banners of
+// what was read while it is open.
+const browserClearSkipped = "a browser gets no clear: a push that shows nothing costs the site (Chrome's budget, Safari's and Firefox's limits); an open inbox page closes the banner"
+
 // Results of a clear, the values of spoolcast_push_clears_total's result label.
 const (
 	ClearSent    = "sent"    // the provider took it (Expo: a ticket; Web Push: 201)
 	ClearFailed  = "failed"  // refused, the device gone, or the outcome unknown: never sent again
 	ClearRetried = "retried" // the provider took nothing (429, 5xx, no connection): sent again later
-	ClearSkipped = "skipped" // --push-clear-on-read off, past --push-max-age, the device disabled, or Web Push not set up
+	ClearSkipped = "skipped" // --push-clear-on-read off, past --push-max-age, the device disabled, its provider not set up, or a browser (browserClearSkipped)
 )
 
 // Providers, the values of spoolcast_push_clears_total's provider label.
@@ -95,7 +104,6 @@ type clearOutcome struct {
 	goneSince time.Time
 	invalid   bool // the provider refuses the token: disabled, as for a push
 	foreign   bool // the token is another app's: disabled, as for a push
-	held      bool // given back unsent, to keep the user or the destination within their share
 }
 
 // clearLoop runs a clear pass every clearInterval.
@@ -132,6 +140,8 @@ func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
 		switch {
 		case !dev.enabled:
 			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: "the device was disabled, or signed in as another user, since the push"})
+		case dev.provider == ProviderWebPush:
+			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: browserClearSkipped})
 		case d.channels[dev.provider] == nil:
 			outcomes = append(outcomes, clearOutcome{dev: dev, state: StateSkipped, err: dev.provider + " is not set up on this replica"})
 		default:
@@ -146,9 +156,6 @@ func (d *Dispatcher) clearPass(stop, sends context.Context) (int, error) {
 	}
 	gone, since := map[string][]string{}, map[string][]time.Time{}
 	for _, o := range outcomes {
-		if o.held {
-			continue
-		}
 		result := map[string]string{StateSent: ClearSent, StateFailed: ClearFailed, StateSkipped: ClearSkipped, StateQueued: ClearRetried}[o.state]
 		d.cfg.Metrics.clears.WithLabelValues(o.dev.provider, result).Inc()
 		reason := goneReason(o.dev.provider)
@@ -252,12 +259,7 @@ func (d *Dispatcher) sendClears(ctx context.Context, byProvider map[string][]*cl
 	var out []clearOutcome
 	for provider, devs := range byProvider {
 		wg.Go(func() {
-			var got []clearOutcome
-			if ch, ok := d.channels[provider].(channel.Spread); ok {
-				got = d.sendSpreadClears(ctx, ch, devs)
-			} else {
-				got = d.sendBatchedClears(ctx, d.channels[provider], devs)
-			}
+			got := d.sendBatchedClears(ctx, d.channels[provider], devs)
 			mu.Lock()
 			out = append(out, got...)
 			mu.Unlock()
@@ -330,77 +332,6 @@ func (d *Dispatcher) sendBatchedClears(ctx context.Context, ch channel.Channel, 
 		out[i] = d.clearOutcomeOf(ch.Provider(), dev, answers[i])
 	}
 	return out
-}
-
-// clearSpreadPerUser is the most devices of one user a pass sends a spread
-// channel's clears to: the user's others wait for the next pass, a second
-// later, so that no user's subscriptions (whose push services the user
-// chooses) hold the pass's slots.
-const clearSpreadPerUser = 4
-
-// sendSpreadClears sends the clears of a spread channel's devices
-// (browsers'), one a request, a quarter of WebConcurrency at a time, at
-// most half of those to one destination, each bounded by the channel's
-// own timeout. A clear that finds no slot within WebTimeout is given back
-// for the next pass, so that a push service that stalls holds the pass
-// (and every provider's clears recorded with it) for at most two
-// timeouts, however many of the pass's browsers use it.
-func (d *Dispatcher) sendSpreadClears(ctx context.Context, ch channel.Spread, devs []*clearDevice) []clearOutcome {
-	out := make([]clearOutcome, len(devs))
-	n := max(1, d.cfg.WebConcurrency/4)
-	slots := make(chan struct{}, n)
-	destinations := map[string]chan struct{}{}
-	users := map[string]int{}
-	held := func(dev *clearDevice) clearOutcome {
-		return clearOutcome{dev: dev, state: StateQueued, due: d.cfg.Clock.Now().Add(clearInterval), held: true}
-	}
-	waiting, stopWaiting := context.WithTimeout(ctx, d.cfg.WebTimeout)
-	defer stopWaiting()
-	var wg sync.WaitGroup
-	for i, dev := range devs {
-		if users[dev.user]++; users[dev.user] > clearSpreadPerUser {
-			out[i] = held(dev)
-			continue
-		}
-		msg := d.clearMessage(dev)
-		key := ch.Destination(msg)
-		share := destinations[key]
-		if share == nil {
-			share = make(chan struct{}, max(1, n/2))
-			destinations[key] = share
-		}
-		wg.Go(func() {
-			if !take(waiting, share) {
-				out[i] = held(dev)
-				return
-			}
-			defer func() { <-share }()
-			if !take(waiting, slots) {
-				out[i] = held(dev)
-				return
-			}
-			defer func() { <-slots }()
-			out[i] = d.clearOutcomeOf(ch.Provider(), dev, ch.Send(ctx, []channel.Message{msg})[0])
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// take takes a slot of slots, unless ctx ends first. A slot freed at
-// ctx's deadline or after is not taken: which of the two a select sees
-// first is chance.
-func take(ctx context.Context, slots chan struct{}) bool {
-	select {
-	case slots <- struct{}{}:
-		if deadline, ok := ctx.Deadline(); ctx.Err() != nil || (ok && !time.Now().Before(deadline)) {
-			<-slots
-			return false
-		}
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // recordClears writes what became of the claimed clears: only rows still

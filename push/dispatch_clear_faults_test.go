@@ -2,18 +2,13 @@ package push_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/spoolcast/spoolcast/channel"
 	"github.com/spoolcast/spoolcast/devices"
 	"github.com/spoolcast/spoolcast/feed"
-	"github.com/spoolcast/spoolcast/internal/pgtest"
 	"github.com/spoolcast/spoolcast/push"
 )
 
@@ -82,60 +77,5 @@ func TestAClearsAnswerDisablesARefusedTokenAndCountsRefusedCredentials(t *testin
 	}
 	if n := s.counter("spoolcast_push_credentials_refused_total", "provider", "apns"); n != 1 {
 		t.Errorf("credentials refused = %v, want 1 (the clear's)", n)
-	}
-}
-
-// A push service that stalls holds a pass's clears for at most two of
-// the Web Push timeout: the browsers that find no slot within one are given
-// back for the next pass, not sent one after another behind it.
-func TestAStalledPushServiceHoldsTheClearPassForItsShareOnly(t *testing.T) {
-	t.Parallel()
-	var requests atomic.Int32
-	const pushes = 3
-	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if requests.Add(1) > pushes {
-			// The clears: no answer while the request lasts (read whole,
-			// so that the server sees the client go away).
-			_, _ = io.Copy(io.Discard, r.Body)
-			select {
-			case <-r.Context().Done():
-			case <-time.After(5 * time.Second):
-			}
-			return
-		}
-		w.Header().Set("Location", "/m/1")
-		w.WriteHeader(http.StatusCreated)
-	}))
-	t.Cleanup(svc.Close)
-	s := newWebStackWith(t, nil, func(c *push.DispatcherConfig) {
-		c.ClearOnRead, c.WebConcurrency, c.WebTimeout = true, 4, 300*time.Millisecond // one clear in flight at once
-	})
-	var tokens []string
-	for _, u := range []string{"u1", "u2", "u3"} {
-		tokens = append(tokens, s.subscribe(u, fakeSubscription(t, svc.URL+"/push/"+u)).Token)
-	}
-	s.emit(`{"idempotency_key":"k1","type":"t","category":"c","recipients":["u1","u2","u3"],"title":"T"}`)
-	s.drain()
-	for _, tok := range tokens {
-		s.waitForState("the browsers' pushes to be delivered", tok, push.StateDelivered)
-	}
-	ctx := context.Background()
-	store := feed.NewStore(s.pool, nil)
-	for _, u := range []string{"u1", "u2", "u3"} {
-		if _, _, err := store.MarkAllRead(ctx, u); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.dispatcher.ClearPass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := requests.Load() - pushes; n != 1 {
-		t.Errorf("%d clears reached the stalled push service in one pass; want 1, the others given back", n)
-	}
-	if n := pgtest.Count(t, s.pool, `SELECT count(*) FROM push_clears WHERE state = 'queued'`); n != 2 {
-		t.Errorf("%d clears queued after the pass; want 2, for the next", n)
-	}
-	if n := pgtest.Count(t, s.pool, `SELECT count(*) FROM push_clears WHERE state = 'failed' AND error LIKE '%outcome unknown%'`); n != 1 {
-		t.Errorf("%d clears failed with an unknown outcome; want the one sent", n)
 	}
 }

@@ -132,6 +132,7 @@ function signIn(input: string) {
       $("tab-all").focus();
     }),
     mountPreferences(client, store, view.act),
+    closeReadBanners(store),
   );
   void initPush();
 }
@@ -368,6 +369,43 @@ function forgetDevice(token: string) {
     .then(currentSubscription)
     .then((sub) => sub && sub.unsubscribe())
     .catch((err) => console.warn("turn notifications off:", err));
+}
+
+// ---- banners of notifications read elsewhere -------------------------------
+//
+// Central sends a browser no push to take a banner down (docs/design.md,
+// "Clears"): a push whose worker shows nothing is a silent push, which
+// Chrome pays for from a budget (past it, it shows "This site has been
+// updated in the background"), Safari ends the subscription for, and
+// Firefox counts against a quota; and central cannot know whether the
+// banner is still shown. So the page takes them down: while it is open, a
+// notification read or archived, here or on any other device (the stream
+// says so), has its banner closed.
+const BANNER_CHECK_DELAY = 250; // ms: a burst of changes checks the banners once
+
+function closeReadBanners(store: Store): () => void {
+  if (!pushSupported) return () => {};
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  const check = async () => {
+    timer = null;
+    const done = new Set<string>();
+    for (const list of ["all", "unread", "archived"] as const) {
+      for (const n of store.getFeed(list).items) if (n.readAt || n.archivedAt) done.add(n.id);
+    }
+    if (done.size === 0 || Notification.permission !== "granted") return;
+    const reg = await navigator.serviceWorker.getRegistration(SW_SCOPE);
+    for (const banner of reg ? await reg.getNotifications() : []) {
+      const id = typeof banner.data?.notification_id === "string" ? banner.data.notification_id : banner.tag;
+      if (done.has(id)) banner.close();
+    }
+  };
+  const unsubscribe = store.subscribe(() => {
+    timer ??= setTimeout(() => void check().catch((err: unknown) => console.warn("close read banners:", err)), BANNER_CHECK_DELAY);
+  });
+  return () => {
+    unsubscribe();
+    if (timer) clearTimeout(timer);
+  };
 }
 
 if (pushSupported) {

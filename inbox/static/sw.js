@@ -12,9 +12,13 @@
 // The payload central sends (decrypted by the browser):
 //   {"title": "…", "body": "…", "data": {"notification_id": "…", "category": "…",
 //    "digest": {"key": "…", "count": 3}}}   (digest only for digests)
-// and, when notifications were read or archived on any device, a clear:
+// Central sends browsers no clear (a push that shows nothing costs the
+// site: docs/design.md, "A browser gets no clear"); the inbox page closes
+// the banners of what was read. A central of an earlier version sent, when
+// notifications were read or archived on any device, a clear:
 //   {"type": "clear", "ids": ["…", …]}
-// which closes the notifications shown for those ids (tagged with them).
+// which this worker still closes the notifications shown for (tagged with
+// those ids), during a rolling upgrade.
 "use strict";
 
 // The inbox page: the scope without its trailing slash (/inbox).
@@ -42,8 +46,9 @@ function clearIDs(data) {
   return null;
 }
 
-// clear closes the notifications shown for ids, and shows nothing: a
-// clear comes only to a browser that got the push it takes down.
+// clear closes the notifications shown for ids, and shows nothing: an
+// earlier central sent a clear only to a browser that got the push it
+// takes down.
 async function clear(ids) {
   const wanted = new Set(ids);
   const shown = await self.registration.getNotifications();

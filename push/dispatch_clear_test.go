@@ -312,5 +312,3 @@ func mustWebSender(t *testing.T, s *clearStack) *webpush.Sender {
 	}
 	return sender
 }
-
-

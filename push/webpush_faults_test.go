@@ -103,6 +103,25 @@ func TestAWebPushAPushServiceAnswered5xxIsSentAgainAndTakenOnce(t *testing.T) {
 	}
 }
 
+// A gateway's 502 or 504 in front of a push service may hide a message the
+// service took: not sent again, as APNs and FCM treat theirs, so that a
+// push is shown at most once.
+func TestAWebPushAGatewayAnswered502IsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	s := newWebStack(t, nil)
+	svc := newPushService(t, 0, http.StatusBadGateway, http.StatusCreated)
+	dev := s.subscribe("u1", fakeSubscription(t, svc.URL+"/push/abc"))
+	s.emit(`{"idempotency_key":"k1","type":"t","recipients":["u1"],"title":"Hi"}`)
+	s.drain()
+	s.waitForState("the push to end", dev.Token, push.StateDelivered, push.StateFailed)
+	if st, why := s.stateOf(dev.Token); st != push.StateFailed || !strings.Contains(why, "outcome unknown") || !strings.Contains(why, "502") {
+		t.Errorf("the push answered 502 ended %s (%q), want failed, outcome unknown, naming the 502", st, why)
+	}
+	if n := len(svc.got()); n != 1 {
+		t.Errorf("%d requests, want 1: a 502 is not sent again", n)
+	}
+}
+
 // A push service that took a message whole and dropped the connection
 // before answering may have delivered it: it is not sent again.
 func TestAWebPushWhoseAnswerWasLostAfterItWasWrittenIsNotSentAgain(t *testing.T) {

@@ -19,7 +19,9 @@ type Outcome int
 // never reads as delivered, nor as safe to send again.
 const (
 	// Unknown: the request was written whole and no answer came (a
-	// timeout, a broken connection). The message may have been delivered.
+	// timeout, a broken connection), or a gateway answered for the push
+	// service (502, 504, any 5xx but 500 and 503). The message may have
+	// been delivered.
 	Unknown Outcome = iota
 	// Delivered: the push service took the message (2xx, normally 201).
 	Delivered
@@ -33,9 +35,10 @@ const (
 	// Rejected: any other refusal — 400, a VAPID token refused (401, 403),
 	// a redirect (never followed). Sending it again changes nothing.
 	Rejected
-	// Unavailable: the push service failed (5xx) and did not take the
-	// message (it takes one with a 201); send it again after RetryAfter, or
-	// with backoff. A push service that had stored it after all keeps one
+	// Unavailable: the push service failed (500, 503) and did not take
+	// the message (it takes one with a 201); send it again after
+	// RetryAfter, or with backoff. Any other 5xx (a gateway's 502 or 504)
+	// is Unknown. A push service that had stored it after all keeps one
 	// copy of a message with a Topic.
 	Unavailable
 	// NotSent: the request never reached the push service whole (no
@@ -104,9 +107,18 @@ func answer(resp *http.Response, now time.Time) Result {
 		if r.RetryAfter, ok = retryafter.Parse(resp.Header.Get("Retry-After"), now); !ok {
 			r.RetryAfter = DefaultRetryAfter
 		}
-	case code >= 500:
+	case code == http.StatusInternalServerError || code == http.StatusServiceUnavailable:
+		// The push service's own word that it failed or is overloaded
+		// (RFC 9110 §15.6.4: 503 is "currently unable to handle the
+		// request"; push services document both as "retry later"): not
+		// taken, it takes a message with a 201.
 		r.Outcome = Unavailable
 		r.RetryAfter, _ = retryafter.Parse(resp.Header.Get("Retry-After"), now)
+	case code >= 500:
+		// A gateway's (502, 504) or another 5xx: the request may have
+		// reached the push service, which may have taken it. Not sent
+		// again, as APNs and FCM do, so that a push is shown at most once.
+		r.Outcome = Unknown
 	default:
 		r.Outcome = Rejected
 	}

@@ -230,6 +230,9 @@ func TestAnswersAreClassified(t *testing.T) {
 		{"403 is rejected", 403, "", "BadJwtToken", Rejected, 0},
 		{"500 is unavailable", 500, "", "", Unavailable, 0},
 		{"503 is unavailable for as long as it says", 503, "30", "", Unavailable, 30 * time.Second},
+		{"a gateway's 502 may hide a message taken: unknown", 502, "", "", Unknown, 0},
+		{"a gateway's 504 may hide a message taken: unknown", 504, "", "", Unknown, 0},
+		{"any other 5xx is unknown", 507, "", "", Unknown, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -26,12 +26,16 @@ func TestEachTicketIsOneOutcomeOfTheChannelsVocabulary(t *testing.T) {
 	fake := expotest.New()
 	fake.Unregister("ExponentPushToken[gone]")
 	fake.ExceedRate("ExponentPushToken[busy]", 1)
+	fake.FailAtTicket("ExponentPushToken[sender]", expo.MismatchSenderID)
+	fake.FailAtTicket("ExponentPushToken[creds]", expo.InvalidCredentials)
 	results := map[string]int{}
 	ch := newChannel(t, fake, results)
 	out := ch.Send(context.Background(), []channel.Message{
 		{Token: "ExponentPushToken[ok]", ID: "n1", Title: "T", Category: "news", Urgent: true},
 		{Token: "ExponentPushToken[gone]", ID: "n1"},
 		{Token: "ExponentPushToken[busy]", ID: "n1"},
+		{Token: "ExponentPushToken[sender]", ID: "n1"},
+		{Token: "ExponentPushToken[creds]", ID: "n1"},
 	})
 	if out[0].Kind != channel.Accepted || out[0].ID == "" {
 		t.Errorf("ok: %+v, want accepted with its ticket", out[0])
@@ -42,11 +46,17 @@ func TestEachTicketIsOneOutcomeOfTheChannelsVocabulary(t *testing.T) {
 	if out[2].Kind != channel.RetryAfter || out[2].Wait != time.Minute {
 		t.Errorf("busy: %+v, want retry after a minute", out[2])
 	}
+	if out[3].Kind != channel.TokenForeign || out[3].Credentials || !strings.HasPrefix(out[3].Reason, expo.MismatchSenderID) {
+		t.Errorf("MismatchSenderId: %+v, want the token another app's, no credentials", out[3])
+	}
+	if out[4].Kind != channel.Failed || !out[4].Credentials || !strings.HasPrefix(out[4].Reason, expo.InvalidCredentials) {
+		t.Errorf("InvalidCredentials: %+v, want failed on the deployment's credentials", out[4])
+	}
 	m := fake.Messages()[0]
 	if m.Data["notification_id"] != "n1" || m.Data["category"] != "news" || m.Priority != "high" || m.Sound != "default" {
 		t.Errorf("Expo got %+v", m)
 	}
-	if results[expo.ResultOK] != 1 || results[expo.ResultError] != 2 {
+	if results[expo.ResultOK] != 1 || results[expo.ResultError] != 4 {
 		t.Errorf("results %v", results)
 	}
 }

@@ -30,9 +30,11 @@ type Server struct {
 	mu           sync.Mutex
 	messages     []expo.Message
 	tickets      map[string]string // ticket id → token
+	ticketMsg    map[string]int    // ticket id → its message's index in messages
 	requests     map[string]int
 	gone         map[string]bool   // tokens whose tickets say DeviceNotRegistered
 	atReceipt    map[string]string // tokens whose receipts say this error (DeviceNotRegistered, …)
+	atTicket     map[string]string // tokens whose tickets say this error
 	rateExceeded map[string]int    // tokens whose next tickets say MessageRateExceeded
 	// tokens whose next receipts say MessageRateExceeded: Expo accepted the
 	// message, then did not deliver it
@@ -56,7 +58,7 @@ type failure struct {
 
 // New returns a fake with no faults.
 func New() *Server {
-	return &Server{tickets: map[string]string{}, requests: map[string]int{}, gone: map[string]bool{}, atReceipt: map[string]string{}, rateExceeded: map[string]int{},
+	return &Server{tickets: map[string]string{}, ticketMsg: map[string]int{}, requests: map[string]int{}, gone: map[string]bool{}, atReceipt: map[string]string{}, atTicket: map[string]string{}, rateExceeded: map[string]int{},
 		rateExceededAtReceipt: map[string]int{}, exceededTickets: map[string]bool{}, experiences: map[string]string{}}
 }
 
@@ -80,6 +82,19 @@ var receiptWords = map[string]string{
 	expo.MismatchSenderID:    "The FCM sender id of the app does not match the one of the project's FCM server key",
 	expo.InvalidCredentials:  "The push notification credentials for your standalone app are invalid",
 	expo.MessageTooBig:       "the message is too big",
+}
+
+// FailAtTicket makes token's tickets say the error code
+// (MismatchSenderId, InvalidCredentials, MessageTooBig), with Expo's
+// words: nothing is taken; "" restores ok tickets.
+func (s *Server) FailAtTicket(token, code string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if code == "" {
+		delete(s.atTicket, token)
+		return
+	}
+	s.atTicket[token] = code
 }
 
 // FailAtReceipt makes token's tickets ok but its receipts say the error
@@ -116,6 +131,19 @@ func (s *Server) ExceedRateAtReceipt(token string, n int) {
 	s.mu.Lock()
 	s.rateExceededAtReceipt[token] = n
 	s.mu.Unlock()
+}
+
+// Undelivered are the messages Expo took whose receipt said
+// MessageRateExceeded: not delivered, so sending one again delivers it
+// once.
+func (s *Server) Undelivered() []expo.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []expo.Message
+	for id := range s.exceededTickets {
+		out = append(out, s.messages[s.ticketMsg[id]])
+	}
+	return out
 }
 
 // HoldReceipts makes the next n receipt requests answer without any receipt: not ready yet.
@@ -299,6 +327,10 @@ func (s *Server) send(raw []byte) (int, any) {
 			tickets[i] = expo.Ticket{Status: "error", Message: fmt.Sprintf("%q is not a registered push notification recipient", m.To), Details: &expo.ErrorDetail{Error: expo.DeviceNotRegistered}}
 			continue
 		}
+		if code := s.atTicket[m.To]; code != "" {
+			tickets[i] = expo.Ticket{Status: "error", Message: receiptWords[code], Details: &expo.ErrorDetail{Error: code}}
+			continue
+		}
 		if s.rateExceeded[m.To] > 0 {
 			s.rateExceeded[m.To]--
 			tickets[i] = expo.Ticket{Status: "error", Message: "too many messages to this device", Details: &expo.ErrorDetail{Error: expo.MessageRateExceeded}}
@@ -307,6 +339,7 @@ func (s *Server) send(raw []byte) (int, any) {
 		s.nextID++
 		id := fmt.Sprintf("ticket-%08d", s.nextID)
 		s.tickets[id] = m.To
+		s.ticketMsg[id] = len(s.messages)
 		s.messages = append(s.messages, m)
 		tickets[i] = expo.Ticket{Status: "ok", ID: id}
 	}

@@ -23,7 +23,7 @@ test:
 	@[ -n "$$DATABASE_URL" ] || scripts/ensure-deps postgresql pgbouncer
 	@scripts/ensure-deps chromium
 	$(GO) vet ./...
-	$(GO) test -race -count=1 ./...
+	$(GO) run ./internal/testreport -race -count=1 ./...
 
 ## check-deploy: what CI proves of deploy/: the alert rules pass promtool's check and unit tests, every
 ## kustomization under deploy/kubernetes renders and validates, the Dockerfile's build stage builds and runs
@@ -54,7 +54,8 @@ chaos: build
 
 ## chaos-selfcheck: 60 s of chaos traffic without faults against a binary built with -tags chaosdefects, which
 ## acknowledges 1 in 1,000 events without storing them, sends 1 in 1,000 pushes twice and drops 1 in 1,000 live
-## frames; then a duplicate and a stuck dispatch planted in Postgres. It must report all five and fail, or the
+## frames, and takes every device's refusal for the deployment's; then a duplicate and a stuck dispatch planted in
+## Postgres. It must report all six and fail, or the
 ## checks cannot fail
 SELFCHECK_BIN ?= bin/spoolcast-chaosdefects
 chaos-selfcheck:
@@ -63,11 +64,11 @@ chaos-selfcheck:
 	@out=$$(mktemp); status=0; \
 	CHAOS_DURATION=60s CHAOS_SEED=$(CHAOS_SEED) $(GO) run ./benchmarks/chaos -spoolcast $(SELFCHECK_BIN) -selfcheck -faults=false >$$out 2>&1 || status=$$?; cat $$out; \
 	for row in "every event answered 2xx is stored for each recipient" "each device got each push at most once" "every app saw every notification of its user" \
-	           "no notification is stored twice" "every notification's push ended"; do \
+	           "no notification is stored twice" "every notification's push ended" "a device's refusal disabled that device alone"; do \
 		grep -q "^| $$row.* | \*\*NO\*\* |" $$out || { echo "chaos-selfcheck: the planted violation of \"$$row\" was not reported"; exit 1; }; \
 	done; \
 	[ $$status -eq 1 ] || { echo "chaos-selfcheck: exit status $$status, want 1"; exit 1; }; \
-	echo "chaos-selfcheck: all five planted violations were reported, and the run failed, as it must"
+	echo "chaos-selfcheck: all six planted violations were reported, and the run failed, as it must"
 
 ## lint: go vet and gofmt must both be clean
 lint:

@@ -163,6 +163,9 @@ type verdict struct{ retry bool }
 // pass (retry: a retrier's, for a provider that took nothing and named no
 // wait longer than channelRetryPause, while a try can end by by).
 func (d *Dispatcher) judge(s *settled, provider string, c created, o channel.Outcome, retrier bool, now, by time.Time, reserve time.Duration) verdict {
+	if chaosplant.Enabled && o.Kind == channel.TokenForeign && chaosplant.Plant(chaosplant.MisjudgeRefusal) {
+		o.Kind, o.Credentials = channel.Failed, true // a planted defect (chaos self-check builds only)
+	}
 	d.cfg.Metrics.channelSent.WithLabelValues(provider, o.Kind.String()).Inc()
 	if o.Credentials {
 		d.cfg.Metrics.credentials.WithLabelValues(provider).Inc()

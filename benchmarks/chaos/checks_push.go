@@ -36,6 +36,13 @@ func checkPushes(ctx context.Context, db *pgx.Conn, w *world) ([]invariant, erro
 		}
 		pushes[fmt.Sprint(m.To, " ", m.Data["notification_id"])]++
 	}
+	// A push whose receipt said MessageRateExceeded was not delivered:
+	// the one sent again after it is the first delivered.
+	resent := 0
+	for _, m := range w.expo.Undelivered() {
+		pushes[fmt.Sprint(m.To, " ", m.Data["notification_id"])]--
+		resent++
+	}
 	// APNs, FCM and the Web Push service: every message that reached
 	// them, answered or not.
 	direct := map[string][]directArrival{}
@@ -169,7 +176,7 @@ func checkPushes(ctx context.Context, db *pgx.Conn, w *world) ([]invariant, erro
 			return nil, err
 		}
 		switch {
-		case strings.HasPrefix(reason, "DeviceNotRegistered"):
+		case strings.HasPrefix(reason, "DeviceNotRegistered"), w.strays.final(token, reason):
 			final++
 		case strings.Contains(reason, "outcome unknown") && (w.arrivals.answerLost(token, id.String()) || reachedDirect(token, id.String())):
 			unknown++
@@ -209,8 +216,8 @@ func checkPushes(ctx context.Context, db *pgx.Conn, w *world) ([]invariant, erro
 	sort.Strings(wrongs)
 	return []invariant{
 		{"each device got each push at most once", twice == 0 && webRefused == 0,
-			fmt.Sprintf("%d pushes reached Expo, %d APNs or FCM, %d the Web Push service (%d it could not decrypt); %d more than once; %d more than once whose first send's dispatch row the asynchronous failover lost (allowed)",
-				expoPushes, directPushes, browserPushes, webRefused, twice, lostTwice)},
+			fmt.Sprintf("%d pushes reached Expo, %d APNs or FCM, %d the Web Push service (%d it could not decrypt); %d more than once; %d more than once whose first send's dispatch row the asynchronous failover lost (allowed); %d sent again after a receipt said MessageRateExceeded (not delivered: allowed)",
+				expoPushes, directPushes, browserPushes, webRefused, twice, lostTwice, resent)},
 		{"a clear went only to a device that got the push, at most once", clearTwice == 0 && clearUnpushed == 0,
 			fmt.Sprintf("%d clears of a notification on a device; %d more than once; %d to a device that never got its push; %d more than once whose first clear's row the asynchronous failover lost (allowed)",
 				len(clears), clearTwice, clearUnpushed, clearLostTwice)},

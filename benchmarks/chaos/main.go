@@ -136,6 +136,9 @@ func run(duration time.Duration, seed uint64, selfcheck, inject bool, binary str
 		appsDone.Go(func() { a.stream(streams, rand.New(rand.NewPCG(seed, uint64(200+i)))) })
 		actsDone.Go(func() { a.act(actions, arng, apps) })
 	}
+	if err := plantStrays(ctx, w, apps, bases[0]); err != nil {
+		return 0, err
+	}
 	produce, stopProducing := context.WithCancel(ctx)
 	defer stopProducing()
 	var producers sync.WaitGroup
@@ -248,6 +251,11 @@ func run(duration time.Duration, seed uint64, selfcheck, inject bool, binary str
 		return 0, err
 	}
 	rows = append(rows, ps...)
+	rf, err := checkRefusals(ctx, db, w, samples)
+	if err != nil {
+		return 0, err
+	}
+	rows = append(rows, rf...)
 	ds, err := checkPolicies(ctx, db, w, l)
 	if err != nil {
 		return 0, err
@@ -400,6 +408,36 @@ func metric(base, name string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%s not exported by %s", name, base)
+}
+
+// metricSum is the sum of every series of the metric family name at base.
+func metricSum(base, name string) (float64, error) {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (!strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{")) {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
 }
 
 // plant makes two violations in Postgres the checks must find: a

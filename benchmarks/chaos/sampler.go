@@ -44,10 +44,26 @@ type sampler struct {
 	mu      sync.Mutex
 	peakRSS map[string]int64
 	latest  map[string]sample
+	// refusals are a central's counters of refusals, the latest read of
+	// each of its lives ("central-0#2"): a counter starts at 0 with each.
+	refusals map[string][2]float64
 }
 
 func newSampler() *sampler {
-	return &sampler{peakRSS: map[string]int64{}, latest: map[string]sample{}}
+	return &sampler{peakRSS: map[string]int64{}, latest: map[string]sample{}, refusals: map[string][2]float64{}}
+}
+
+// totals are the refusals of the deployment's credentials and the
+// refusals held for most devices refusing, counted by every life of
+// every central.
+func (s *sampler) totals() (credentials, held float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.refusals {
+		credentials += c[0]
+		held += c[1]
+	}
+	return credentials, held
 }
 
 func (s *sampler) run(ctx context.Context, procs []*proc) {
@@ -69,6 +85,7 @@ func (s *sampler) take(p *proc) {
 		return
 	}
 	p.mu.Lock()
+	starts := p.starts
 	if up := time.Since(p.started); up > baselineFrom && up < baselineTo {
 		if p.baseline == nil {
 			p.baseline = &sample{}
@@ -77,6 +94,15 @@ func (s *sampler) take(p *proc) {
 		p.baseline.fds = max(p.baseline.fds, sm.fds)
 	}
 	p.mu.Unlock()
+	if strings.HasPrefix(p.name, "central") {
+		credentials, err1 := metricSum(p.base, "spoolcast_push_credentials_refused_total")
+		held, err2 := metricSum(p.base, "spoolcast_push_refusals_held_total")
+		if err1 == nil && err2 == nil {
+			s.mu.Lock()
+			s.refusals[fmt.Sprintf("%s#%d", p.name, starts)] = [2]float64{credentials, held}
+			s.mu.Unlock()
+		}
+	}
 	s.mu.Lock()
 	s.peakRSS[p.name] = max(s.peakRSS[p.name], sm.rss)
 	s.latest[p.name] = sm

@@ -143,6 +143,8 @@ type world struct {
 	handovers *handovers
 	// channels are the fake APNs and FCM.
 	channels *directChannels
+	// strays are the devices the providers refuse one by one.
+	strays strays
 	// web is the Web Push service browsers' subscriptions name.
 	web      *webPushService
 	arrivals *expoArrivals

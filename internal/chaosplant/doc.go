@@ -2,7 +2,7 @@
 // self-check (go build -tags chaosdefects), so that the self-check proves,
 // through the running system, that the chaos run's ordinary checks catch
 // each kind: an event acknowledged and never stored, a push sent twice, a
-// live frame dropped. Every other build compiles Plant to false, and each
+// live frame dropped, a device's refusal taken for the deployment's. Every other build compiles Plant to false, and each
 // call site to nothing.
 package chaosplant
 
@@ -17,8 +17,13 @@ const (
 	DoublePush
 	// DropFrame: a live frame is not sent to a socket.
 	DropFrame
+	// MisjudgeRefusal: a device's refusal (its token another app's) is
+	// taken for the deployment's: counted for the credentials alert, the
+	// device kept. At every chance: a run refuses only a few devices.
+	MisjudgeRefusal
 	defects
 )
 
-// N is how rare each planted defect is: one chance in N.
+// N is how rare each planted defect is: one chance in N, but for
+// MisjudgeRefusal, planted at each.
 const N = 1000

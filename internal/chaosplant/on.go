@@ -11,4 +11,9 @@ var chances [defects]atomic.Int64
 
 // Plant reports whether to plant d at this chance: at every Nth of its
 // chances, counted per process, so that a run with N chances plants it.
-func Plant(d Defect) bool { return chances[d].Add(1)%N == 0 }
+func Plant(d Defect) bool {
+	if d == MisjudgeRefusal {
+		return true
+	}
+	return chances[d].Add(1)%N == 0
+}

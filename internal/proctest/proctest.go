@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -128,9 +129,27 @@ func pruneBinaries(dir, keep string) {
 	}
 }
 
-// FreeAddr returns a loopback address with a port that was free a moment ago.
+// Free ports are chosen below Linux's ephemeral range (32768 and up by
+// default): a port from that range can be handed to any client connection,
+// of this test or of another package's running beside it, between the
+// moment it was found free and the moment the process under test binds it
+// ("address already in use").
+const (
+	freePortLow  = 20000
+	freePortHigh = 32000
+)
+
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago, outside the range the kernel hands out to connections.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	for range 200 {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePortLow+rand.IntN(freePortHigh-freePortLow))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			ln.Close()
+			return addr
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/spoolcast/spoolcast/event"
 	"github.com/spoolcast/spoolcast/internal/clock"
 	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/sync/ingest"
 	"github.com/spoolcast/spoolcast/topics"
 )
@@ -430,6 +431,67 @@ func TestBatchesShrinkWhileTheyTakeLongerThanTheirTime(t *testing.T) {
 	}
 	if n := pgtest.Count(t, pool, `SELECT count(*) FROM notifications`); n != 1000 {
 		t.Errorf("%d notifications; want 1,000", n)
+	}
+}
+
+// A cancel that comes while a worker starts the fan-out (its members split
+// into ranges, its row locked) waits for the start, then judges the
+// fan-out as the start left it: running, nothing written, so it is
+// cancelled, and nothing is written after. (Judged in the statement that
+// waited, the ranges the start inserted were not in its snapshot: 409 and
+// every member written.)
+func TestACancelWhileTheFanOutStartsStopsIt(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	addMembers(t, pool, "starting", users("s", 500))
+	ingestOne(t, pool, topicEvent(t, "starting-1", nil, []string{"starting"}, ""))
+	f := newFanout(t, pool, topics.FanoutConfig{BatchSize: 100})
+
+	// Members held: the start takes the fan-out's row, then waits to read them.
+	hold, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(ctx)
+	if _, err := hold.Exec(ctx, `LOCK TABLE topic_members IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	waiting := func(what, like string) {
+		t.Helper()
+		testsignal.Eventually(t, what, 10*time.Second, func() bool {
+			return pgtest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, like) > 0
+		})
+	}
+	started := make(chan error, 1)
+	go func() { _, err := f.Step(ctx); started <- err }()
+	waiting("the start to wait for the members", "%topic_members%topic_fanout_ranges%")
+	cancelled := make(chan ingest.CancelResult, 1)
+	go func() {
+		res, err := ingest.Cancel(ctx, pool, "news", "starting-1", time.Now())
+		if err != nil {
+			t.Error(err)
+		}
+		cancelled <- res
+	}()
+	waiting("the cancel to wait for the start", "%topic_fanouts%")
+	if err := hold.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	if res := <-cancelled; res.Outcome != ingest.Cancelled || res.Reached != 0 {
+		t.Fatalf("a cancel during the start = %+v; want cancelled, 0 reached", res)
+	}
+	if err := f.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM notifications`); n != 0 {
+		t.Errorf("%d notifications written after the cancel; want none", n)
+	}
+	if st := fanoutOf(t, pool, "starting-1", "starting"); st.State != topics.StateCancelled || st.Written != 0 {
+		t.Errorf("the fan-out %+v; want cancelled, nothing written", st)
 	}
 }
 

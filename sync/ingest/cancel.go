@@ -64,8 +64,10 @@ const EventLockKey = `hashtext('event:' || octet_length(producer) || ':' || prod
 // before their send_at, all of them or none, and its topic fan-outs' members
 // not yet written (topics.Fanout writes a batch holding the event's lock
 // shared, so the count of those reached is exact): in one transaction it takes the
-// event's lock (waiting for a firer that holds it), then marks every row
-// cancelled and gives each a cancelled row in the delivery log. The firer
+// event's lock (waiting for a firer that holds it), then its fan-outs' rows
+// (waiting for a worker starting one), then, in a statement of its own,
+// marks every row cancelled and gives each a cancelled row in the delivery
+// log. The firer
 // fires only the rows of events whose lock it took, all in one statement, so
 // a cancellation that waited finds the event sent, and a firer that comes
 // after it finds every row cancelled. Cancelled rows stay as long as the
@@ -89,6 +91,15 @@ func Cancel(ctx context.Context, db DB, producer, key string, at time.Time) (Can
 			// firer or another cancellation holding it committed.
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, EventLockClass, eventKey(producer, key)); err != nil {
 				return fmt.Errorf("lock the event: %w", err)
+			}
+			// The event's fan-outs are locked first, on their own: a worker
+			// starting one holds its row while it splits the members into
+			// ranges. The statement below, which judges whether members are
+			// left, then takes a snapshot after that start committed; one
+			// that had waited on the row itself would judge the ranges by
+			// the snapshot it took before (none yet: "already sent").
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM topic_fanouts WHERE producer = $1 AND idempotency_key = $2 FOR UPDATE`, producer, key); err != nil {
+				return fmt.Errorf("lock the event's fan-outs: %w", err)
 			}
 			return tx.QueryRow(ctx, `WITH c AS (
 				UPDATE scheduled_notifications SET cancelled_at = $3

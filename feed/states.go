@@ -127,6 +127,16 @@ const (
 		AND (n.created_at, n.id) <= (m.P_at, m.P_id) AND n.created_at >= m.P_marked - SLACK::interval)`
 )
 
+// ReadOrArchived holds for a notifications row n read or archived, by
+// itself or by a watermark, exactly as the feed shows it (a mark unread
+// after a read-all leaves it unread), under the watermarks m of its user
+// joined as MarksOf("n.user_id").
+const ReadOrArchived = `(` + isRead + ` OR ` + isArchived + `)`
+
+// MarksOf is Marks for the user the SQL expression user names, for a
+// LATERAL join over many users' notifications.
+func MarksOf(user string) string { return strings.ReplaceAll(Marks, "$1", user) }
+
 // StateColumns are the states of a notifications row n (read_at, seen_at,
 // archived_at) under the watermarks m (Marks) of user $1.
 const StateColumns = readAt + `, ` + seenAt + `, ` + archivedAt

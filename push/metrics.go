@@ -57,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		webBusy: metric.Counter("spoolcast_webpush_busy_total",
 			"Web Push dispatches given back to the push queue for a moment because their push service already had its share of this replica's sends in flight, or all of them were taken."),
 		policy: metric.CounterVec("spoolcast_push_policy_total",
-			"Notifications by delivery policy outcome: passed (no policy held the push), deferred (quiet hours), digested (joined a digest), digest (a digest's one push dispatched), throttled, suppressed (seen first), critical (a critical push passed quiet hours or a throttle), cancelled (a scheduled notification cancelled), fail_open (quiet hours unreadable: pushed).", "outcome"),
+			"Notifications by delivery policy outcome: passed (no policy held the push), deferred (quiet hours), digested (joined a digest), digest (a digest's one push dispatched), throttled, suppressed (seen, or read or archived, before its push was due), critical (a critical push passed quiet hours or a throttle), cancelled (a scheduled notification cancelled), fail_open (quiet hours unreadable: pushed).", "outcome"),
 		webSent: metric.CounterVec("spoolcast_webpush_sent_total",
 			"Web Push messages, clears included, by outcome: delivered (the push service took it), gone (404/410: subscription disabled), rate_limited (429: sent again after Retry-After, once), too_large, rejected (4xx, VAPID refused), unavailable (500, 503: sent again), unknown (no answer, or a gateway's 502, 504 or another 5xx: not sent again), not_sent (given back to the queue), invalid.", "outcome"),
 		clears: metric.CounterVec("spoolcast_push_clears_total",

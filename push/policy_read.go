@@ -30,12 +30,48 @@ func (q *queued) policyPush() policy.Push {
 		DigestMember: q.digestMember(), Digest: q.digestCount > 0, SeenWaited: q.seenWaited}
 }
 
+// doneState reads which claimed notifications are read or archived already,
+// by the feed's rules (feed.ReadOrArchived), in one statement. A failed
+// read suppresses nothing: the push is sent (fail open).
+func (d *Dispatcher) doneState(ctx context.Context, claimed []queued) map[int64]bool {
+	var ids []int64
+	var created []time.Time
+	for _, q := range claimed {
+		if q.digestCount == 0 {
+			ids, created = append(ids, q.id), append(created, q.createdAt)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := d.cfg.DB.Query(ctx, `SELECT n.id
+		FROM unnest($1::int8[], $2::timestamptz[]) AS q(id, created_at)
+		JOIN notifications n ON n.id = q.id AND n.created_at = q.created_at
+		CROSS JOIN LATERAL `+feed.MarksOf("n.user_id")+` m
+		WHERE `+feed.ReadOrArchived, ids, created)
+	var done []int64
+	if err == nil {
+		done, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	}
+	if err != nil {
+		d.failLog.Do(func(suppressed int64) {
+			d.log.Warn("read states unreadable; pushing without checking whether they were read", "err", err, "suppressed", suppressed)
+		})
+		return nil
+	}
+	out := make(map[int64]bool, len(done))
+	for _, id := range done {
+		out[id] = true
+	}
+	return out
+}
+
 // seenState reads, for suppress-if-seen, which users hold a stream open and
 // which of the notifications that may be suppressed now (held once, or
 // older than the hold) were read or seen on the stream. A failed read
 // holds and suppresses nothing: the push is sent (fail open).
 func (d *Dispatcher) seenState(ctx context.Context, claimed []queued, users []string, now time.Time) policy.Seen {
-	st := policy.Seen{Hold: d.cfg.SuppressIfSeen}
+	st := policy.Seen{Hold: d.cfg.SuppressIfSeen, Done: d.doneState(ctx, claimed)}
 	if st.Hold <= 0 {
 		return st
 	}
@@ -43,7 +79,7 @@ func (d *Dispatcher) seenState(ctx context.Context, claimed []queued, users []st
 		d.failLog.Do(func(suppressed int64) {
 			d.log.Warn("stream presence unreadable; pushing without waiting to be seen", "err", err, "suppressed", suppressed)
 		})
-		return policy.Seen{}
+		return policy.Seen{Done: st.Done}
 	}
 	rows, err := d.cfg.DB.Query(ctx, `SELECT DISTINCT user_id FROM stream_presence WHERE user_id = ANY($1) AND expires_at > now()`, users)
 	if err != nil {

@@ -67,6 +67,9 @@ func (p *plan) record(q *queued, sends []dispatchRow, d policy.Decision) {
 		p.members = append(p.members, q)
 	case policy.Suppress:
 		why := "seen on the stream or read before its push was due (--push-suppress-if-seen)"
+		if d.Done {
+			why = "read or archived before its push was due: a banner for it would never be cleared"
+		}
 		p.rows = append(p.rows, dispatchRow{n: q, state: StateSuppressed, err: &why})
 	case policy.Hold:
 		p.deferrals = append(p.deferrals, deferral{q: q, end: d.Until, seenWait: true})

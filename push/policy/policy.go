@@ -88,6 +88,12 @@ type Seen struct {
 	Hold    time.Duration // --push-suppress-if-seen; 0: off
 	Present map[string]bool
 	Seen    map[int64]bool
+	// Done are the notifications read or archived already (on any device,
+	// one by one or by read-all or archive-all), whatever Hold is: their
+	// push would put up a banner for what the user has dealt with, and the
+	// clear that takes banners down is written only for pushes sent
+	// before the read.
+	Done map[int64]bool
 }
 
 // Action is what becomes of a push.
@@ -111,6 +117,8 @@ type Decision struct {
 	Outcome string
 	// FailOpen: quiet hours were unreadable and did not hold it.
 	FailOpen bool
+	// Done: suppressed because the notification was read or archived.
+	Done bool
 }
 
 // Decide applies the policies in their order: a digest member joins its
@@ -120,6 +128,11 @@ type Decision struct {
 // the user's quiet hours (the zero value: none), quietFailed that they
 // could not be read (the push fails open).
 func Decide(p Push, quiet QuietHours, quietFailed bool, th Throttle, seen Seen, now time.Time) Decision {
+	if seen.Done[p.ID] && !p.Digest {
+		// Critical or not, gathered or not: read already. (A digest's push
+		// speaks for its other members too.)
+		return Decision{Action: Suppress, Outcome: Suppressed, Done: true}
+	}
 	if p.DigestMember {
 		return Decision{Action: Gather, Outcome: Digested}
 	}

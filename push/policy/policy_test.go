@@ -94,3 +94,18 @@ func TestParseThrottleReadsItsOwnString(t *testing.T) {
 		}
 	}
 }
+
+// A notification read or archived already is never pushed, critical or a
+// digest's member; a digest's own push speaks for its other members too.
+func TestANotificationDealtWithAlreadyIsNotPushed(t *testing.T) {
+	now := time.Now()
+	seen := policy.Seen{Done: map[int64]bool{1: true}}
+	for _, p := range []policy.Push{{ID: 1}, {ID: 1, Critical: true}, {ID: 1, DigestMember: true}} {
+		if d := policy.Decide(p, policy.QuietHours{}, false, policy.Throttle{}, seen, now); d.Action != policy.Suppress || !d.Done || d.Outcome != policy.Suppressed {
+			t.Errorf("%+v: %+v; want suppressed as done", p, d)
+		}
+	}
+	if d := policy.Decide(policy.Push{ID: 1, Digest: true}, policy.QuietHours{}, false, policy.Throttle{}, seen, now); d.Action != policy.Send {
+		t.Errorf("a digest's push: %+v; want sent", d)
+	}
+}

@@ -44,11 +44,11 @@ func (s *Server) cancelEvent(w http.ResponseWriter, r *http.Request, c auth.Serv
 			fmt.Sprintf("the event with key %q was sent already (it had no send_at, or its send_at passed)", key)))
 		return
 	}
-	if res.Stopped > 0 && s.cfg.PushMetrics != nil {
-		s.cfg.PushMetrics.CountPolicy(policy.Cancelled, res.Stopped)
+	if n := res.Stopped + res.PushesStopped; n > 0 && s.cfg.PushMetrics != nil {
+		s.cfg.PushMetrics.CountPolicy(policy.Cancelled, n)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, cancelAnswer{Status: "cancelled", IdempotencyKey: key, CancelledAt: res.Cancelled.UTC(),
-		Notifications: res.Stopped, TopicMembersReached: res.Reached})
+		Notifications: res.Stopped, TopicMembersReached: res.Reached, PushesStopped: res.PushesStopped})
 }
 
 // cancelAnswer is the body of a cancellation's 200.
@@ -62,6 +62,9 @@ type cancelAnswer struct {
 	// TopicMembersReached is how many members of the event's topics got
 	// it before its fan-outs stopped (0 before its send_at).
 	TopicMembersReached int64 `json:"topic_members_reached"`
+	// PushesStopped is how many pushes of the members reached were still
+	// waiting in the queue and were stopped (0 for a repeat).
+	PushesStopped int `json:"pushes_stopped"`
 }
 
 // ingestEvent is POST /internal/v1/events: the relay's contract for producers

@@ -355,6 +355,46 @@ func TestAScheduledTopicEventStartsAtItsSendTime(t *testing.T) {
 	}
 }
 
+// A cancel stops, beside the members not yet written, the pushes of the
+// members reached that still wait in the queue (paced), each cancelled in
+// the delivery log, and counts them; a push a dispatcher holds goes out.
+func TestACancelStopsThePacedPushesOfTheMembersReached(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	members := users("q", 300)
+	addMembers(t, pool, "paced-stop", members)
+	if _, err := pool.Exec(ctx, `INSERT INTO devices (token, user_id, platform) SELECT 'ExponentPushToken[' || u || ']', u, 'ios' FROM unnest($1::text[]) u`, members); err != nil {
+		t.Fatal(err)
+	}
+	ingestOne(t, pool, topicEvent(t, "paced-stop-1", nil, []string{"paced-stop"}, ""))
+	f := newFanout(t, pool, topics.FanoutConfig{PushRate: 10, BatchSize: 100})
+	for range 3 { // the start, then two batches: 200 members, their pushes paced over 20 s
+		if _, err := f.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A dispatcher holds one of them.
+	if _, err := pool.Exec(ctx, `UPDATE push_queue SET claimed_until = now() + interval '1 minute', claimed_by = 'replica-1'
+		WHERE notification_id = (SELECT min(notification_id) FROM push_queue)`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ingest.Cancel(ctx, pool, "news", "paced-stop-1", time.Now())
+	if err != nil || res.Outcome != ingest.Cancelled || res.Reached != 200 || res.PushesStopped != 199 {
+		t.Fatalf("cancel = %+v, %v; want cancelled, 200 reached, 199 of their pushes stopped", res, err)
+	}
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM push_queue`); n != 1 {
+		t.Errorf("%d pushes left in the queue; want the one a dispatcher holds", n)
+	}
+	if n := pgtest.Count(t, pool, `SELECT count(*) FROM push_dispatches WHERE state = 'cancelled' AND error = 'its event was cancelled before its push was sent'`); n != 199 {
+		t.Errorf("%d pushes cancelled in the delivery log; want 199", n)
+	}
+	again, err := ingest.Cancel(ctx, pool, "news", "paced-stop-1", time.Now())
+	if err != nil || again.Outcome != ingest.Cancelled || again.PushesStopped != 0 {
+		t.Errorf("a repeat = %+v, %v; want cancelled, stopping nothing more", again, err)
+	}
+}
+
 func TestTopicPushesArePacedPerDeviceBehindDirectOnes(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)

@@ -44,8 +44,12 @@ type CancelResult struct {
 	Stopped int
 	// Reached counts the topic members who got the event before its
 	// fan-outs were stopped (the same for a repeat).
-	Reached   int64
-	Cancelled time.Time // when the event was first cancelled
+	Reached int64
+	// PushesStopped counts the pushes of notifications already written
+	// (to members reached) that were still waiting in the queue, stopped
+	// by this request (0 for a repeat).
+	PushesStopped int
+	Cancelled     time.Time // when the event was first cancelled
 }
 
 // EventLockClass is the first key of the per-event advisory lock that a
@@ -81,7 +85,7 @@ func Cancel(ctx context.Context, db DB, producer, key string, at time.Time) (Can
 		return CancelResult{}, fmt.Errorf("cancel %q: the database given cannot begin a transaction", key)
 	}
 	at = at.Truncate(time.Microsecond) // as Postgres keeps it, so a repeat answers the same time
-	var stopped, earlier, rows int
+	var stopped, earlier, rows, pushes int
 	var reached int64
 	var first *time.Time
 	var claimed bool
@@ -122,6 +126,28 @@ func Cancel(ctx context.Context, db DB, producer, key string, at time.Time) (Can
 				       AND EXISTS (SELECT 1 FROM topic_fanout_ranges r WHERE r.fanout_id = fo.id AND NOT r.done)))
 				RETURNING fo.id
 			),
+			-- The pushes of the event's notifications still waiting in the
+			-- queue (a broadcast's paced pushes, quiet hours, a retry) that
+			-- no dispatcher holds are stopped with its fan-outs, each with a
+			-- cancelled row in the delivery log: a member reached before the
+			-- cancel keeps the notification, not a banner after it. One
+			-- probe of the primary key per queue row (LIMIT keeps the
+			-- planner from reading notifications by the event's key, which
+			-- no index serves); the lease is judged on the row deleted, so
+			-- a claim that committed meanwhile keeps its row.
+			pq AS (
+				DELETE FROM push_queue q
+				WHERE EXISTS (SELECT 1 FROM fc)
+				  AND (q.claimed_until IS NULL OR q.claimed_until < now())
+				  AND EXISTS (SELECT 1 FROM (SELECT n.producer, n.idempotency_key FROM notifications n
+				                             WHERE n.id = q.notification_id AND n.created_at = q.notification_created_at LIMIT 1) e
+				              WHERE e.producer = $1 AND e.idempotency_key = $2)
+				RETURNING q.notification_id, q.notification_created_at, q.user_id
+			),
+			pq_logged AS (
+				INSERT INTO push_dispatches (notification_id, notification_created_at, user_id, state, error)
+				SELECT notification_id, notification_created_at, user_id, 'cancelled', 'its event was cancelled before its push was sent' FROM pq
+			),
 			fanouts AS (SELECT id, state, ended_at FROM topic_fanouts WHERE producer = $1 AND idempotency_key = $2)
 			SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM fc),
 			       (SELECT count(*) FROM scheduled_notifications WHERE producer = $1 AND idempotency_key = $2 AND cancelled_at IS NOT NULL)
@@ -130,8 +156,9 @@ func Cancel(ctx context.Context, db DB, producer, key string, at time.Time) (Can
 			                            UNION ALL SELECT min(ended_at) FROM fanouts WHERE state = 'cancelled') m),
 			       EXISTS (SELECT 1 FROM idempotency_keys WHERE key = $4) OR EXISTS (SELECT 1 FROM fanouts),
 			       (SELECT count(*) FROM c),
-			       (SELECT coalesce(sum(written), 0)::int8 FROM topic_fanout_ranges WHERE fanout_id IN (SELECT id FROM fanouts))`,
-				pgx.QueryExecModeCacheDescribe, producer, key, at, eventKey(producer, key)).Scan(&stopped, &earlier, &first, &claimed, &rows, &reached)
+			       (SELECT coalesce(sum(written), 0)::int8 FROM topic_fanout_ranges WHERE fanout_id IN (SELECT id FROM fanouts)),
+			       (SELECT count(*) FROM pq)`,
+				pgx.QueryExecModeCacheDescribe, producer, key, at, eventKey(producer, key)).Scan(&stopped, &earlier, &first, &claimed, &rows, &reached, &pushes)
 		})
 	}
 	err := run()
@@ -145,7 +172,7 @@ func Cancel(ctx context.Context, db DB, producer, key string, at time.Time) (Can
 	}
 	switch {
 	case stopped > 0:
-		return CancelResult{Outcome: Cancelled, Stopped: rows, Reached: reached, Cancelled: at}, nil
+		return CancelResult{Outcome: Cancelled, Stopped: rows, Reached: reached, PushesStopped: pushes, Cancelled: at}, nil
 	case earlier > 0:
 		r := CancelResult{Outcome: Cancelled, Reached: reached}
 		if first != nil {

@@ -76,17 +76,23 @@ func (s *Store) Unarchive(ctx context.Context, userID string, id ID) error {
 func (s *Store) change(ctx context.Context, userID string, id ID, c itemChange) error {
 	hint := ``
 	if c.marks != "" {
-		// The watermark as it is when the row lock is taken: a newer one
-		// asked meanwhile covers the row too, and this change may come
-		// after it in the stream. The latest hinted change's position is
+		// Hinted whether or not a watermark covers the row: a watermark
+		// asked before this change in the stream may record itself after
+		// this statement (it took its position, then waited for the
+		// watermark's row), and the tabs find a row changed back against
+		// it in an older week only by the hint. A hint that covers
+		// nothing costs a read of the weeks from it, and none when it is
+		// newer than the watermark. The upsert waits for such a watermark
+		// and applies after it; the latest hinted change's position is
 		// kept, so that a watermark that comes before it in the stream
-		// keeps the hint (MarkAllRead).
+		// keeps the hint (MarkAllRead). Without a watermark yet, the row
+		// holds the hint alone: it covers nothing (-infinity).
 		hint = `, hinted AS (
-			UPDATE ` + c.marks + ` w SET overrides_from = least(w.overrides_from, x.created_at),
-				overrides_tx = CASE WHEN (w.overrides_tx, w.overrides_seq) > (op.tx, op.seq) THEN w.overrides_tx ELSE op.tx END,
-				overrides_seq = CASE WHEN (w.overrides_tx, w.overrides_seq) > (op.tx, op.seq) THEN w.overrides_seq ELSE op.seq END
-			FROM changed x, op
-			WHERE w.user_id = $1 AND (x.created_at, x.id) <= (w.through_at, w.through_id))`
+			INSERT INTO ` + c.marks + ` AS w (user_id, through_at, through_id, overrides_from, overrides_tx, overrides_seq)
+			SELECT $1, '-infinity', 0, x.created_at, op.tx, op.seq FROM changed x, op
+			ON CONFLICT (user_id) DO UPDATE SET overrides_from = least(w.overrides_from, EXCLUDED.overrides_from),
+				overrides_tx = CASE WHEN (w.overrides_tx, w.overrides_seq) > (EXCLUDED.overrides_tx, EXCLUDED.overrides_seq) THEN w.overrides_tx ELSE EXCLUDED.overrides_tx END,
+				overrides_seq = CASE WHEN (w.overrides_tx, w.overrides_seq) > (EXCLUDED.overrides_tx, EXCLUDED.overrides_seq) THEN w.overrides_seq ELSE EXCLUDED.overrides_seq END)`
 	}
 	if c.items {
 		hint += `, hinted AS (

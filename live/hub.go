@@ -55,9 +55,10 @@ type Config struct {
 	// closed as too slow. Default 10s.
 	WriteTimeout time.Duration
 	// QueueFrames and QueueBytes bound what waits to be written to one
-	// socket; a socket past either is closed as too slow (1013) and its app
-	// resumes from its cursor. Defaults 1024 frames, 1 MiB: a burst for one
-	// user fits; only a socket that stops reading reaches them.
+	// socket, and the live frames held for it while it resumes; a socket
+	// past either is closed as too slow (1013) and its app resumes from its
+	// cursor. Defaults 1024 frames, 1 MiB: a burst for one user fits; only
+	// a socket that stops reading reaches them.
 	QueueFrames int
 	QueueBytes  int
 	// MaxSocketsPerUser caps one user's sockets on this replica: the next

@@ -51,6 +51,7 @@ type socket struct {
 	behind   bool      // live frames were dropped (a burst): catch up from Postgres after last
 	slow     bool      // counted as too slow
 	held     []frame   // live frames that arrived during the resume
+	heldSize int       // bytes in held, as the socket would write them
 	last     Position  // the place in the stream of the last frame queued (a notification or a change of state)
 	lastAt   time.Time // its cursor's time, or the time of the resume's end there
 	room     chan struct{}
@@ -94,14 +95,21 @@ func (s *socket) offer(f frame) {
 		return
 	}
 	if s.resuming {
-		if len(s.held) >= s.hub.cfg.QueueFrames {
+		// Held frames are bounded as the queue is, by frames and by bytes:
+		// a user's burst of large frames during a long resume must not
+		// hold more than QueueBytes.
+		full := func() bool {
+			return len(s.held) >= s.hub.cfg.QueueFrames || s.heldSize+s.size(f) > s.hub.cfg.QueueBytes && len(s.held) > 0
+		}
+		if full() {
 			s.fallBehindLocked()
-			if len(s.held) >= s.hub.cfg.QueueFrames {
+			if full() {
 				s.tooSlowLocked() // unpositioned frames alone fill it
 				return
 			}
 		}
 		s.held = append(s.held, f)
+		s.heldSize += s.size(f)
 		return
 	}
 	s.queueLiveLocked(f)
@@ -132,13 +140,13 @@ func (s *socket) queueLiveLocked(f frame) {
 // fallBehindLocked drops the held frames of the stream: a catch-up after
 // the resume reads them from Postgres.
 func (s *socket) fallBehindLocked() {
-	kept := s.held[:0]
+	kept, size := s.held[:0], 0
 	for _, f := range s.held {
 		if !f.kind.positioned() {
-			kept = append(kept, f)
+			kept, size = append(kept, f), size+s.size(f)
 		}
 	}
-	s.held = kept
+	s.held, s.heldSize = kept, size
 	if !s.behind {
 		s.behind = true
 		s.hub.metrics.catchUps.Inc()
@@ -239,7 +247,7 @@ func (s *socket) endResume(end Cursor) {
 		s.enqueueLocked(ready)
 	}
 	held := s.held
-	s.held = nil
+	s.held, s.heldSize = nil, 0
 	for _, f := range held {
 		if s.closing {
 			return
@@ -273,7 +281,7 @@ func (s *socket) closeLocked(code ws.StatusCode, reason string) {
 	if s.closing {
 		return
 	}
-	s.closing, s.held = true, nil
+	s.closing, s.held, s.heldSize = true, nil, 0
 	// What waits is dropped: the app resumes from the last frame it got.
 	f := closeFrame(code, reason)
 	s.queue, s.queued = []frame{f}, s.size(f)
@@ -357,7 +365,7 @@ func (s *socket) drop() {
 		s.mu.Unlock()
 		return
 	}
-	s.gone, s.closing, s.queue, s.held = true, true, nil, nil
+	s.gone, s.closing, s.queue, s.held, s.heldSize = true, true, nil, nil, 0
 	s.mu.Unlock()
 	_ = s.conn.Close()
 	s.hub.remove(s)

@@ -1,6 +1,7 @@
 package central
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -32,9 +33,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	sse := live.WantsEventStream(r)
 	var u auth.User
+	var redeem func(context.Context) error
 	var err error
 	if sse {
-		u, err = s.authorizeEventStream(r)
+		u, redeem, err = s.authorizeEventStream(r)
 	} else {
 		u, err = s.cfg.Users.AuthorizeWebSocket(r)
 	}
@@ -58,7 +60,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		detail := reason
 		switch {
 		case errors.Is(err, live.ErrTicket):
-			detail = "the ticket was used, has expired, or was never issued: each connection needs a new one (POST /v1/stream/tickets)"
+			detail = live.TicketRefused
 		case sse && errors.Is(err, auth.ErrNoToken):
 			detail = "send Authorization: Bearer <token>, or (a browser's EventSource) ?ticket= from POST /v1/stream/tickets"
 		case errors.Is(err, auth.ErrNoToken):
@@ -70,7 +72,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	if !s.allowUser(w, r, u.ID) {
 		return
 	}
-	s.cfg.Live.Serve(w, r, u.ID)
+	s.cfg.Live.ServeTicket(w, r, u.ID, redeem)
 	if rec, ok := w.(*httpapi.Recorder); ok && sse && rec.Status == http.StatusSwitchingProtocols {
 		rec.Status = http.StatusOK // the event stream took the connection over to answer 200 on it
 	}
@@ -78,21 +80,33 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 
 // authorizeEventStream checks an event stream's caller: the bearer token
 // when Authorization is sent, else the one-use ticket in ?ticket= (a
-// browser's EventSource, which cannot send headers).
-func (s *Server) authorizeEventStream(r *http.Request) (auth.User, error) {
+// browser's EventSource, which cannot send headers). A ticket is checked
+// here and used up by redeem, which the hub calls once the handshake
+// passed its other checks: a handshake refused for another reason leaves
+// the app its ticket.
+func (s *Server) authorizeEventStream(r *http.Request) (auth.User, func(context.Context) error, error) {
 	if r.Header.Get("Authorization") != "" || !r.URL.Query().Has("ticket") {
-		return s.cfg.Users.Authorize(r, "")
+		u, err := s.cfg.Users.Authorize(r, "")
+		return u, nil, err
 	}
 	ctx, cancel := s.dbContext(r)
 	defer cancel()
-	user, err := s.tickets.Redeem(ctx, r.URL.Query().Get("ticket"))
+	ticket := r.URL.Query().Get("ticket")
+	user, err := s.tickets.User(ctx, ticket)
 	if errors.Is(err, live.ErrTicket) {
-		return auth.User{}, fmt.Errorf("%w: %w", auth.ErrBadToken, err)
+		return auth.User{}, nil, fmt.Errorf("%w: %w", auth.ErrBadToken, err)
 	}
 	if err != nil {
-		return auth.User{}, fmt.Errorf("%w: %w", errTicketStore, err)
+		return auth.User{}, nil, fmt.Errorf("%w: %w", errTicketStore, err)
 	}
-	return auth.User{ID: user}, nil
+	redeem := func(ctx context.Context) error {
+		redeemed, err := s.tickets.Redeem(ctx, ticket)
+		if err == nil && redeemed != user {
+			return live.ErrTicket
+		}
+		return err
+	}
+	return auth.User{ID: user}, redeem, nil
 }
 
 // errTicketStore: the tickets' store failed (answer 503).

@@ -163,6 +163,40 @@ func TestATicketIssuedByOneReplicaOpensTheStreamOnAnother(t *testing.T) {
 	}
 }
 
+// A ticket is used up only by a stream that opens: a handshake refused for
+// another reason (here, the user's streams at their cap) leaves the app its
+// ticket, which opens the stream once there is room, and only once.
+func TestATicketRefusedForAnotherReasonIsNotUsedUp(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, options{live: true, maxSocketsPerUser: 1})
+	first := h.openSSE(t, sseclient.Options{Token: h.iss.Token("u1")})
+	ticket := h.ticket("u1")
+	if resp, body := h.sseRefused(t, ticketQuery(ticket)); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("the ticket beside u1's stream at its cap: %d %v; want 429", resp.StatusCode, body)
+	}
+	first.Close()
+	var opened bool
+	deadline := time.Now().Add(10 * time.Second)
+	for !opened && time.Now().Before(deadline) {
+		c, err := sseclient.Dial(context.Background(), h.url, ticketQuery(ticket))
+		if err == nil {
+			opened = true
+			t.Cleanup(func() { c.Close() })
+			break
+		}
+		if !strings.Contains(err.Error(), "429") { // the first stream's slot not yet given back
+			t.Fatalf("the ticket once the first stream closed: %v; want the stream", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !opened {
+		t.Fatal("the ticket refused at the cap never opened the stream")
+	}
+	if resp, _ := h.sseRefused(t, ticketQuery(ticket)); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the ticket again: %d; want 401, used up", resp.StatusCode)
+	}
+}
+
 // Every refusal of an event stream is a plain problem before the stream,
 // and closes the connection, as the WebSocket's are.
 func TestEventStreamRefusalsAreProblemsThatCloseTheConnection(t *testing.T) {

@@ -25,8 +25,17 @@ const cursorCheckTimeout = 5 * time.Second
 // carries a cursor this server did not issue, is answered with a problem; so
 // is one that comes while the hub is not ready or past its caps.
 func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
+	h.ServeTicket(w, r, user, nil)
+}
+
+// ServeTicket is Serve for an event stream opened with a ticket: redeem
+// uses the ticket up once the handshake passed every other check (the
+// caps, readiness, the cursor), just before the stream begins; ErrTicket
+// from it (the ticket was used meanwhile) refuses the stream 401. nil:
+// nothing to redeem.
+func (h *Hub) ServeTicket(w http.ResponseWriter, r *http.Request, user string, redeem func(context.Context) error) {
 	if WantsEventStream(r) {
-		h.serveSSE(w, r, user)
+		h.serveSSE(w, r, user, redeem)
 		return
 	}
 	var after *Cursor
@@ -46,7 +55,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 		problem.Write(w, r, *p)
 		return
 	}
-	release, ok := h.admitStream(w, r, user, after, "after")
+	release, ok := h.admitStream(w, r, user, after, "after", redeem)
 	if !ok {
 		return
 	}
@@ -79,7 +88,7 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, user string) {
 // from here on), and the resume's cursor (field names where it came from).
 // It answers a refusal itself (false); otherwise the caller calls release
 // once the socket is registered, or not.
-func (h *Hub) admitStream(w http.ResponseWriter, r *http.Request, user string, after *Cursor, field string) (release func(), ok bool) {
+func (h *Hub) admitStream(w http.ResponseWriter, r *http.Request, user string, after *Cursor, field string, redeem func(context.Context) error) (release func(), ok bool) {
 	if !h.Ready() {
 		w.Header().Set("Retry-After", "1")
 		problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "this replica is not serving the stream right now; reconnect"))
@@ -120,6 +129,25 @@ func (h *Hub) admitStream(w http.ResponseWriter, r *http.Request, user string, a
 			release()
 			w.Header().Set("Retry-After", "1")
 			problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "the stream cannot check the cursor now; reconnect"))
+			return nil, false
+		}
+	}
+	if redeem != nil {
+		// Last: a handshake refused above keeps its ticket.
+		rctx, cancel := context.WithTimeout(r.Context(), cursorCheckTimeout)
+		err := redeem(rctx)
+		cancel()
+		switch {
+		case errors.Is(err, ErrTicket):
+			release()
+			h.metrics.AuthFailed()
+			w.Header().Set("WWW-Authenticate", auth.Challenge(auth.ErrBadToken))
+			problem.Write(w, r, problem.New(http.StatusUnauthorized, problem.Unauthorized, TicketRefused))
+			return nil, false
+		case err != nil:
+			release()
+			w.Header().Set("Retry-After", "1")
+			problem.Write(w, r, problem.New(http.StatusServiceUnavailable, problem.StreamUnavailable, "the stream cannot check the ticket now; reconnect with a new one"))
 			return nil, false
 		}
 	}

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -85,7 +86,7 @@ func sseCursor(r *http.Request) (after *Cursor, field string, err error) {
 }
 
 // serveSSE answers r with an event stream of user's frames.
-func (h *Hub) serveSSE(w http.ResponseWriter, r *http.Request, user string) {
+func (h *Hub) serveSSE(w http.ResponseWriter, r *http.Request, user string, redeem func(context.Context) error) {
 	after, field, err := sseCursor(r)
 	if err != nil {
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.InvalidCursor,
@@ -99,7 +100,7 @@ func (h *Hub) serveSSE(w http.ResponseWriter, r *http.Request, user string) {
 			"the event stream is served over HTTP/1.1 (put central behind a proxy that speaks HTTP/1.1 to it), or open the stream as a WebSocket"))
 		return
 	}
-	release, ok := h.admitStream(w, r, user, after, field)
+	release, ok := h.admitStream(w, r, user, after, field, redeem)
 	if !ok {
 		return
 	}

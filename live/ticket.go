@@ -31,6 +31,9 @@ type Ticket struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
+// TicketRefused is why a ticket is refused, for the problem's detail.
+const TicketRefused = "the ticket was used, has expired, or was never issued: each connection needs a new one (POST /v1/stream/tickets)"
+
 // Tickets issues and redeems stream tickets, for a browser's EventSource,
 // which cannot send headers: the app asks for a ticket with its token and
 // opens /v1/stream?ticket=…, so the token itself never rides in a URL.
@@ -65,6 +68,30 @@ func (t *Tickets) Issue(ctx context.Context, user string) (Ticket, error) {
 	}
 	t.metrics.tickets.WithLabelValues("issued").Inc()
 	return tk, nil
+}
+
+// User is a ticket's user, without using it up: ErrTicket when it was used,
+// has expired, or was never issued. The stream checks a ticket with it,
+// and redeems it only once the handshake passed every other check, so
+// that a handshake refused for another reason (too many streams, a
+// replica not ready, a cursor refused) leaves the app its ticket.
+func (t *Tickets) User(ctx context.Context, ticket string) (string, error) {
+	if base64.RawURLEncoding.DecodedLen(len(ticket)) != ticketBytes {
+		t.metrics.tickets.WithLabelValues("refused").Inc()
+		return "", ErrTicket
+	}
+	sum := sha256.Sum256([]byte(ticket))
+	var user string
+	var expires time.Time
+	err := t.db.QueryRow(ctx, `SELECT user_id, expires_at FROM stream_tickets WHERE hash = $1`, sum[:]).Scan(&user, &expires)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || err == nil && !t.clock.Now().Before(expires):
+		t.metrics.tickets.WithLabelValues("refused").Inc()
+		return "", ErrTicket
+	case err != nil:
+		return "", fmt.Errorf("check a stream ticket: %w", err)
+	}
+	return user, nil
 }
 
 // Redeem uses a ticket up and returns its user: ErrTicket when it was used,

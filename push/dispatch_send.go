@@ -5,11 +5,15 @@ package push
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/spoolcast/spoolcast/channel"
+	"github.com/spoolcast/spoolcast/feed"
 	"github.com/spoolcast/spoolcast/internal/startstop"
 )
 
@@ -151,6 +155,70 @@ func (q *queued) digestArgs() (key *string, windowSeconds, count *int64) {
 	return &k, &w, count
 }
 
+// recordStatesSQL writes a pass's outcomes. The dispatches of one pass
+// were written by one statement, so they share created_at: naming it
+// keeps the update to one partition, where each row is found by its
+// primary key. (A plain state condition here would tempt the planner into
+// the state index, scanning the pass's rows once per row: IS TRUE keeps it
+// a filter.) Only queued dispatches change: one the receipt pass ended
+// failed (interrupted) meanwhile stays so.
+const recordStatesSQL = `UPDATE push_dispatches d
+		SET state = u.state, ticket_id = NULLIF(u.ticket, ''), error = NULLIF(u.error, ''),
+		    sent_at = CASE WHEN u.state IN ('sent', 'delivered') THEN now() END, updated_at = now()
+		FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[]) AS u(id, state, ticket, error)
+		WHERE d.id = u.id AND d.created_at = $5 AND (d.state = 'queued') IS TRUE`
+
+// ClearLockClass is the first key of the per-user advisory lock that a read
+// or archive (migration 26's push_clears trigger) and the record of a push
+// sent take, hashtext of the user the second: whichever comes second sees
+// the other committed, so a push sent as its notification is read gets
+// its clear from one or the other.
+const ClearLockClass = 0x636c7273 // "clrs"
+
+// recordStates writes the outcomes. With clears on, the pushes sent are
+// recorded under their users' clear locks, and a notification read or
+// archived while its push was in flight (the read's trigger saw no push
+// sent, so wrote no clear) gets its clear here, in a statement after the
+// locks: the read committed before them, or waits for this record and
+// then sees the push sent itself.
+func (d *Dispatcher) recordStates(ctx context.Context, outcomes []outcome, ids []int64, states, tickets, errs []string) error {
+	createdAt := outcomes[0].c.createdAt
+	var users []string
+	if d.cfg.ClearOnRead {
+		for _, o := range outcomes {
+			if o.state == StateSent || o.state == StateDelivered {
+				users = append(users, o.c.n.user)
+			}
+		}
+	}
+	if len(users) == 0 {
+		_, err := d.cfg.DB.Exec(ctx, recordStatesSQL, ids, states, tickets, errs, createdAt)
+		return err
+	}
+	slices.Sort(users) // one order for every taker: no deadlock
+	users = slices.Compact(users)
+	return pgx.BeginFunc(ctx, d.cfg.DB, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(u)) FROM unnest($2::text[]) WITH ORDINALITY AS t(u, i) ORDER BY i`, ClearLockClass, users); err != nil {
+			return fmt.Errorf("take the users' clear locks: %w", err)
+		}
+		if _, err := tx.Exec(ctx, recordStatesSQL, ids, states, tickets, errs, createdAt); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO push_clears (notification_id, notification_created_at, token, user_id)
+			SELECT d.notification_id, d.notification_created_at, d.token, d.user_id
+			FROM push_dispatches d
+			JOIN notifications n ON n.id = d.notification_id AND n.created_at = d.notification_created_at
+			CROSS JOIN LATERAL `+feed.MarksOf("n.user_id")+` m
+			WHERE d.id = ANY($1) AND d.created_at = $2 AND d.state IN ('sent', 'delivered') AND d.token IS NOT NULL
+			  AND `+feed.ReadOrArchived+`
+			ON CONFLICT (notification_id, token) DO NOTHING`, ids, createdAt)
+		if err != nil {
+			return fmt.Errorf("clear the pushes of notifications read meanwhile: %w", err)
+		}
+		return nil
+	})
+}
+
 // record writes what became of dispatches and disables the tokens Expo no
 // longer knows, unless they were registered again since the send.
 func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
@@ -167,19 +235,7 @@ func (d *Dispatcher) record(ctx context.Context, outcomes []outcome) error {
 			gone[o.gone], goneSince[o.gone] = append(gone[o.gone], o.c.token), append(goneSince[o.gone], o.disabledAsOf())
 		}
 	}
-	// The dispatches of one pass were written by one statement, so they share
-	// created_at: naming it keeps the update to one partition, where each row
-	// is found by its primary key. (A plain state condition here would
-	// tempt the planner into the state index, scanning the pass's rows once
-	// per row: IS TRUE keeps it a filter.) Only queued dispatches change: one
-	// the receipt pass ended failed (interrupted) meanwhile stays so.
-	_, err := d.cfg.DB.Exec(ctx, `UPDATE push_dispatches d
-		SET state = u.state, ticket_id = NULLIF(u.ticket, ''), error = NULLIF(u.error, ''),
-		    sent_at = CASE WHEN u.state IN ('sent', 'delivered') THEN now() END, updated_at = now()
-		FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[]) AS u(id, state, ticket, error)
-		WHERE d.id = u.id AND d.created_at = $5 AND (d.state = 'queued') IS TRUE`,
-		ids, states, tickets, errs, outcomes[0].c.createdAt)
-	if err != nil {
+	if err := d.recordStates(ctx, outcomes, ids, states, tickets, errs); err != nil {
 		return err
 	}
 	for reason, tokens := range gone {

@@ -2,9 +2,13 @@ package push_test
 
 import (
 	"context"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/spoolcast/spoolcast/feed"
+	"github.com/spoolcast/spoolcast/internal/pgtest"
+	"github.com/spoolcast/spoolcast/internal/testsignal"
 	"github.com/spoolcast/spoolcast/push"
 )
 
@@ -71,5 +75,34 @@ func TestAPushDueForANotificationReadOrArchivedIsNotSent(t *testing.T) {
 	}
 	if got := s.states(); got[push.StateSuppressed] != 3 {
 		t.Errorf("states %v; want 3 suppressed", got)
+	}
+}
+
+// A notification read while its push is on its way to the provider (its
+// dispatch not yet recorded sent, so the read's trigger wrote no clear)
+// gets its clear from the record of the push: the banner comes down.
+func TestAReadWhileThePushIsInFlightStillClearsItsBanner(t *testing.T) {
+	t.Parallel()
+	s := newClearStack(t, true)
+	ctx := context.Background()
+	s.emit(`{"idempotency_key":"inflight","type":"t","category":"c","recipients":["u1"],"title":"T"}`)
+	id := s.ids()[0]
+	var once sync.Once
+	s.fake.SetOnAnswer(func(endpoint string) {
+		if endpoint == "send" {
+			once.Do(func() {
+				if err := s.store.MarkRead(ctx, "u1", id); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	})
+	s.drain()
+	testsignal.Eventually(t, "the pushes to be recorded", 10*time.Second, func() bool {
+		return pgtest.Count(t, s.pool, `SELECT count(*) FROM push_dispatches WHERE state = 'queued'`) == 0
+	})
+	racePasses(t, 2, s.dispatcher)
+	if got := s.expoClears()[phone]; len(got) != 1 || len(got[0]) != 1 || got[0][0] != id.String() {
+		t.Errorf("the phone got clears %v; want one naming %s, read while its push was in flight", got, id)
 	}
 }

@@ -303,9 +303,12 @@ func oldWeek(ctx context.Context, w *world) error {
 func settle(ctx context.Context, w *world, db *pgx.Conn, apps []*app, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	wait := func(what string, done func() (bool, error)) error {
+		began := time.Now()
 		for {
 			ok, err := done()
 			if err == nil && ok {
+				// Where a run's time goes: each wait, in order.
+				fmt.Printf("chaos: %s in %s\n", what, time.Since(began).Round(100*time.Millisecond))
 				return nil
 			}
 			if time.Now().After(deadline) {

@@ -159,7 +159,8 @@ type deferredSend struct {
 // verdict is what judge decided for one outcome that is not settled yet.
 type verdict struct{ retry bool }
 
-// judge settles one dispatch's outcome, or asks for another try in this
+// judge settles one dispatch's outcome (its answer already observed by
+// the refusal guard, with the rest of its batch), or asks for another try in this
 // pass (retry: a retrier's, for a provider that took nothing and named no
 // wait longer than channelRetryPause, while a try can end by by).
 func (d *Dispatcher) judge(s *settled, provider string, c created, o channel.Outcome, retrier bool, now, by time.Time, reserve time.Duration) verdict {
@@ -170,7 +171,6 @@ func (d *Dispatcher) judge(s *settled, provider string, c created, o channel.Out
 	if o.Credentials {
 		d.cfg.Metrics.credentials.WithLabelValues(provider).Inc()
 	}
-	d.refusals.observe(provider, c.token, o, now)
 	if why, held := d.holdRefusal(provider, o, now); held {
 		s.deferred = append(s.deferred, deferredSend{c, now.Add(refusalHold), why})
 		return verdict{}

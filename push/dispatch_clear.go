@@ -286,7 +286,6 @@ func (d *Dispatcher) clearOutcomeOf(provider string, dev *clearDevice, a channel
 		d.cfg.Metrics.credentials.WithLabelValues(provider).Inc()
 	}
 	now := d.cfg.Clock.Now()
-	d.refusals.observe(provider, dev.token, a, now)
 	if why, held := d.holdRefusal(provider, a, now); held {
 		o.state, o.due, o.err = StateQueued, now.Add(refusalHold), why+"; sending again"
 		return o

@@ -127,6 +127,7 @@ func (d *Dispatcher) sendOneSpread(ctx context.Context, ch channel.Spread, c cre
 			break
 		}
 		now := d.cfg.Clock.Now()
+		d.refusals.observe(ch.Provider(), c.token, o, now)
 		if !d.judge(&s, ch.Provider(), c, o, true, now, by, reserve).retry {
 			break
 		}

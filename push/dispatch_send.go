@@ -201,19 +201,20 @@ func (d *Dispatcher) recordStates(ctx context.Context, outcomes []outcome, ids [
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(u)) FROM unnest($2::text[]) WITH ORDINALITY AS t(u, i) ORDER BY i`, ClearLockClass, users); err != nil {
 			return fmt.Errorf("take the users' clear locks: %w", err)
 		}
-		if _, err := tx.Exec(ctx, recordStatesSQL, ids, states, tickets, errs, createdAt); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO push_clears (notification_id, notification_created_at, token, user_id)
-			SELECT d.notification_id, d.notification_created_at, d.token, d.user_id
-			FROM push_dispatches d
-			JOIN notifications n ON n.id = d.notification_id AND n.created_at = d.notification_created_at
+		// One statement, its snapshot taken after the locks: the record,
+		// and the clears of the pushes it records sent whose notification
+		// was read or archived meanwhile.
+		_, err := tx.Exec(ctx, `WITH recorded AS (`+recordStatesSQL+`
+			RETURNING d.notification_id, d.notification_created_at, d.token, d.user_id, d.state)
+			INSERT INTO push_clears (notification_id, notification_created_at, token, user_id)
+			SELECT r.notification_id, r.notification_created_at, r.token, r.user_id
+			FROM recorded r
+			JOIN notifications n ON n.id = r.notification_id AND n.created_at = r.notification_created_at
 			CROSS JOIN LATERAL `+feed.MarksOf("n.user_id")+` m
-			WHERE d.id = ANY($1) AND d.created_at = $2 AND d.state IN ('sent', 'delivered') AND d.token IS NOT NULL
-			  AND `+feed.ReadOrArchived+`
-			ON CONFLICT (notification_id, token) DO NOTHING`, ids, createdAt)
+			WHERE r.state IN ('sent', 'delivered') AND r.token IS NOT NULL AND `+feed.ReadOrArchived+`
+			ON CONFLICT (notification_id, token) DO NOTHING`, ids, states, tickets, errs, createdAt)
 		if err != nil {
-			return fmt.Errorf("clear the pushes of notifications read meanwhile: %w", err)
+			return fmt.Errorf("record pushes and clear those read meanwhile: %w", err)
 		}
 		return nil
 	})

@@ -322,8 +322,8 @@ func settle(ctx context.Context, w *world, db *pgx.Conn, apps []*app, within tim
 	}
 	if err := wait("the relays to forward their spools", func() (bool, error) {
 		for _, r := range w.relays {
-			n, err := metric(r.base, "spoolcast_spool_pending")
-			if err != nil || n > 0 {
+			m, err := metrics(r.base, "spoolcast_spool_pending")
+			if err != nil || m["spoolcast_spool_pending"] > 0 {
 				return false, err
 			}
 		}
@@ -394,53 +394,43 @@ func settle(ctx context.Context, w *world, db *pgx.Conn, apps []*app, within tim
 	return nil
 }
 
-// metric reads one unlabelled gauge from base's /metrics.
-func metric(base, name string) (float64, error) {
+// metrics reads base's /metrics once and answers each family of names:
+// the sum of its series (one for a metric without labels), or an error
+// naming the first that is not exported.
+func metrics(base string, names ...string) (map[string]float64, error) {
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	out := make(map[string]float64, len(names))
 	for line := range strings.SplitSeq(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		for _, name := range names {
+			rest, ok := strings.CutPrefix(line, name)
+			if !ok || (!strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{")) {
+				continue
+			}
+			f := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+			if len(f) == 0 {
+				continue
+			}
+			v, err := strconv.ParseFloat(f[0], 64)
+			if err != nil {
+				return nil, err
+			}
+			out[name] += v
 		}
 	}
-	return 0, fmt.Errorf("%s not exported by %s", name, base)
-}
-
-// metricSum is the sum of every series of the metric family name at base.
-func metricSum(base, name string) (float64, error) {
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	var sum float64
-	for line := range strings.SplitSeq(string(raw), "\n") {
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || (!strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{")) {
-			continue
+	for _, name := range names {
+		if _, ok := out[name]; !ok {
+			return nil, fmt.Errorf("%s not exported by %s", name, base)
 		}
-		f := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return 0, err
-		}
-		sum += v
 	}
-	return sum, nil
+	return out, nil
 }
 
 // plant makes two violations in Postgres the checks must find: a

@@ -80,10 +80,21 @@ func (s *sampler) take(p *proc) {
 	if pid == 0 {
 		return
 	}
-	sm, err := read(pid, p.base)
+	// One scrape a sample: the goroutines, and a central's refusals.
+	names := []string{"go_goroutines"}
+	central := strings.HasPrefix(p.name, "central")
+	if central {
+		names = append(names, "spoolcast_push_credentials_refused_total", "spoolcast_push_refusals_held_total")
+	}
+	m, err := metrics(p.base, names...)
 	if err != nil {
 		return
 	}
+	sm, err := read(pid)
+	if err != nil {
+		return
+	}
+	sm.goroutines = int(m["go_goroutines"])
 	p.mu.Lock()
 	starts := p.starts
 	if up := time.Since(p.started); up > baselineFrom && up < baselineTo {
@@ -94,14 +105,10 @@ func (s *sampler) take(p *proc) {
 		p.baseline.fds = max(p.baseline.fds, sm.fds)
 	}
 	p.mu.Unlock()
-	if strings.HasPrefix(p.name, "central") {
-		credentials, err1 := metricSum(p.base, "spoolcast_push_credentials_refused_total")
-		held, err2 := metricSum(p.base, "spoolcast_push_refusals_held_total")
-		if err1 == nil && err2 == nil {
-			s.mu.Lock()
-			s.refusals[fmt.Sprintf("%s#%d", p.name, starts)] = [2]float64{credentials, held}
-			s.mu.Unlock()
-		}
+	if central {
+		s.mu.Lock()
+		s.refusals[fmt.Sprintf("%s#%d", p.name, starts)] = [2]float64{m["spoolcast_push_credentials_refused_total"], m["spoolcast_push_refusals_held_total"]}
+		s.mu.Unlock()
 	}
 	s.mu.Lock()
 	s.peakRSS[p.name] = max(s.peakRSS[p.name], sm.rss)
@@ -109,7 +116,8 @@ func (s *sampler) take(p *proc) {
 	s.mu.Unlock()
 }
 
-func read(pid int, base string) (sample, error) {
+// read is pid's RSS and open files.
+func read(pid int) (sample, error) {
 	var sm sample
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -128,11 +136,6 @@ func read(pid int, base string) (sample, error) {
 		return sm, err
 	}
 	sm.fds = len(fds)
-	g, err := metric(base, "go_goroutines")
-	if err != nil {
-		return sm, err
-	}
-	sm.goroutines = int(g)
 	return sm, nil
 }
 

@@ -91,10 +91,12 @@ const (
 	// NotSent: ctx ended before the request was written. The dispatcher
 	// gives the message back to the queue for another replica.
 	NotSent
-	// TokenForeign: the token is valid, but another app's (a token of
-	// another Expo project). Final; the device is disabled with a reason
-	// of its own, so that one user's stray token is told apart from a
-	// deployment's wrong settings.
+	// TokenForeign: the token is valid, but another app's (another Expo
+	// project's, APNs DeviceTokenNotForTopic, FCM SENDER_ID_MISMATCH, a
+	// browser subscribed with another VAPID key). Final; the device is
+	// disabled with a reason of its own, and no one is paged: one user's
+	// stray token is told apart from a deployment's wrong settings (which
+	// answer so for most devices: the dispatcher's refusal guard).
 	TokenForeign
 )
 
@@ -133,8 +135,11 @@ type Outcome struct {
 	Code string
 	// Reason says why, for the delivery log: the provider's words.
 	Reason string
-	// Credentials: the provider refused our credentials (an APNs 403,
-	// an FCM 401 or 403, a token endpoint refusing the grant).
+	// Credentials: the provider refused this deployment's credentials or
+	// settings (an APNs 403 but ExpiredProviderToken, a topic refused,
+	// TooManyProviderTokenUpdates; an FCM 403 or a fresh access token's
+	// 401; a token endpoint refusing the grant; Expo InvalidCredentials):
+	// the page. Never set for one device's refusal (TokenForeign).
 	Credentials bool
 	// InvalidSince, for TokenGone, is when the provider last confirmed
 	// the token invalid (APNs' 410 timestamp); zero when it does not say.

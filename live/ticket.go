@@ -76,11 +76,10 @@ func (t *Tickets) Issue(ctx context.Context, user string) (Ticket, error) {
 // that a handshake refused for another reason (too many streams, a
 // replica not ready, a cursor refused) leaves the app its ticket.
 func (t *Tickets) User(ctx context.Context, ticket string) (string, error) {
-	if base64.RawURLEncoding.DecodedLen(len(ticket)) != ticketBytes {
-		t.metrics.tickets.WithLabelValues("refused").Inc()
+	sum, ok := t.hash(ticket)
+	if !ok {
 		return "", ErrTicket
 	}
-	sum := sha256.Sum256([]byte(ticket))
 	var user string
 	var expires time.Time
 	err := t.db.QueryRow(ctx, `SELECT user_id, expires_at FROM stream_tickets WHERE hash = $1`, sum[:]).Scan(&user, &expires)
@@ -94,14 +93,23 @@ func (t *Tickets) User(ctx context.Context, ticket string) (string, error) {
 	return user, nil
 }
 
+// hash is the key a ticket is kept under; ok is false, the refusal
+// counted, for what cannot be a ticket.
+func (t *Tickets) hash(ticket string) (sum [sha256.Size]byte, ok bool) {
+	if base64.RawURLEncoding.DecodedLen(len(ticket)) != ticketBytes {
+		t.metrics.tickets.WithLabelValues("refused").Inc()
+		return sum, false
+	}
+	return sha256.Sum256([]byte(ticket)), true
+}
+
 // Redeem uses a ticket up and returns its user: ErrTicket when it was used,
 // has expired, or was never issued.
 func (t *Tickets) Redeem(ctx context.Context, ticket string) (string, error) {
-	if base64.RawURLEncoding.DecodedLen(len(ticket)) != ticketBytes {
-		t.metrics.tickets.WithLabelValues("refused").Inc()
+	sum, ok := t.hash(ticket)
+	if !ok {
 		return "", ErrTicket
 	}
-	sum := sha256.Sum256([]byte(ticket))
 	var user string
 	var expires time.Time
 	err := t.db.QueryRow(ctx, `DELETE FROM stream_tickets WHERE hash = $1 RETURNING user_id, expires_at`, sum[:]).Scan(&user, &expires)
